@@ -1,0 +1,339 @@
+"""Target ``onnxruntime[:PROVIDER]``: capability read from onnxruntime's live kernel registry.
+
+A node runs when a kernel of the provider (or the CPU fallback) covers its resolved schema
+version and type binding, or when the op is an ONNX function whose body runs. Ops from
+custom-op libraries the user registers are probed with a real one-node session. The static
+verdict can be confirmed by building a real session in a child process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from rewriter import hookimpl
+from rewriter.errors import TargetError
+from rewriter.schemas import OpSchema, SchemaIndex, group_raw_schemas, schema_function_body
+from rewriter.targets import Finding, NodeQuery, Target, TargetOptions, opset_import_findings
+from rewriter.typeinfer import bind_type_params, infer_node_outputs
+from rewriter.walk import normalize_domain, opset_map
+
+CPU = "CPUExecutionProvider"
+CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
+CONFIRM_TIMEOUT_S = 300
+EXTENSIONS = "extensions"
+# Nodes onnxruntime turns into initializers while loading; they need no kernel.
+_FOLDED_OPS = frozenset({"Constant"})  # --custom-ops-library value naming onnxruntime-extensions
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    start: int
+    end: int
+    constraints: Mapping[str, frozenset[str]]
+
+
+@lru_cache(maxsize=1)
+def _ort_schemas() -> SchemaIndex:
+    from onnxruntime.capi import _pybind_state as C
+
+    return SchemaIndex(group_raw_schemas(C.get_all_operator_schema()))
+
+
+@lru_cache(maxsize=None)
+def _ort_kernels(provider: str) -> dict[tuple[str, str], list[KernelDef]]:
+    from onnxruntime.capi import _pybind_state as C
+
+    table: dict[tuple[str, str], list[KernelDef]] = {}
+    for k in C.get_all_opkernel_def():
+        if k.provider != provider:
+            continue
+        start, end = k.version_range
+        constraints = {p: frozenset(ts) for p, ts in k.type_constraints.items()}
+        table.setdefault((normalize_domain(k.domain), k.op_name), []).append(
+            KernelDef(start, end, constraints)
+        )
+    return table
+
+
+def available_providers() -> list[str]:
+    import onnxruntime
+
+    return onnxruntime.get_available_providers()
+
+
+def resolve_provider(argument: str | None) -> str:
+    if not argument:
+        return CPU
+    name = argument if argument.endswith("ExecutionProvider") else f"{argument}ExecutionProvider"
+    providers = available_providers()
+    for p in providers:
+        if p.lower() == name.lower():
+            return p
+    raise TargetError(
+        f"onnxruntime provider {argument!r} is not available here; installed: "
+        + ", ".join(p.removesuffix("ExecutionProvider") for p in providers)
+    )
+
+
+def resolve_library(spec: str) -> str:
+    if spec == EXTENSIONS:
+        import onnxruntime_extensions
+
+        return onnxruntime_extensions.get_library_path()
+    return spec
+
+
+def _short_types(types) -> str:
+    names = sorted(t.removeprefix("tensor(").removesuffix(")") for t in types)
+    return "{" + ", ".join(names) + "}"
+
+
+class OnnxRuntimeTarget(Target):
+    """onnxruntime with one execution provider (CPU by default)."""
+
+    def __init__(self, provider: str = CPU, options: TargetOptions | None = None) -> None:
+        options = options or TargetOptions()
+        self.provider = provider
+        self.name = "onnxruntime" if provider == CPU else f"onnxruntime:{provider.removesuffix('ExecutionProvider')}"
+        self.description = f"onnxruntime ({provider})"
+        self.libraries = tuple(resolve_library(x) for x in options.custom_op_libraries)
+        self.confirm_option = options.confirm
+        self._kernels = dict(_ort_kernels(CPU))
+        if provider != CPU:  # ORT falls back to CPU for nodes the provider cannot take
+            for key, defs in _ort_kernels(provider).items():
+                self._kernels[key] = self._kernels.get(key, []) + defs
+        self._verdicts: dict[tuple, tuple[str, str] | None] = {}
+        self._probes: dict[tuple, tuple[str, str] | None] = {}
+        self._known_domains = (
+            set(self.schemas.domains) | {d for d, _ in self._kernels}
+        )
+
+    @property
+    def schemas(self) -> SchemaIndex:
+        return _ort_schemas()
+
+    def check_model(self, model):
+        return opset_import_findings(
+            self.name, model, self.schemas.max_version, ("", "ai.onnx.ml", "com.microsoft")
+        )
+
+    # -- per node -------------------------------------------------------------------------
+
+    def check_node(self, query: NodeQuery) -> Finding | None:
+        node, domain, opset = query.node, query.domain, query.opset
+        if opset is None:
+            return self.finding(
+                query, "domain-not-imported",
+                f"the model has no opset import for domain {domain or 'ai.onnx'!r}",
+            )
+        if domain not in self._known_domains:
+            if self.libraries:
+                return self._probe_finding(query)
+            return self.finding(
+                query, "unknown-domain",
+                f"onnxruntime knows no operators in domain {domain!r} "
+                "(register a custom-op library, or rewrite the node)",
+            )
+        schema = self.schemas.resolve(domain, node.op_type, opset)
+        if schema is None:
+            if self.libraries:
+                return self._probe_finding(query)
+            versions = self.schemas.versions(domain, node.op_type)
+            if versions:
+                detail = (f"{node.op_type} exists from opset {versions[0]} of "
+                          f"{domain or 'ai.onnx'}; the model imports opset {opset}")
+            else:
+                detail = f"onnxruntime has no schema for {domain or 'ai.onnx'}::{node.op_type}"
+            return self.finding(query, "no-schema", detail)
+        binding = bind_type_params(node, schema, query.types)
+        key = (domain, node.op_type, schema.since_version, tuple(sorted(binding.items())))
+        verdict = self._verdicts.get(key, ...)
+        if verdict is ...:
+            verdict = self._verdicts[key] = self._schema_verdict(
+                node, schema, binding, query.types, opset, depth=0
+            )
+        if verdict is None:
+            return None
+        return self.finding(query, verdict[0], verdict[1], version=schema.since_version)
+
+    def _schema_verdict(
+        self, node, schema: OpSchema, binding, types, opset: int, depth: int
+    ) -> tuple[str, str] | None:
+        op = f"{node.op_type}({schema.since_version})"
+        if schema.domain == "" and node.op_type in _FOLDED_OPS:
+            return None
+        kernels = self._kernels.get((schema.domain, node.op_type), [])
+        in_range = [k for k in kernels if k.start <= schema.since_version <= k.end]
+        if in_range and any(_accepts(k, binding) for k in in_range):
+            return None
+        # onnxruntime inlines a function op's body when no kernel takes the node
+        body_problem = self._function_verdict(node, schema, types, opset, depth)
+        if body_problem is not None and body_problem[0] == "ok":
+            return None
+        if not in_range:
+            if kernels:
+                ranges = sorted({(k.start, k.end) for k in kernels})
+                shown = ", ".join(f"{a}-{b if b < 2**30 else ''}" for a, b in ranges)
+                reason = (
+                    "no-kernel",
+                    f"no {self.provider} kernel for {op}; kernels cover versions {shown}",
+                )
+            else:
+                reason = ("no-kernel", f"no {self.provider} kernel for {node.op_type} at any version")
+        else:
+            expected: dict[str, set[str]] = {}
+            for k in in_range:
+                for p, ts in k.constraints.items():
+                    expected.setdefault(p, set()).update(ts)
+            bad = [
+                f"{p}={binding[p]} (kernels take {p} in {_short_types(ts)})"
+                for p, ts in sorted(expected.items())
+                if p in binding and binding[p] not in ts
+            ]
+            if not bad:  # each parameter is accepted by some kernel, but not all together
+                bad = [", ".join(f"{p}={t}" for p, t in sorted(binding.items())) +
+                       " (no kernel takes this combination)"]
+            reason = ("type-binding", f"no kernel for {op} with " + "; ".join(bad))
+        if body_problem is not None:
+            reason = (reason[0], f"{reason[1]}; its function body fails: {body_problem[1]}")
+        return reason
+
+    def _function_verdict(self, node, schema, types, opset, depth):
+        """('ok', '') if the op's spec function body runs; a (reason, detail) if not; None if
+        the op has no body."""
+        if schema.domain not in ("", "ai.onnx.ml") or depth > 8:
+            return None
+        in_types = [types.get(n) if n else None for n in node.input]
+        body = schema_function_body(node, opset, in_types)
+        if body is None:
+            return None
+        body_opsets = opset_map(body.opset_import) or {"": opset}
+        inner_types = {formal: t for formal, t in zip(body.input, in_types) if t}
+        for inner in body.node:
+            domain = normalize_domain(inner.domain)
+            inner_opset = body_opsets.get(domain, opset if domain == "" else None)
+            inner_schema = self.schemas.resolve(domain, inner.op_type, inner_opset or 0)
+            if inner_schema is None:
+                return ("no-schema", f"{inner.op_type} has no schema at opset {inner_opset}")
+            inner_binding = bind_type_params(inner, inner_schema, inner_types)
+            verdict = self._schema_verdict(
+                inner, inner_schema, inner_binding, inner_types, inner_opset, depth + 1
+            )
+            if verdict is not None:
+                return verdict
+            for name, t in zip(inner.output, infer_node_outputs(inner, inner_schema, inner_types)):
+                if name and t:
+                    inner_types.setdefault(name, t)
+        return ("ok", "")
+
+    # -- custom-op libraries --------------------------------------------------------------
+
+    def _probe_finding(self, query: NodeQuery) -> Finding | None:
+        node = query.node
+        in_types = tuple(query.types.get(n) if n else None for n in node.input)
+        key = (query.domain, node.op_type, in_types)
+        if key not in self._probes:
+            self._probes[key] = self._probe(query, in_types)
+        result = self._probes[key]
+        return None if result is None else self.finding(query, result[0], result[1])
+
+    def _probe(self, query: NodeQuery, in_types) -> tuple[str, str] | None:
+        """Build a one-node model and ask onnxruntime, with the libraries registered."""
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        node = query.node
+        inputs = []
+        for name, t in zip(node.input, in_types):
+            if not name:
+                continue
+            elem = TensorProto.FLOAT
+            if t and t.startswith("tensor("):
+                elem = TensorProto.DataType.Value(t[7:-1].upper())
+            inputs.append(helper.make_tensor_value_info(name, elem, None))
+        outputs = [helper.make_value_info(o, helper.TypeProto()) for o in node.output if o]
+        graph = helper.make_graph([node], "probe", inputs, outputs)
+        opsets = [helper.make_opsetid(d, v) for d, v in query.opsets.items()]
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = 8
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        for lib in self.libraries:
+            so.register_custom_ops_library(lib)
+        try:
+            ort.InferenceSession(model.SerializeToString(), so, providers=[self.provider])
+        except Exception as e:  # noqa: BLE001 - the runtime's refusal is the answer
+            message = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if "is not a registered function/op" in message or "No Op registered" in message:
+                return ("unknown-domain" if query.domain not in self._known_domains else "no-schema",
+                        f"neither onnxruntime nor the registered custom-op libraries provide "
+                        f"{query.domain or 'ai.onnx'}::{node.op_type}")
+            return ("runtime-refused", _clean_ort_message(message))
+        return None
+
+    # -- confirmation ---------------------------------------------------------------------
+
+    def wants_confirm(self, loaded) -> bool:
+        if self.confirm_option is not None:
+            return self.confirm_option
+        total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
+        return total <= CONFIRM_BY_DEFAULT_BELOW
+
+    def confirm(self, loaded) -> str | None:
+        script = (
+            "import sys, onnxruntime as ort\n"
+            "so = ort.SessionOptions(); so.log_severity_level = 4\n"
+            "[so.register_custom_ops_library(x) for x in sys.argv[3:]]\n"
+            "try:\n"
+            "    ort.InferenceSession(sys.argv[1], so, providers=[sys.argv[2]])\n"
+            "except Exception as e:\n"
+            "    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)\n"
+            "    sys.exit(3)\n"
+        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", script, str(loaded.path), self.provider, *self.libraries],
+                capture_output=True, text=True, timeout=CONFIRM_TIMEOUT_S,
+                cwd=str(loaded.base_dir),
+            )
+        except subprocess.TimeoutExpired:
+            return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
+        if proc.returncode == 0:
+            return None
+        if proc.returncode == 3:
+            return _clean_ort_message(proc.stdout.strip())
+        return f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
+
+
+def _accepts(kernel: KernelDef, binding: Mapping[str, str]) -> bool:
+    for param, allowed in kernel.constraints.items():
+        actual = binding.get(param)
+        if actual is not None and actual not in allowed:
+            return False
+    return True
+
+
+def _clean_ort_message(message: str) -> str:
+    """Drop onnxruntime's '[ONNXRuntimeError] : 1 : FAIL :' prefix and source locations."""
+    import re
+
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", message)
+    message = re.sub(r"/onnxruntime_src/\S+:\d+ [^\]]*?\) ", "", message)
+    return message.strip()
+
+
+def _make(argument: str | None, options: TargetOptions | None = None) -> OnnxRuntimeTarget:
+    return OnnxRuntimeTarget(resolve_provider(argument), options)
+
+
+@hookimpl
+def register_targets(registry):
+    registry.add(
+        "onnxruntime",
+        _make,
+        description="onnxruntime's kernel registry (onnxruntime:PROVIDER for other providers)",
+    )

@@ -1,0 +1,102 @@
+"""Target ``reference``: the ONNX reference evaluator (``onnx.reference``).
+
+A node runs when the evaluator has a Python implementation for its domain, op and version,
+or the op is a spec function it can expand.
+"""
+
+from __future__ import annotations
+
+from rewriter import hookimpl
+from rewriter.schemas import onnx_schemas
+from rewriter.targets import Finding, NodeQuery, Target, TargetOptions, opset_import_findings
+
+CONFIRM_BY_DEFAULT_BELOW = 20 * 2**20
+
+_LOADERS = {
+    "": "onnx.reference.ops",
+    "ai.onnx.ml": "onnx.reference.ops.aionnxml",
+    "ai.onnx.preview": "onnx.reference.ops.aionnx_preview",
+    "ai.onnx.preview.training": "onnx.reference.ops.aionnx_preview_training",
+    "experimental": "onnx.reference.ops.experimental",
+}
+
+
+class ReferenceTarget(Target):
+    name = "reference"
+    description = "the ONNX reference evaluator (onnx.reference.ReferenceEvaluator)"
+
+    def __init__(self, options: TargetOptions | None = None) -> None:
+        self.confirm_option = (options or TargetOptions()).confirm
+        self._verdicts: dict[tuple, tuple[str, str] | None] = {}
+
+    def check_model(self, model):
+        return opset_import_findings(
+            self.name, model, onnx_schemas().max_version, ("", "ai.onnx.ml")
+        )
+
+    def check_node(self, query: NodeQuery) -> Finding | None:
+        node, domain, opset = query.node, query.domain, query.opset
+        if opset is None:
+            return self.finding(
+                query, "domain-not-imported",
+                f"the model has no opset import for domain {domain or 'ai.onnx'!r}",
+            )
+        if domain not in _LOADERS:
+            return self.finding(
+                query, "unknown-domain",
+                f"the reference evaluator implements no operators in domain {domain!r}",
+            )
+        schema = onnx_schemas().resolve(domain, node.op_type, opset)
+        if schema is None and domain != "experimental":
+            return self.finding(
+                query, "no-schema",
+                f"onnx has no schema for {domain or 'ai.onnx'}::{node.op_type} at opset {opset}",
+            )
+        key = (domain, node.op_type, opset)
+        if key not in self._verdicts:
+            self._verdicts[key] = self._load(domain, node.op_type, opset)
+        verdict = self._verdicts[key]
+        if verdict is None:
+            return None
+        version = schema.since_version if schema else opset
+        return self.finding(query, verdict[0], verdict[1], version=version)
+
+    @staticmethod
+    def _load(domain: str, op_type: str, opset: int) -> tuple[str, str] | None:
+        import importlib
+
+        from onnx.reference.op_run import RuntimeContextError
+
+        module = importlib.import_module(_LOADERS[domain])
+        try:
+            module.load_op(domain, op_type, opset)
+        except RuntimeContextError:
+            return None  # a context-dependent function: expanded per node at run time
+        except (NotImplementedError, ValueError, KeyError, ImportError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            return ("no-kernel", f"no reference implementation of {op_type}({opset}): {first}")
+        return None
+
+    def wants_confirm(self, loaded) -> bool:
+        if self.confirm_option is not None:
+            return self.confirm_option
+        total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
+        return total <= CONFIRM_BY_DEFAULT_BELOW
+
+    def confirm(self, loaded) -> str | None:
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            ReferenceEvaluator(str(loaded.path))
+        except Exception as e:  # noqa: BLE001 - the evaluator's refusal is the answer
+            return (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return None
+
+
+@hookimpl
+def register_targets(registry):
+    registry.add(
+        "reference",
+        lambda argument, options=None: ReferenceTarget(options),
+        description="the ONNX reference evaluator",
+    )

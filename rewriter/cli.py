@@ -1,0 +1,175 @@
+"""``onnx-rewriter``: inspect | check | plugins.
+
+Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stderr; pass
+``--debug`` for a traceback. Heavy imports happen inside commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from rewriter.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, RewriterError
+
+
+class _Group(click.Group):
+    """Turns RewriterError (and any crash) into one line and an exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except RewriterError as e:
+            if _debug(ctx):
+                raise
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as e:  # noqa: BLE001 - last resort: no traceback unless --debug
+            if _debug(ctx):
+                raise
+            first = (str(e).strip().splitlines() or [""])[0]
+            click.echo(
+                f"error: internal error: {type(e).__name__}: {first} (run with --debug for a "
+                "traceback, and please report it)",
+                err=True,
+            )
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+def _debug(ctx: click.Context) -> bool:
+    obj = ctx.find_root().obj or {}
+    return bool(obj.get("debug")) or "--debug" in sys.argv
+
+
+def _common(f):
+    """-p and --debug, accepted before or after the command name."""
+    f = click.option(
+        "-p", "plugin_specs", multiple=True, metavar="MODULE_OR_FILE",
+        help="Load a plugin for this run; -p no:NAME blocks one.",
+    )(f)
+    f = click.option("--debug", is_flag=True, help="Show tracebacks.")(f)
+    return f
+
+
+def _state(ctx: click.Context, plugin_specs, debug) -> dict:
+    obj = ctx.find_root().obj
+    obj["plugins"] = tuple(obj.get("plugins", ())) + tuple(plugin_specs)
+    obj["debug"] = obj.get("debug") or debug
+    return obj
+
+
+def _load_plugins(obj):
+    from rewriter.manager import load_plugins
+
+    return load_plugins(obj["plugins"])
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@_common
+@click.version_option(package_name="onnx-graph-rewriter", prog_name="onnx-rewriter")
+@click.pass_context
+def cli(ctx: click.Context, plugin_specs, debug):
+    """Find the operators a target runtime cannot run, and rewrite the model until it runs."""
+    ctx.obj = {"plugins": tuple(plugin_specs), "debug": debug}
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_common
+@click.pass_context
+def inspect(ctx, model, as_json, plugin_specs, debug):
+    """Show a model's inputs, outputs, opsets and operator inventory."""
+    _state(ctx, plugin_specs, debug)
+    from rewriter import report
+    from rewriter.io import load_model
+    from rewriter.summary import inspect_model
+
+    info = inspect_model(load_model(model))
+    if as_json:
+        click.echo(report.dumps(info))
+    else:
+        report.print_inspect(info)
+    ctx.exit(EXIT_OK)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@click.option(
+    "-t", "--target", "targets", multiple=True, default=("onnxruntime",), show_default=True,
+    help="Target to check against (repeatable): onnxruntime[:PROVIDER], reference, opset:N, ...",
+)
+@click.option(
+    "--confirm/--no-confirm", default=None,
+    help="Confirm a 'runs' verdict by really loading the model (default: on for small models).",
+)
+@click.option(
+    "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
+    help="Register a custom-op shared library with onnxruntime ('extensions' for "
+    "onnxruntime-extensions).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_common
+@click.pass_context
+def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug):
+    """List every node the targets cannot run, and why. Exit 1 if there are any."""
+    obj = _state(ctx, plugin_specs, debug)
+    from rewriter import report
+    from rewriter.api import check as run_check
+    from rewriter.io import load_model
+
+    plugins = _load_plugins(obj)
+    loaded = load_model(model)
+    result = run_check(
+        loaded, targets, plugins=plugins, confirm=confirm, custom_op_libraries=libraries
+    )
+    if as_json:
+        click.echo(report.dumps(report.check_as_dict(result, plugins.registry)))
+    else:
+        report.print_check(result, plugins.registry)
+    ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_common
+@click.pass_context
+def plugins(ctx, as_json, plugin_specs, debug):
+    """List plugins, where they come from and what they registered."""
+    obj = _state(ctx, plugin_specs, debug)
+    from rewriter import report
+
+    loaded = _load_plugins(obj)
+    rows = [
+        {
+            "name": info.name,
+            "distribution": info.distribution,
+            "version": info.version,
+            "builtin": info.builtin,
+            "registered": loaded.registry.registered_by(info.name),
+        }
+        for info in sorted(loaded.registry.plugins.values(), key=lambda i: i.name)
+    ]
+    if as_json:
+        click.echo(report.dumps(rows))
+    else:
+        report.print_plugins(rows)
+    ctx.exit(EXIT_OK)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point."""
+    try:
+        cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=True)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

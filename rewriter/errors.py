@@ -1,0 +1,44 @@
+"""Errors the tool reports as one readable line, with the exit code they map to."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_BAD_INPUT = 2
+
+
+class RewriterError(Exception):
+    """Base class: a problem the user can act on, reported as one line (exit 2)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ModelError(RewriterError):
+    """The model file, its structure or its external data is unusable."""
+
+    def __init__(self, path: str | None, message: str) -> None:
+        self.path = path
+        self.detail = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class ExternalDataError(ModelError):
+    """An external-data reference is unsafe, missing or out of bounds."""
+
+
+class PluginError(RewriterError):
+    """A plugin failed to import, or registered something invalid."""
+
+    def __init__(self, plugin: str, message: str, distribution: str | None = None) -> None:
+        self.plugin = plugin
+        self.distribution = distribution
+        where = f"plugin {plugin!r}" + (f" (from {distribution})" if distribution else "")
+        super().__init__(f"{where}: {message}")
+
+
+class TargetError(RewriterError):
+    """A target name is unknown or its runtime is not installed."""
+
+
+class OutputError(RewriterError):
+    """The output path is unsafe (would overwrite the input, not writable, ...)."""

@@ -1,0 +1,470 @@
+"""Safe model I/O: load without reading weights, validate every external-data reference,
+save atomically next to the path the user gave.
+
+Every failure raises :class:`~rewriter.errors.ModelError` (or a subclass) with one readable
+line naming the file and the tensor or node at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto, helper
+
+from rewriter.errors import ExternalDataError, ModelError, OutputError
+from rewriter.walk import iter_scopes, iter_tensors, node_label
+
+MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse or serialize a message this large
+
+
+@dataclass
+class ExternalFile:
+    """One external-data file a model refers to."""
+
+    location: str  # as written in the model, relative to the model's folder
+    path: Path  # resolved, validated path
+    size: int
+    tensors: int = 0
+    referenced_bytes: int = 0
+
+
+@dataclass
+class LoadedModel:
+    """A model loaded from disk with its weights left in place."""
+
+    model: ModelProto
+    path: Path
+    file_size: int
+    external_files: dict[str, ExternalFile] = field(default_factory=dict)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+
+def _open_regular_file(path: Path) -> tuple[int, os.stat_result]:
+    """Open without blocking (a FIFO would hang a plain open) and insist on a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise ModelError(str(path), "no such file") from None
+    except IsADirectoryError:
+        raise ModelError(str(path), "is a directory, not a model file") from None
+    except OSError as e:
+        raise ModelError(str(path), f"cannot open: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        if stat.S_ISFIFO(st.st_mode):
+            kind = "a FIFO (named pipe), not a regular file"
+        raise ModelError(str(path), f"is {kind}; refusing to read it")
+    return fd, st
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks = []
+    remaining = size
+    with os.fdopen(fd, "rb", closefd=True) as f:
+        while remaining > 0:
+            chunk = f.read(min(remaining, 1 << 26))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def load_model(path: str | os.PathLike, *, validate: bool = True) -> LoadedModel:
+    """Load ``path`` without reading external data; validate structure and every reference.
+
+    Raises:
+        ModelError: the file is missing, not a regular file, not an ONNX model, structurally
+            broken (undefined inputs, cycles), or its external data is unsafe or missing.
+    """
+    path = Path(os.path.abspath(os.fspath(path)))
+    fd, st = _open_regular_file(path)
+    if st.st_size == 0:
+        os.close(fd)
+        raise ModelError(str(path), "empty file; not an ONNX model")
+    if st.st_size > MAX_PROTOBUF_BYTES:
+        os.close(fd)
+        raise ModelError(
+            str(path),
+            f"file is {st.st_size / 2**30:.2f} GiB; an ONNX protobuf over 2 GiB cannot be "
+            "parsed; save the weights as external data",
+        )
+    data = _read_all(fd, st.st_size)
+    model = ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelError(str(path), f"not an ONNX model (protobuf parse failed: {e})") from None
+    del data
+    if not model.HasField("graph") or model.ir_version <= 0:
+        missing = "graph" if not model.HasField("graph") else "IR version"
+        raise ModelError(str(path), f"not an ONNX model (no {missing}; truncated or wrong file?)")
+    loaded = LoadedModel(model=model, path=path, file_size=st.st_size)
+    if validate:
+        validate_structure(model, str(path))
+        loaded.external_files = validate_external_data(model, path.parent, str(path))
+    return loaded
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+def validate_structure(model: ModelProto, where: str) -> None:
+    """Every node input and graph output must be defined, and no graph may contain a cycle.
+
+    All problems are gathered into one error line.
+    """
+    problems: list[str] = []
+    defined_in: dict[int, set[str]] = {}
+    for scope in iter_scopes(model):
+        if scope.graph is not None:
+            g = scope.graph
+            names = {v.name for v in g.input} | {t.name for t in g.initializer}
+            names |= {s.values.name for s in g.sparse_initializer}
+        else:
+            names = set(scope.function.input)
+        parent_names: set[str] = set()
+        p = scope.parent
+        while p is not None:
+            parent_names |= defined_in.get(id(p), set())
+            p = p.parent
+        produced_later = {}
+        for i, node in enumerate(scope.nodes):
+            for out in node.output:
+                if out:
+                    produced_later[out] = i
+        local = set(names)
+        pending: list[tuple[int, str]] = []
+        for i, node in enumerate(scope.nodes):
+            for name in node.input:
+                if name and name not in local and name not in parent_names:
+                    pending.append((i, name))
+            local.update(o for o in node.output if o)
+        defined_in[id(scope)] = local
+        for i, name in pending:
+            node = scope.nodes[i]
+            if name in produced_later:
+                continue  # defined later: ordering or cycle, decided below
+            problems.append(
+                f"{scope.path}/{node_label(i, node)}: input {name!r} is not defined"
+            )
+        if any(name in produced_later for _, name in pending):
+            cycle = _find_cycle(scope.nodes, names | parent_names)
+            if cycle:
+                problems.append(f"{scope.path}: cycle through nodes {', '.join(cycle)}")
+        outputs = scope.graph.output if scope.graph is not None else ()
+        out_names = [o.name for o in outputs] if scope.graph is not None else list(
+            scope.function.output
+        )
+        for name in out_names:
+            if name and name not in local and name not in parent_names:
+                problems.append(f"{scope.path}: output {name!r} is not produced by any node")
+        if len(problems) > 20:
+            break
+    if problems:
+        shown = "; ".join(problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ModelError(where, f"invalid graph: {shown}{more}")
+
+
+def _find_cycle(nodes, available: set[str]) -> list[str]:
+    """Kahn's algorithm; returns labels of nodes that can never run (empty when acyclic)."""
+    producer = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = i
+    indegree = [0] * len(nodes)
+    users: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        deps = {producer[x] for x in n.input if x and x not in available and x in producer}
+        indegree[i] = len(deps)
+        for d in deps:
+            users.setdefault(d, []).append(i)
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    seen = 0
+    while ready:
+        i = ready.pop()
+        seen += 1
+        for u in users.get(i, ()):
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                ready.append(u)
+    if seen == len(nodes):
+        return []
+    stuck = [node_label(i, nodes[i]) for i, d in enumerate(indegree) if d > 0]
+    return stuck[:6] + (["..."] if len(stuck) > 6 else [])
+
+
+# ----------------------------------------------------------------------------- external data
+
+
+def external_data_fields(tensor: TensorProto) -> dict[str, str]:
+    return {e.key: e.value for e in tensor.external_data}
+
+
+def uses_external_data(tensor: TensorProto) -> bool:
+    return tensor.data_location == TensorProto.EXTERNAL
+
+
+def _unsafe_location_reason(location: str) -> str | None:
+    if not location:
+        return "has no 'location'"
+    if "\x00" in location:
+        return "location contains a NUL byte"
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or (
+        len(location) > 1 and location[1] == ":"
+    ):
+        return f"location {location!r} is an absolute path"
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        return f"location {location!r} contains '..'"
+    return None
+
+
+_PACKED_BITS = {
+    getattr(TensorProto, name): bits
+    for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+    if hasattr(TensorProto, name)
+}
+
+
+def tensor_nbytes(tensor: TensorProto) -> int | None:
+    """Bytes the tensor's data should occupy, or None for strings/unknown types."""
+    if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    bits = _PACKED_BITS.get(tensor.data_type)
+    if bits:
+        return (count * bits + 7) // 8
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    return count * itemsize
+
+
+def validate_external_data(model: ModelProto, base_dir: Path, where: str) -> dict[str, ExternalFile]:
+    """Check every external-data reference; return the files referenced, keyed by location."""
+    base_real = os.path.realpath(base_dir)
+    files: dict[str, ExternalFile] = {}
+    for location_label, tensor in iter_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        label = f"tensor {tensor.name!r} ({location_label})"
+        info = external_data_fields(tensor)
+        location = info.get("location", "")
+        reason = _unsafe_location_reason(location)
+        if reason:
+            raise ExternalDataError(where, f"external data of {label}: {reason}")
+        ext = files.get(location)
+        if ext is None:
+            ext = files[location] = _check_external_file(base_dir, base_real, location, label, where)
+        try:
+            offset = int(info.get("offset", "0") or 0)
+            length = int(info["length"]) if info.get("length") not in (None, "") else None
+        except ValueError:
+            raise ExternalDataError(
+                where, f"external data of {label}: offset/length are not integers"
+            ) from None
+        if offset < 0 or (length is not None and length < 0):
+            raise ExternalDataError(where, f"external data of {label}: negative offset or length")
+        expected = tensor_nbytes(tensor)
+        needed = length if length is not None else expected
+        if length is not None and expected is not None and length < expected:
+            raise ExternalDataError(
+                where,
+                f"external data of {label}: length {length} is shorter than the {expected} bytes "
+                "its shape and type need",
+            )
+        if needed is not None and offset + needed > ext.size:
+            raise ExternalDataError(
+                where,
+                f"external data of {label}: offset {offset} + length {needed} is past the end of "
+                f"{location!r} ({ext.size} bytes)",
+            )
+        if needed is None and offset > ext.size:
+            raise ExternalDataError(
+                where, f"external data of {label}: offset {offset} is past the end of {location!r}"
+            )
+        ext.tensors += 1
+        ext.referenced_bytes += needed or 0
+    return files
+
+
+def _check_external_file(base_dir: Path, base_real: str, location: str, label: str, where: str):
+    full = os.path.join(base_dir, location)
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        raise ExternalDataError(
+            where, f"external data of {label}: file {location!r} is missing next to the model"
+        ) from None
+    except OSError as e:
+        raise ExternalDataError(
+            where, f"external data of {label}: cannot read {location!r}: {e.strerror}"
+        ) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise ExternalDataError(where, f"external data of {label}: {location!r} is a symlink")
+    real = os.path.realpath(full)
+    if os.path.commonpath([real, base_real]) != base_real:
+        raise ExternalDataError(
+            where, f"external data of {label}: {location!r} resolves outside the model's folder"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise ExternalDataError(
+            where, f"external data of {label}: {location!r} is not a regular file"
+        )
+    if st.st_nlink > 1:
+        raise ExternalDataError(
+            where, f"external data of {label}: {location!r} is a hard link ({st.st_nlink} links)"
+        )
+    return ExternalFile(location=location, path=Path(real), size=st.st_size)
+
+
+def read_external_tensor(loaded: LoadedModel, tensor: TensorProto) -> np.ndarray:
+    """Read one external tensor's values (only when a rewrite needs them)."""
+    from onnx import numpy_helper
+
+    info = external_data_fields(tensor)
+    ext = loaded.external_files[info["location"]]
+    offset = int(info.get("offset", "0") or 0)
+    length = int(info["length"]) if info.get("length") else tensor_nbytes(tensor)
+    with open(ext.path, "rb") as f:
+        f.seek(offset)
+        raw = f.read(length)
+    inline = TensorProto()
+    inline.CopyFrom(tensor)
+    del inline.external_data[:]
+    inline.data_location = TensorProto.DEFAULT
+    inline.raw_data = raw
+    return numpy_helper.to_array(inline)
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output_path(output: str | os.PathLike, source: Path | None, *, in_place: bool) -> Path:
+    """Refuse an output that would overwrite the input (unless in_place) or is not a file."""
+    out = Path(os.path.abspath(os.fspath(output)))
+    if source is not None and out.exists() and _same_file(out, source) and not in_place:
+        raise OutputError(
+            f"{out}: is the input model; refusing to overwrite it (pass --in-place to allow)"
+        )
+    if out.exists() and not out.is_file():
+        raise OutputError(f"{out}: exists and is not a regular file")
+    if out.is_symlink():
+        raise OutputError(f"{out}: is a symlink; refusing to write through it")
+    if not out.parent.is_dir():
+        raise OutputError(f"{out}: folder {str(out.parent)!r} does not exist")
+    return out
+
+
+def _atomic_write(target: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def data_file_names(output: Path, count: int) -> list[str]:
+    """Names the tool chooses for external data written next to ``output``."""
+    if count == 1:
+        return [f"{output.name}.data"]
+    return [f"{output.name}.{i}.data" for i in range(count)]
+
+
+def save_model(
+    model: ModelProto,
+    output: str | os.PathLike,
+    *,
+    source: LoadedModel | None = None,
+    in_place: bool = False,
+) -> Path:
+    """Write ``model`` to ``output`` atomically; copy external data next to it.
+
+    External tensors that still point into ``source``'s folder are copied (streamed, never
+    loaded) to files named after the output, and their ``location`` fields are updated.
+    """
+    out = check_output_path(output, source.path if source else None, in_place=in_place)
+    locations = sorted(
+        {external_data_fields(t).get("location", "") for _, t in iter_tensors(model)
+         if uses_external_data(t)}
+    )
+    if locations and source is None:
+        raise OutputError(f"{out}: model refers to external data but its source folder is unknown")
+    renames: dict[str, str] = {}
+    if locations:
+        same_dir = _same_file(out.parent, source.base_dir)
+        if in_place and same_dir:
+            renames = {loc: loc for loc in locations}
+        else:
+            names = data_file_names(out, len(locations))
+            for loc, name in zip(locations, names):
+                ext = source.external_files.get(loc)
+                if ext is None:
+                    raise OutputError(f"{out}: external data {loc!r} was not validated on load")
+                dest = out.parent / name
+                if dest.exists() and (dest.is_symlink() or not dest.is_file()):
+                    raise OutputError(f"{dest}: exists and is not a regular file")
+                if _same_file(dest, ext.path) if dest.exists() else False:
+                    raise OutputError(f"{dest}: is the input's external data; refusing to overwrite")
+                _atomic_write(dest, lambda f, p=ext.path: _copy_into(p, f))
+                renames[loc] = name
+    if renames and any(k != v for k, v in renames.items()):
+        model = _with_locations(model, renames)
+    payload = model.SerializeToString()
+    _atomic_write(out, lambda f: f.write(payload))
+    return out
+
+
+def _copy_into(src: Path, f) -> None:
+    with open(src, "rb") as s:
+        shutil.copyfileobj(s, f, length=1 << 24)
+
+
+def _with_locations(model: ModelProto, renames: dict[str, str]) -> ModelProto:
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    for _, t in iter_tensors(copy):
+        if uses_external_data(t):
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = renames.get(e.value, e.value)
+    return copy
+
+
+def external_locations(tensors: Iterable[TensorProto]) -> set[str]:
+    return {external_data_fields(t).get("location", "") for t in tensors if uses_external_data(t)}

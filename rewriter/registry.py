@@ -1,0 +1,208 @@
+"""Registries that plugins fill. Every entry records the plugin that registered it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewriter.errors import PluginError
+from rewriter.walk import normalize_domain
+
+_TARGET_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
+_LAZY_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a plugin came from."""
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    builtin: bool = False
+
+    @property
+    def origin(self) -> str:
+        if self.distribution:
+            return f"{self.distribution} {self.version or ''}".strip()
+        return "-p (this run only)"
+
+
+@dataclass(frozen=True)
+class TargetEntry:
+    name: str
+    factory: Callable[[str | None], Any]
+    description: str
+    plugin: str
+
+
+@dataclass(frozen=True)
+class DecompositionEntry:
+    domain: str
+    op_type: str
+    builder: Any
+    opsets: tuple[int, int | None]
+    description: str
+    plugin: str
+
+    def covers(self, opset: int | None) -> bool:
+        lo, hi = self.opsets
+        return opset is None or (opset >= lo and (hi is None or opset <= hi))
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    domain: str
+    op_type: str
+    reference: str
+    description: str
+    plugin: str
+
+
+@dataclass(frozen=True)
+class PassEntry:
+    name: str
+    factory: Callable[..., Any]
+    phase: str
+    plugin: str
+
+
+@dataclass
+class Registry:
+    """Everything all loaded plugins registered."""
+
+    plugins: dict[str, PluginInfo] = field(default_factory=dict)
+    targets: dict[str, TargetEntry] = field(default_factory=dict)
+    decompositions: list[DecompositionEntry] = field(default_factory=list)
+    kernels: dict[tuple[str, str], KernelEntry] = field(default_factory=dict)
+    passes: dict[str, PassEntry] = field(default_factory=dict)
+
+    def plugin_error(self, plugin: str, message: str) -> PluginError:
+        info = self.plugins.get(plugin)
+        return PluginError(plugin, message, info.origin if info else None)
+
+    def remedies_for(self, domain: str, op_type: str, opset: int | None) -> list[str]:
+        """Human-readable remedies installed plugins offer for one op."""
+        domain = normalize_domain(domain)
+        found = [
+            f"decomposition ({d.plugin})"
+            for d in self.decompositions
+            if d.domain == domain and d.op_type == op_type and d.covers(opset)
+        ]
+        kernel = self.kernels.get((domain, op_type))
+        if kernel:
+            found.append(f"kernel ({kernel.plugin})")
+        return found
+
+    def registered_by(self, plugin: str) -> dict[str, list[str]]:
+        """What one plugin registered, by kind (for ``onnx-rewriter plugins``)."""
+        out: dict[str, list[str]] = {"targets": [], "decompositions": [], "kernels": [], "passes": []}
+        out["targets"] = sorted(t.name for t in self.targets.values() if t.plugin == plugin)
+        out["decompositions"] = sorted(
+            f"{d.domain or 'ai.onnx'}::{d.op_type} [opset {d.opsets[0]}..{d.opsets[1] or ''}]"
+            for d in self.decompositions
+            if d.plugin == plugin
+        )
+        out["kernels"] = sorted(
+            f"{k.domain or 'ai.onnx'}::{k.op_type}" for k in self.kernels.values() if k.plugin == plugin
+        )
+        out["passes"] = sorted(
+            f"{p.name} ({p.phase})" for p in self.passes.values() if p.plugin == plugin
+        )
+        return out
+
+
+class _Bound:
+    """Base of the per-plugin registry views handed to registration hooks."""
+
+    def __init__(self, registry: Registry, plugin: str) -> None:
+        self._registry = registry
+        self.plugin = plugin
+
+    def _fail(self, message: str) -> PluginError:
+        return self._registry.plugin_error(self.plugin, message)
+
+
+class TargetRegistry(_Bound):
+    """Passed to ``register_targets``."""
+
+    def add(
+        self, name: str, factory: Callable[[str | None], Any], *, description: str = ""
+    ) -> None:
+        if not isinstance(name, str) or not _TARGET_NAME.match(name):
+            raise self._fail(f"invalid target name {name!r} (lowercase letters, digits, -_.)")
+        if not callable(factory):
+            raise self._fail(f"target {name!r}: factory {factory!r} is not callable")
+        existing = self._registry.targets.get(name)
+        if existing:
+            raise self._fail(
+                f"target {name!r} is already registered by plugin {existing.plugin!r}"
+            )
+        self._registry.targets[name] = TargetEntry(name, factory, description, self.plugin)
+
+
+class DecompositionRegistry(_Bound):
+    """Passed to ``register_decompositions``."""
+
+    def add(
+        self,
+        domain: str,
+        op_type: str,
+        builder: Any,
+        *,
+        opsets: tuple[int, int | None] = (1, None),
+        description: str = "",
+    ) -> None:
+        if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
+            raise self._fail(f"decomposition key must be (domain, op_type) strings, got "
+                             f"({domain!r}, {op_type!r})")
+        if isinstance(builder, str) and not _LAZY_REF.match(builder):
+            raise self._fail(f"decomposition {op_type!r}: {builder!r} is not 'module:attr'")
+        lo, hi = opsets
+        if not isinstance(lo, int) or lo < 1 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
+            raise self._fail(f"decomposition {domain}::{op_type}: invalid opset range {opsets!r}")
+        domain = normalize_domain(domain)
+        for d in self._registry.decompositions:
+            if d.domain == domain and d.op_type == op_type and _overlap(d.opsets, opsets):
+                raise self._fail(
+                    f"decomposition {domain or 'ai.onnx'}::{op_type} for opsets {opsets} overlaps "
+                    f"one registered by plugin {d.plugin!r}"
+                )
+        self._registry.decompositions.append(
+            DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin)
+        )
+
+
+def _overlap(a: tuple[int, int | None], b: tuple[int, int | None]) -> bool:
+    a_hi = a[1] if a[1] is not None else 1 << 30
+    b_hi = b[1] if b[1] is not None else 1 << 30
+    return a[0] <= b_hi and b[0] <= a_hi
+
+
+class KernelRegistry(_Bound):
+    """Passed to ``register_kernels``."""
+
+    def add(self, domain: str, op_type: str, reference: str, *, description: str = "") -> None:
+        if not isinstance(reference, str) or not _LAZY_REF.match(reference):
+            raise self._fail(f"kernel {op_type!r}: {reference!r} is not a 'module:attr' string")
+        key = (normalize_domain(domain), op_type)
+        existing = self._registry.kernels.get(key)
+        if existing:
+            raise self._fail(
+                f"kernel {domain}::{op_type} is already registered by plugin {existing.plugin!r}"
+            )
+        self._registry.kernels[key] = KernelEntry(key[0], op_type, reference, description, self.plugin)
+
+
+class PassRegistry(_Bound):
+    """Passed to ``register_passes``."""
+
+    def add(self, name: str, factory: Callable[..., Any], *, phase: str = "cleanup") -> None:
+        if not callable(factory):
+            raise self._fail(f"pass {name!r}: factory is not callable")
+        existing = self._registry.passes.get(name)
+        if existing:
+            raise self._fail(f"pass {name!r} is already registered by plugin {existing.plugin!r}")
+        self._registry.passes[name] = PassEntry(name, factory, phase, self.plugin)

@@ -1,0 +1,134 @@
+"""Render results for people (rich tables) and for programs (JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rewriter.detect import CheckReport, group_findings
+from rewriter.targets import REASONS
+
+MAX_PATHS_SHOWN = 3
+
+
+def _console(stream=None):
+    from rich.console import Console
+
+    return Console(file=stream, highlight=False, soft_wrap=False)
+
+
+def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:
+    return {
+        "model": report.model_path,
+        "ok": report.ok,
+        "targets": [
+            {
+                "target": r.target,
+                "description": r.description,
+                "runs": r.runs,
+                "confirmed": r.confirmed,
+                "findings": [f.as_dict() for f in r.findings],
+                "groups": [
+                    {
+                        "op": g.op_label,
+                        "domain": g.domain or "ai.onnx",
+                        "op_type": g.op_type,
+                        "version": g.version,
+                        "reason": g.reason,
+                        "detail": g.detail,
+                        "count": g.count,
+                        "paths": g.paths,
+                        "remedies": g.remedies,
+                    }
+                    for g in group_findings(r.findings, registry)
+                ],
+            }
+            for r in report.results
+        ],
+    }
+
+
+def print_check(report: CheckReport, registry=None, stream=None) -> None:
+    from rich.markup import escape
+
+    console = _console(stream)
+    console.print(f"[bold]{escape(report.model_path)}[/bold]")
+    for r in report.results:
+        if r.runs:
+            how = " (confirmed by loading it)" if r.confirmed else " (static check)"
+            console.print(f"[green]✓[/green] {r.target}: every node runs{how}")
+            continue
+        groups = group_findings(r.findings, registry)
+        console.print(
+            f"[red]✗[/red] {r.target}: {len(r.findings)} finding(s) in {len(groups)} group(s)"
+        )
+        for g in groups:
+            console.print(
+                f"  [bold]{escape(g.op_label)}[/bold] ×{g.count} — "
+                f"{REASONS.get(g.reason, g.reason)}"
+            )
+            console.print(f"    {escape(g.detail)}")
+            shown = ", ".join(g.paths[:MAX_PATHS_SHOWN])
+            more = f" (and {g.count - MAX_PATHS_SHOWN} more)" if g.count > MAX_PATHS_SHOWN else ""
+            console.print(f"    at {escape(shown)}{more}")
+            remedy = "; ".join(g.remedies) if g.remedies else "none installed"
+            console.print(f"    remedy: {escape(remedy)}")
+
+
+def print_inspect(info: dict[str, Any], stream=None) -> None:
+    from rich.table import Table
+
+    console = _console(stream)
+    console.print(f"[bold]{info['path']}[/bold]  ({info['file_size']:,} bytes)")
+    console.print(f"IR version {info['ir_version']}; producer: {info['producer'] or '?'}")
+    opsets = ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items())
+    console.print(f"opset imports: {opsets or 'none'}")
+    io_table = Table(title="inputs and outputs")
+    for col in ("", "name", "type", "shape"):
+        io_table.add_column(col, overflow="fold")
+    for kind in ("inputs", "outputs"):
+        for v in info[kind]:
+            shape = "?" if v["shape"] is None else "[" + ", ".join(map(str, v["shape"])) + "]"
+            io_table.add_row(kind[:-1], v["name"], v["type"], shape)
+    console.print(io_table)
+    ops = Table(title=f"operators ({info['nodes']:,} nodes)")
+    for col in ("domain", "op_type", "since", "count"):
+        ops.add_column(col, justify="right" if col in ("since", "count") else "left")
+    for op in info["operators"]:
+        label = op["op_type"] + (" (local function)" if op["local_function"] else "")
+        since = "?" if op["since_version"] is None else str(op["since_version"])
+        ops.add_row(op["domain"], label, since, f"{op['count']:,}")
+    console.print(ops)
+    if info["functions"]:
+        names = ", ".join(f"{f['domain']}:{f['name']} ({f['nodes']} nodes)" for f in info["functions"])
+        console.print(f"model-local functions: {names}")
+    sub = info["subgraphs"]
+    console.print(f"subgraphs: {sub['count']} (max depth {sub['max_depth']})")
+    t = info["tensors"]
+    console.print(
+        f"tensors with data: {t['count']:,}, {t['bytes']:,} bytes "
+        f"({t['external_bytes']:,} in external data)"
+    )
+    for f in info["external_data"]:
+        console.print(f"external data: {f['location']} ({f['size']:,} bytes, {f['tensors']} tensors)")
+
+
+def print_plugins(rows: list[dict[str, Any]], stream=None) -> None:
+    from rich.table import Table
+
+    table = Table(title="plugins")
+    for col in ("plugin", "distribution", "registered"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        parts = [f"{kind}: {', '.join(items)}" for kind, items in row["registered"].items() if items]
+        dist = row["distribution"] or "-p (this run)"
+        if row["version"]:
+            dist += f" {row['version']}"
+        if row["builtin"]:
+            dist += " (built-in)"
+        table.add_row(row["name"], dist, "\n".join(parts) or "nothing")
+    _console(stream).print(table)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)

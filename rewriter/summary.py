@@ -1,0 +1,103 @@
+"""``inspect``: what a model contains, read from the protobuf without loading weights."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from onnx import TypeProto, ValueInfoProto
+
+from rewriter.io import LoadedModel, tensor_nbytes, uses_external_data
+from rewriter.schemas import onnx_schemas
+from rewriter.typeinfer import type_string
+from rewriter.walk import iter_scopes, iter_tensors
+
+
+def _shape(tp: TypeProto) -> list[int | str] | None:
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return None
+    dims: list[int | str] = []
+    for d in tp.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append("?")
+    return dims
+
+
+def _value(vi: ValueInfoProto) -> dict[str, Any]:
+    return {"name": vi.name, "type": type_string(vi.type) or "?", "shape": _shape(vi.type)}
+
+
+def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
+    """A JSON-ready summary of the model."""
+    model = loaded.model
+    schemas = onnx_schemas()
+    inventory: Counter = Counter()
+    subgraph_count = 0
+    max_depth = 0
+    node_count = 0
+    for scope in iter_scopes(model):
+        if scope.graph is not None and scope.depth > 0:
+            subgraph_count += 1
+            max_depth = max(max_depth, scope.depth)
+        for node in scope.nodes:
+            node_count += 1
+            domain = node.domain if node.domain != "ai.onnx" else ""
+            opset = scope.opsets.get(domain)
+            schema = schemas.resolve(domain, node.op_type, opset) if opset else None
+            inventory[(domain, node.op_type, schema.since_version if schema else None)] += 1
+
+    local_functions = {(f.domain, f.name) for f in model.functions}
+    operators = [
+        {
+            "domain": d or "ai.onnx",
+            "op_type": op,
+            "since_version": v,
+            "count": n,
+            "local_function": (d, op) in local_functions,
+        }
+        for (d, op, v), n in sorted(
+            inventory.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1], kv[0][2] or 0)
+        )
+    ]
+    init_count = init_bytes = external_bytes = 0
+    for _, tensor in iter_tensors(model):
+        nbytes = tensor_nbytes(tensor) or 0
+        init_count += 1
+        init_bytes += nbytes
+        if uses_external_data(tensor):
+            external_bytes += nbytes
+
+    return {
+        "path": str(loaded.path),
+        "file_size": loaded.file_size,
+        "ir_version": model.ir_version,
+        "producer": " ".join(x for x in (model.producer_name, model.producer_version) if x),
+        "model_version": model.model_version,
+        "opset_imports": {(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        "inputs": [_value(v) for v in model.graph.input
+                   if v.name not in {t.name for t in model.graph.initializer}],
+        "outputs": [_value(v) for v in model.graph.output],
+        "nodes": node_count,
+        "operators": operators,
+        "functions": [
+            {
+                "domain": f.domain,
+                "name": f.name,
+                "overload": f.overload,
+                "nodes": len(f.node),
+                "inputs": list(f.input),
+                "outputs": list(f.output),
+            }
+            for f in model.functions
+        ],
+        "subgraphs": {"count": subgraph_count, "max_depth": max_depth},
+        "tensors": {"count": init_count, "bytes": init_bytes, "external_bytes": external_bytes},
+        "external_data": [
+            {"location": f.location, "size": f.size, "tensors": f.tensors}
+            for f in loaded.external_files.values()
+        ],
+    }

@@ -1,0 +1,146 @@
+"""What a target is: a runtime that can or cannot run each node of a model.
+
+Targets are registered by plugins (``register_targets``). The core only knows this
+interface; onnxruntime, the reference evaluator and ``opset:N`` are built-in plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from onnx import ModelProto, NodeProto
+
+from rewriter.schemas import SchemaIndex, onnx_schemas
+
+if TYPE_CHECKING:
+    from rewriter.io import LoadedModel
+
+# Why a target cannot run a node. Keys are stable (JSON); values are for people.
+REASONS: dict[str, str] = {
+    "unknown-domain": "unknown domain",
+    "domain-not-imported": "domain not in the model's opset imports",
+    "no-schema": "no schema",
+    "no-kernel": "no kernel for that opset version",
+    "type-binding": "unsupported type binding",
+    "opset-too-new": "opset beyond what the runtime supports",
+    "runtime-refused": "the runtime refused the model",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One node (or the model itself) a target cannot run, and why."""
+
+    target: str
+    path: str
+    domain: str
+    op_type: str
+    version: int | None
+    reason: str
+    detail: str
+    node_name: str = ""
+
+    @property
+    def op_label(self) -> str:
+        domain = self.domain or "ai.onnx"
+        version = f"({self.version})" if self.version is not None else ""
+        return f"{domain}::{self.op_type}{version}" if self.op_type else domain
+
+    def as_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "path": self.path,
+            "node_name": self.node_name,
+            "domain": self.domain or "ai.onnx",
+            "op_type": self.op_type,
+            "version": self.version,
+            "reason": self.reason,
+            "reason_text": REASONS.get(self.reason, self.reason),
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class NodeQuery:
+    """What a target is asked about one node."""
+
+    node: NodeProto
+    path: str
+    domain: str  # normalized ("" for ai.onnx)
+    opset: int | None  # version of the node's domain imported in its scope
+    types: Mapping[str, str]  # value name -> type string, where known
+    opsets: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TargetOptions:
+    """Options a target factory may use; unknown ones are ignored by targets."""
+
+    custom_op_libraries: tuple[str, ...] = ()
+    confirm: bool | None = None  # None: the target decides (e.g. only small models)
+
+
+class Target:
+    """Base class for targets. Subclasses implement :meth:`check_node`."""
+
+    name: str = "target"
+    description: str = ""
+
+    @property
+    def schemas(self) -> SchemaIndex:
+        """Schemas used to resolve versions and infer types (default: onnx's)."""
+        return onnx_schemas()
+
+    def check_model(self, model: ModelProto) -> list[Finding]:
+        """Model-level findings (opset imports beyond the runtime, ...)."""
+        return []
+
+    def check_node(self, query: NodeQuery) -> Finding | None:
+        """A finding if the target cannot run this node, else None."""
+        raise NotImplementedError
+
+    def confirm(self, loaded: LoadedModel) -> str | None:
+        """Really load the model in the runtime; return the runtime's error, or None if it
+        loads. Targets that cannot confirm return None."""
+        return None
+
+    def finding(self, query: NodeQuery, reason: str, detail: str, version: int | None = None):
+        node = query.node
+        return Finding(
+            target=self.name,
+            path=query.path,
+            domain=query.domain,
+            op_type=node.op_type,
+            version=version if version is not None else query.opset,
+            reason=reason,
+            detail=detail,
+            node_name=node.name,
+        )
+
+
+def opset_import_findings(
+    target: str, model: ModelProto, max_versions: Mapping[str, int], domains: tuple[str, ...]
+) -> list[Finding]:
+    """Findings for opset imports newer than ``max_versions`` in the given domains."""
+    from rewriter.walk import normalize_domain
+
+    out = []
+    for imp in model.opset_import:
+        domain = normalize_domain(imp.domain)
+        top = max_versions.get(domain)
+        if domain in domains and top is not None and imp.version > top:
+            out.append(
+                Finding(
+                    target=target,
+                    path="model",
+                    domain=domain,
+                    op_type="",
+                    version=imp.version,
+                    reason="opset-too-new",
+                    detail=f"model imports {domain or 'ai.onnx'} opset {imp.version}; "
+                    f"the runtime supports up to {top}",
+                )
+            )
+    return out
