@@ -16,7 +16,14 @@ from functools import lru_cache
 
 from rewriter import hookimpl
 from rewriter.errors import TargetError
-from rewriter.schemas import OpSchema, SchemaIndex, group_raw_schemas, schema_function_body
+from rewriter.schemas import (
+    BodyUnavailable,
+    OpSchema,
+    SchemaIndex,
+    group_raw_schemas,
+    schema_function_body,
+    type_proto,
+)
 from rewriter.targets import Finding, NodeQuery, Target, TargetOptions, opset_import_findings
 from rewriter.typeinfer import bind_type_params, infer_node_outputs
 from rewriter.walk import normalize_domain, opset_map
@@ -26,7 +33,11 @@ CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
 CONFIRM_TIMEOUT_S = 300
 EXTENSIONS = "extensions"
 # Nodes onnxruntime turns into initializers while loading; they need no kernel.
-_FOLDED_OPS = frozenset({"Constant"})  # --custom-ops-library value naming onnxruntime-extensions
+_FOLDED_OPS = frozenset({"Constant"})
+# Ops whose CPU kernels reject some attribute values when constructed (e.g. layout=1).
+_KERNEL_VALIDATES_ATTRIBUTES = frozenset({"LSTM", "GRU", "RNN", "StringNormalizer"})
+_FLOAT16, _FLOAT = "tensor(float16)", "tensor(float)"
+_EXPANDS = ("expands", "")  # sentinel verdict: runs by inlining the op's function body  # --custom-ops-library value naming onnxruntime-extensions
 
 
 @dataclass(frozen=True)
@@ -154,33 +165,67 @@ class OnnxRuntimeTarget(Target):
         verdict = self._verdicts.get(key, ...)
         if verdict is ...:
             verdict = self._verdicts[key] = self._schema_verdict(
-                node, schema, binding, query.types, opset, depth=0
+                node, schema, binding, query.types, opset, 0, query.declared
             )
+        if verdict == _EXPANDS or (
+            verdict is None and node.op_type in _KERNEL_VALIDATES_ATTRIBUTES and domain == ""
+        ):
+            verdict = self._ask_runtime(query)
         if verdict is None:
             return None
         return self.finding(query, verdict[0], verdict[1], version=schema.since_version)
 
+    def _ask_runtime(self, query: NodeQuery):
+        """Function inlining and attribute checks in kernel constructors are decided by
+        onnxruntime itself: ask it with a one-node session when the input types are known."""
+        node = query.node
+        present = [n for n in node.input if n]
+        if not all(query.types.get(n) for n in present):
+            return None
+        in_types = tuple(query.types.get(n) if n else None for n in node.input)
+        shapes = tuple(
+            query.declared[n].SerializeToString() if n in query.declared else b"" for n in present
+        )
+        attrs = tuple(a.SerializeToString() for a in node.attribute)
+        key = (query.domain, node.op_type, query.opset, in_types, shapes, attrs)
+        if key not in self._probes:
+            self._probes[key] = self._probe(query, in_types)
+        return self._probes[key]
+
+    def _kernel_matches(self, kernels, binding) -> bool:
+        if any(_accepts(k, binding) for k in kernels):
+            return True
+        # onnxruntime's InsertCastTransformer runs float16 nodes through float kernels
+        if _FLOAT16 in binding.values():
+            widened = {p: (_FLOAT if t == _FLOAT16 else t) for p, t in binding.items()}
+            return any(_accepts(k, widened) for k in kernels)
+        return False
+
     def _schema_verdict(
-        self, node, schema: OpSchema, binding, types, opset: int, depth: int
-    ) -> tuple[str, str] | None:
+        self, node, schema: OpSchema, binding, types, opset: int, depth: int, declared=None
+    ):
+        """None if a kernel takes the node; _EXPANDS if its function body runs instead;
+        else (reason, detail)."""
         op = f"{node.op_type}({schema.since_version})"
         if schema.domain == "" and node.op_type in _FOLDED_OPS:
             return None
         kernels = self._kernels.get((schema.domain, node.op_type), [])
-        in_range = [k for k in kernels if k.start <= schema.since_version <= k.end]
-        if in_range and any(_accepts(k, binding) for k in in_range):
+        in_range = [k for k in kernels if _version_matches(k, schema.since_version)]
+        if in_range and self._kernel_matches(in_range, binding):
             return None
         # onnxruntime inlines a function op's body when no kernel takes the node
-        body_problem = self._function_verdict(node, schema, types, opset, depth)
-        if body_problem is not None and body_problem[0] == "ok":
-            return None
+        body_problem = self._function_verdict(node, schema, types, opset, depth, declared)
+        if body_problem == _EXPANDS:
+            return _EXPANDS
         if not in_range:
             if kernels:
                 ranges = sorted({(k.start, k.end) for k in kernels})
-                shown = ", ".join(f"{a}-{b if b < 2**30 else ''}" for a, b in ranges)
+                shown = ", ".join(
+                    f"{a}-{b}" if b != _OPEN_END else f"{a} (exactly)" for a, b in ranges
+                )
                 reason = (
                     "no-kernel",
-                    f"no {self.provider} kernel for {op}; kernels cover versions {shown}",
+                    f"no {self.provider} kernel for {op}; kernels exist for versions {shown}",
                 )
             else:
                 reason = ("no-kernel", f"no {self.provider} kernel for {node.op_type} at any version")
@@ -202,13 +247,16 @@ class OnnxRuntimeTarget(Target):
             reason = (reason[0], f"{reason[1]}; its function body fails: {body_problem[1]}")
         return reason
 
-    def _function_verdict(self, node, schema, types, opset, depth):
-        """('ok', '') if the op's spec function body runs; a (reason, detail) if not; None if
-        the op has no body."""
+    def _function_verdict(self, node, schema, types, opset, depth, declared=None):
+        """_EXPANDS if the op's spec function body runs (or cannot be checked for lack of
+        types); a (reason, detail) if a node of the body cannot run; None if no body."""
         if schema.domain not in ("", "ai.onnx.ml") or depth > 8:
             return None
         in_types = [types.get(n) if n else None for n in node.input]
-        body = schema_function_body(node, opset, in_types)
+        try:
+            body = schema_function_body(node, opset, in_types, declared)
+        except BodyUnavailable:
+            return _EXPANDS
         if body is None:
             return None
         body_opsets = opset_map(body.opset_import) or {"": opset}
@@ -223,12 +271,12 @@ class OnnxRuntimeTarget(Target):
             verdict = self._schema_verdict(
                 inner, inner_schema, inner_binding, inner_types, inner_opset, depth + 1
             )
-            if verdict is not None:
+            if verdict is not None and verdict != _EXPANDS:
                 return verdict
             for name, t in zip(inner.output, infer_node_outputs(inner, inner_schema, inner_types)):
                 if name and t:
                     inner_types.setdefault(name, t)
-        return ("ok", "")
+        return _EXPANDS
 
     # -- custom-op libraries --------------------------------------------------------------
 
@@ -242,24 +290,24 @@ class OnnxRuntimeTarget(Target):
         return None if result is None else self.finding(query, result[0], result[1])
 
     def _probe(self, query: NodeQuery, in_types) -> tuple[str, str] | None:
-        """Build a one-node model and ask onnxruntime, with the libraries registered."""
+        """Build a one-node model and ask onnxruntime (custom-op libraries registered)."""
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
         node = query.node
         inputs = []
         for name, t in zip(node.input, in_types):
-            if not name:
+            if not name or name in {i.name for i in inputs}:
                 continue
-            elem = TensorProto.FLOAT
-            if t and t.startswith("tensor("):
-                elem = TensorProto.DataType.Value(t[7:-1].upper())
-            inputs.append(helper.make_tensor_value_info(name, elem, None))
+            proto = query.declared.get(name)
+            if proto is None or proto.WhichOneof("value") is None:
+                proto = type_proto(t) or helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+            inputs.append(helper.make_value_info(name, proto))
         outputs = [helper.make_value_info(o, helper.TypeProto()) for o in node.output if o]
         graph = helper.make_graph([node], "probe", inputs, outputs)
         opsets = [helper.make_opsetid(d, v) for d, v in query.opsets.items()]
         model = helper.make_model(graph, opset_imports=opsets)
-        model.ir_version = 8
+        model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
         so = ort.SessionOptions()
         so.log_severity_level = 4
         for lib in self.libraries:
@@ -272,6 +320,9 @@ class OnnxRuntimeTarget(Target):
                 return ("unknown-domain" if query.domain not in self._known_domains else "no-schema",
                         f"neither onnxruntime nor the registered custom-op libraries provide "
                         f"{query.domain or 'ai.onnx'}::{node.op_type}")
+            if "Could not find an implementation" in message or "Failed to find kernel" in message:
+                return ("no-kernel", "onnxruntime found no kernel and did not inline a function "
+                        f"body: {_clean_ort_message(message)}")
             return ("runtime-refused", _clean_ort_message(message))
         return None
 
@@ -307,6 +358,17 @@ class OnnxRuntimeTarget(Target):
         if proc.returncode == 3:
             return _clean_ort_message(proc.stdout.strip())
         return f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
+
+
+_OPEN_END = 2**31 - 1
+
+
+def _version_matches(kernel: KernelDef, since_version: int) -> bool:
+    """onnxruntime's rule (KernelRegistry::VerifyKernelDef): an open-ended kernel ("since
+    N") matches only schema version N exactly; a closed range matches any version in it."""
+    if kernel.start == since_version:
+        return True
+    return kernel.start < since_version <= kernel.end and kernel.end != _OPEN_END
 
 
 def _accepts(kernel: KernelDef, binding: Mapping[str, str]) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from onnx import FunctionProto, GraphProto, ModelProto
 
 from rewriter.targets import Finding, NodeQuery, Target
-from rewriter.typeinfer import declared_types, infer_node_outputs
+from rewriter.typeinfer import declared_protos, declared_types, infer_node_outputs
 from rewriter.walk import function_key, node_label, normalize_domain, opset_map, subgraphs
 
 
@@ -71,6 +71,7 @@ class _Walker:
         self.function_types: dict[tuple, dict[str, str]] = {}
         self.checked_functions: set[tuple] = set()
         self.findings: list[Finding] = []
+        self.declared: dict = {}  # value name -> declared TypeProto (with shape), all graphs
 
     def run(self) -> list[Finding]:
         self.findings.extend(self.target.check_model(self.model))
@@ -84,6 +85,7 @@ class _Walker:
     def _graph(self, graph: GraphProto, path: str, opsets, outer: dict[str, str]) -> None:
         types = dict(outer)
         types.update(declared_types(graph))
+        self.declared.update(declared_protos(graph))
         self._nodes(graph.node, path, opsets, types)
 
     def _function(self, key, f: FunctionProto, input_types: Sequence[str | None], model_opsets):
@@ -113,7 +115,7 @@ class _Walker:
                         types[name] = body_types[inner]
                 continue
             node_path = f"{path}/{node_label(i, node)}"
-            query = NodeQuery(node, node_path, domain, opset, types, opsets)
+            query = NodeQuery(node, node_path, domain, opset, types, opsets, self.declared)
             finding = target.check_node(query)
             if finding is not None:
                 self.findings.append(finding)

@@ -52,7 +52,9 @@ def register_decompositions(registry: DecompositionRegistry) -> None:
     Args:
         registry: call ``registry.add(domain, op_type, builder, opsets=(lo, hi), ...)``.
             ``builder`` is a FunctionProto, an onnxscript function, or a ``"module:attr"``
-            string naming one, imported only when a model needs it.
+            string naming one, imported only when a model needs it. ``opsets`` is the range
+            of ai.onnx opsets the decomposition is valid at (``hi`` ``None``: no upper
+            bound); ranges for one op must not overlap, across all plugins.
     """
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnx import FunctionProto
+
 from rewriter.errors import PluginError
 from rewriter.walk import normalize_domain
 
@@ -48,6 +50,8 @@ class DecompositionEntry:
     plugin: str
 
     def covers(self, opset: int | None) -> bool:
+        """Whether the decomposition applies at ``opset`` of the ai.onnx domain (``None``:
+        unknown, so it may)."""
         lo, hi = self.opsets
         return opset is None or (opset >= lo and (hi is None or opset <= hi))
 
@@ -83,13 +87,28 @@ class Registry:
         info = self.plugins.get(plugin)
         return PluginError(plugin, message, info.origin if info else None)
 
-    def remedies_for(self, domain: str, op_type: str, opset: int | None) -> list[str]:
-        """Human-readable remedies installed plugins offer for one op."""
+    def remedies_for(
+        self, domain: str, op_type: str, opset: int | None, *, onnx_opset: int | None = None
+    ) -> list[str]:
+        """Human-readable remedies installed plugins offer for one op.
+
+        Args:
+            domain, op_type: the op.
+            opset: the op's version in its own domain (a finding's ``version``).
+            onnx_opset: the ai.onnx opset in force where the op is, when known.
+
+        A decomposition's ``opsets`` range is one of ai.onnx opsets. For an ai.onnx op the
+        op's version stands for it when ``onnx_opset`` is not given; for an op of another
+        domain the op's version says nothing about ai.onnx, so without ``onnx_opset`` every
+        decomposition of the op is offered.
+        """
         domain = normalize_domain(domain)
+        if onnx_opset is None and domain == "":
+            onnx_opset = opset
         found = [
             f"decomposition ({d.plugin})"
             for d in self.decompositions
-            if d.domain == domain and d.op_type == op_type and d.covers(opset)
+            if d.domain == domain and d.op_type == op_type and d.covers(onnx_opset)
         ]
         kernel = self.kernels.get((domain, op_type))
         if kernel:
@@ -101,7 +120,7 @@ class Registry:
         out: dict[str, list[str]] = {"targets": [], "decompositions": [], "kernels": [], "passes": []}
         out["targets"] = sorted(t.name for t in self.targets.values() if t.plugin == plugin)
         out["decompositions"] = sorted(
-            f"{d.domain or 'ai.onnx'}::{d.op_type} [opset {d.opsets[0]}..{d.opsets[1] or ''}]"
+            f"{d.domain or 'ai.onnx'}::{d.op_type} [ai.onnx opset {d.opsets[0]}..{d.opsets[1] or ''}]"
             for d in self.decompositions
             if d.plugin == plugin
         )
@@ -158,14 +177,21 @@ class DecompositionRegistry(_Bound):
         if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
             raise self._fail(f"decomposition key must be (domain, op_type) strings, got "
                              f"({domain!r}, {op_type!r})")
-        if isinstance(builder, str) and not _LAZY_REF.match(builder):
-            raise self._fail(f"decomposition {op_type!r}: {builder!r} is not 'module:attr'")
+        if isinstance(builder, str):
+            if not _LAZY_REF.match(builder):
+                raise self._fail(f"decomposition {op_type!r}: {builder!r} is not 'module:attr'")
+        elif not (isinstance(builder, FunctionProto) or callable(builder)):
+            raise self._fail(
+                f"decomposition {op_type!r}: builder {builder!r} is not a FunctionProto, an "
+                "onnxscript function or a 'module:attr' string"
+            )
+        if not _is_range(opsets):
+            raise self._fail(f"decomposition {domain}::{op_type}: invalid opset range {opsets!r}"
+                             " (want (lo, hi) with 1 <= lo <= hi, hi None for open)")
         lo, hi = opsets
-        if not isinstance(lo, int) or lo < 1 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
-            raise self._fail(f"decomposition {domain}::{op_type}: invalid opset range {opsets!r}")
         domain = normalize_domain(domain)
         for d in self._registry.decompositions:
-            if d.domain == domain and d.op_type == op_type and _overlap(d.opsets, opsets):
+            if d.domain == domain and d.op_type == op_type and _overlap(d.opsets, (lo, hi)):
                 raise self._fail(
                     f"decomposition {domain or 'ai.onnx'}::{op_type} for opsets {opsets} overlaps "
                     f"one registered by plugin {d.plugin!r}"
@@ -173,6 +199,17 @@ class DecompositionRegistry(_Bound):
         self._registry.decompositions.append(
             DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin)
         )
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_range(opsets: Any) -> bool:
+    if not isinstance(opsets, tuple | list) or len(opsets) != 2:
+        return False
+    lo, hi = opsets
+    return _is_int(lo) and lo >= 1 and (hi is None or (_is_int(hi) and hi >= lo))
 
 
 def _overlap(a: tuple[int, int | None], b: tuple[int, int | None]) -> bool:
@@ -185,6 +222,9 @@ class KernelRegistry(_Bound):
     """Passed to ``register_kernels``."""
 
     def add(self, domain: str, op_type: str, reference: str, *, description: str = "") -> None:
+        if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
+            raise self._fail(f"kernel key must be (domain, op_type) strings, got "
+                             f"({domain!r}, {op_type!r})")
         if not isinstance(reference, str) or not _LAZY_REF.match(reference):
             raise self._fail(f"kernel {op_type!r}: {reference!r} is not a 'module:attr' string")
         key = (normalize_domain(domain), op_type)

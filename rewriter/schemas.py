@@ -151,22 +151,39 @@ def onnx_schemas() -> SchemaIndex:
     return SchemaIndex(group_raw_schemas(defs.get_all_schemas_with_history()))
 
 
-def _type_proto(type_str: str | None):
-    from onnx import TensorProto, TypeProto, helper
+def type_proto(type_str: str | None):
+    """A TypeProto from a type string (``tensor(float)``, ``seq(tensor(int64))``,
+    ``optional(...)``); None when the string is unknown or unsupported."""
+    from onnx import TensorProto, helper
 
-    if type_str and type_str.startswith("tensor(") and type_str.endswith(")"):
-        name = type_str[len("tensor(") : -1].upper()
+    if not type_str:
+        return None
+    if type_str.startswith("tensor(") and type_str.endswith(")"):
         try:
-            return helper.make_tensor_type_proto(TensorProto.DataType.Value(name), None)
+            elem = TensorProto.DataType.Value(type_str[len("tensor(") : -1].upper())
         except ValueError:
-            pass
-    return TypeProto()
+            return None
+        return helper.make_tensor_type_proto(elem, None)
+    for prefix, make in (("seq(", helper.make_sequence_type_proto),
+                         ("optional(", helper.make_optional_type_proto)):
+        if type_str.startswith(prefix) and type_str.endswith(")"):
+            inner = type_proto(type_str[len(prefix) : -1])
+            return make(inner) if inner is not None else None
+    return None
 
 
-def schema_function_body(node, opset: int, input_types) -> FunctionProto | None:
+class BodyUnavailable(Exception):
+    """The op has a function body, but it cannot be built without knowing more types."""
+
+
+def schema_function_body(node, opset: int, input_types, declared=None) -> FunctionProto | None:
     """The spec's FunctionProto for a standard op at ``opset`` (plain or context-dependent),
-    specialised for this node's attributes and input types; None if the op has no body."""
-    from onnx import FunctionProto, defs
+    specialised for this node's attributes and input types; None if the op has no body.
+
+    Raises:
+        BodyUnavailable: the body depends on input types that are not known.
+    """
+    from onnx import FunctionProto, TypeProto, defs
 
     try:
         schema = defs.get_schema(node.op_type, opset, node.domain)
@@ -181,13 +198,25 @@ def schema_function_body(node, opset: int, input_types) -> FunctionProto | None:
         if data is None and schema.has_context_dependent_function:
             versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
             if versions:
-                types = [_type_proto(t).SerializeToString() for t in input_types]
+                protos = []
+                for name, t in zip(node.input, input_types):
+                    proto = (declared or {}).get(name) if name else TypeProto()  # with shape
+                    if proto is None or proto.WhichOneof("value") is None:
+                        proto = type_proto(t) if name else TypeProto()
+                    if proto is None:  # onnx crashes building some bodies from unknown types
+                        raise BodyUnavailable(node.op_type)
+                    protos.append(proto)
+                types = [p.SerializeToString() for p in protos]
                 data = schema.get_context_dependent_function_with_opset_version(
                     max(versions), node.SerializeToString(), types
                 )
+    except BodyUnavailable:
+        raise
     except Exception:  # noqa: BLE001 - onnx raises various errors for unbuildable bodies
-        return None
+        raise BodyUnavailable(node.op_type) from None
     if not data:
+        if schema.has_context_dependent_function:
+            raise BodyUnavailable(node.op_type)  # the builder needs shapes or attributes
         return None
     body = FunctionProto()
     body.ParseFromString(data)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from onnx import ModelProto, NodeProto
+from onnx import ModelProto, NodeProto, TypeProto
 
 from rewriter.schemas import SchemaIndex, onnx_schemas
 
@@ -72,6 +72,7 @@ class NodeQuery:
     opset: int | None  # version of the node's domain imported in its scope
     types: Mapping[str, str]  # value name -> type string, where known
     opsets: Mapping[str, int] = field(default_factory=dict)
+    declared: Mapping[str, TypeProto] = field(default_factory=dict)  # stated types, with shapes
 
 
 @dataclass

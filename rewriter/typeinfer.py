@@ -69,6 +69,11 @@ def declared_types(graph: GraphProto) -> dict[str, str]:
     return types
 
 
+def declared_protos(graph: GraphProto) -> dict[str, TypeProto]:
+    """Full declared TypeProtos (with shapes) of inputs, outputs and value_info."""
+    return {vi.name: vi.type for vi in (*graph.input, *graph.output, *graph.value_info)}
+
+
 def _attr(node: NodeProto, name: str) -> AttributeProto | None:
     for a in node.attribute:
         if a.name == name:
