@@ -24,7 +24,14 @@ from rewriter.schemas import (
     schema_function_body,
     type_proto,
 )
-from rewriter.targets import Finding, NodeQuery, Target, TargetOptions, opset_import_findings
+from rewriter.targets import (
+    Finding,
+    NodeQuery,
+    Target,
+    TargetOptions,
+    opset_import_findings,
+    schema_arity_problem,
+)
 from rewriter.typeinfer import bind_type_params, infer_node_outputs
 from rewriter.walk import normalize_domain, opset_map
 
@@ -137,10 +144,17 @@ class OnnxRuntimeTarget(Target):
     def check_node(self, query: NodeQuery) -> Finding | None:
         node, domain, opset = query.node, query.domain, query.opset
         if opset is None:
-            return self.finding(
-                query, "domain-not-imported",
-                f"the model has no opset import for domain {domain or 'ai.onnx'!r}",
-            )
+            # onnxruntime imports a domain it knows at its latest version when the model
+            # forgets to; an unknown domain without an import makes the model invalid.
+            opset = self.schemas.max_version.get(domain)
+            if opset is None and self.libraries:
+                return self._probe_finding(query, 1)  # a library registers its domain at 1
+            if opset is None:
+                return self.finding(
+                    query, "domain-not-imported",
+                    f"the model has no opset import for domain {domain or 'ai.onnx'!r}, "
+                    "and onnxruntime does not know it",
+                )
         if domain not in self._known_domains:
             if self.libraries:
                 return self._probe_finding(query)
@@ -160,6 +174,9 @@ class OnnxRuntimeTarget(Target):
             else:
                 detail = f"onnxruntime has no schema for {domain or 'ai.onnx'}::{node.op_type}"
             return self.finding(query, "no-schema", detail)
+        problem = schema_arity_problem(node, schema)
+        if problem:
+            return self.finding(query, "invalid-node", problem, version=schema.since_version)
         binding = bind_type_params(node, schema, query.types)
         key = (domain, node.op_type, schema.since_version, tuple(sorted(binding.items())))
         verdict = self._verdicts.get(key, ...)
@@ -170,12 +187,12 @@ class OnnxRuntimeTarget(Target):
         if verdict == _EXPANDS or (
             verdict is None and node.op_type in _KERNEL_VALIDATES_ATTRIBUTES and domain == ""
         ):
-            verdict = self._ask_runtime(query)
+            verdict = self._ask_runtime(query, opset)
         if verdict is None:
             return None
         return self.finding(query, verdict[0], verdict[1], version=schema.since_version)
 
-    def _ask_runtime(self, query: NodeQuery):
+    def _ask_runtime(self, query: NodeQuery, opset: int):
         """Function inlining and attribute checks in kernel constructors are decided by
         onnxruntime itself: ask it with a one-node session when the input types are known."""
         node = query.node
@@ -187,9 +204,9 @@ class OnnxRuntimeTarget(Target):
             query.declared[n].SerializeToString() if n in query.declared else b"" for n in present
         )
         attrs = tuple(a.SerializeToString() for a in node.attribute)
-        key = (query.domain, node.op_type, query.opset, in_types, shapes, attrs)
+        key = (query.domain, node.op_type, opset, in_types, shapes, attrs)
         if key not in self._probes:
-            self._probes[key] = self._probe(query, in_types)
+            self._probes[key] = self._probe(query, in_types, opset)
         return self._probes[key]
 
     def _kernel_matches(self, kernels, binding) -> bool:
@@ -280,16 +297,16 @@ class OnnxRuntimeTarget(Target):
 
     # -- custom-op libraries --------------------------------------------------------------
 
-    def _probe_finding(self, query: NodeQuery) -> Finding | None:
+    def _probe_finding(self, query: NodeQuery, opset: int | None = None) -> Finding | None:
         node = query.node
         in_types = tuple(query.types.get(n) if n else None for n in node.input)
         key = (query.domain, node.op_type, in_types)
         if key not in self._probes:
-            self._probes[key] = self._probe(query, in_types)
+            self._probes[key] = self._probe(query, in_types, opset)
         result = self._probes[key]
         return None if result is None else self.finding(query, result[0], result[1])
 
-    def _probe(self, query: NodeQuery, in_types) -> tuple[str, str] | None:
+    def _probe(self, query: NodeQuery, in_types, opset: int | None = None):
         """Build a one-node model and ask onnxruntime (custom-op libraries registered)."""
         import onnxruntime as ort
         from onnx import TensorProto, helper
@@ -305,7 +322,10 @@ class OnnxRuntimeTarget(Target):
             inputs.append(helper.make_value_info(name, proto))
         outputs = [helper.make_value_info(o, helper.TypeProto()) for o in node.output if o]
         graph = helper.make_graph([node], "probe", inputs, outputs)
-        opsets = [helper.make_opsetid(d, v) for d, v in query.opsets.items()]
+        versions = dict(query.opsets)
+        if opset is not None:
+            versions.setdefault(query.domain, opset)
+        opsets = [helper.make_opsetid(d, v) for d, v in versions.items()]
         model = helper.make_model(graph, opset_imports=opsets)
         model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
         so = ort.SessionOptions()
@@ -317,12 +337,17 @@ class OnnxRuntimeTarget(Target):
         except Exception as e:  # noqa: BLE001 - the runtime's refusal is the answer
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
             if "is not a registered function/op" in message or "No Op registered" in message:
-                return ("unknown-domain" if query.domain not in self._known_domains else "no-schema",
-                        f"neither onnxruntime nor the registered custom-op libraries provide "
-                        f"{query.domain or 'ai.onnx'}::{node.op_type}")
+                reason = "unknown-domain" if query.domain not in self._known_domains else "no-schema"
+                if query.opset is None:
+                    reason = "domain-not-imported"
+                return (reason, "neither onnxruntime nor the registered custom-op libraries "
+                        f"provide {query.domain or 'ai.onnx'}::{node.op_type}")
             if "Could not find an implementation" in message or "Failed to find kernel" in message:
                 return ("no-kernel", "onnxruntime found no kernel and did not inline a function "
                         f"body: {_clean_ort_message(message)}")
+            guessed = any(n and not t for n, t in zip(node.input, in_types))
+            if guessed and "Type Error" in message:
+                return None  # the op exists; we only guessed its input types wrong
             return ("runtime-refused", _clean_ort_message(message))
         return None
 

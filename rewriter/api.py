@@ -11,7 +11,7 @@ from rewriter.detect import CheckReport, TargetResult, find_unsupported
 from rewriter.errors import TargetError
 from rewriter.io import LoadedModel, load_model
 from rewriter.manager import Plugins, load_plugins
-from rewriter.targets import Finding, Target, TargetOptions
+from rewriter.targets import Target, TargetOptions, runtime_refusal
 
 ModelLike = str | os.PathLike | ModelProto | LoadedModel
 
@@ -90,8 +90,6 @@ def check(
                 result.confirmed = True
             else:
                 result.confirmed = False
-                result.findings = [
-                    Finding(target.name, "model", "", "", None, "runtime-refused", error)
-                ]
+                result.findings = [runtime_refusal(target.name, loaded.model, error)]
         results.append(result)
     return CheckReport(str(loaded.path), results)

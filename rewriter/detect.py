@@ -123,7 +123,8 @@ class _Walker:
                 for attr_label, sub in subgraphs(node):
                     self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
             if not all(o in types for o in node.output if o):
-                schema = schemas.resolve(domain, node.op_type, opset) if opset else None
+                version = opset or schemas.max_version.get(domain)  # a forgotten import
+                schema = schemas.resolve(domain, node.op_type, version) if version else None
                 for name, t in zip(node.output, infer_node_outputs(node, schema, types)):
                     if name and t and name not in types:
                         types[name] = t

@@ -112,6 +112,9 @@ def load_model(path: str | os.PathLike, *, validate: bool = True) -> LoadedModel
     if not model.HasField("graph") or model.ir_version <= 0:
         missing = "graph" if not model.HasField("graph") else "IR version"
         raise ModelError(str(path), f"not an ONNX model (no {missing}; truncated or wrong file?)")
+    if model.ir_version >= 3 and not model.opset_import:
+        # IR >= 3 requires opset imports; a file cut right after the graph parses without them
+        raise ModelError(str(path), "not an ONNX model (no opset imports; truncated file?)")
     loaded = LoadedModel(model=model, path=path, file_size=st.st_size)
     if validate:
         validate_structure(model, str(path))
@@ -425,7 +428,14 @@ def save_model(
     )
     if locations and source is None:
         raise OutputError(f"{out}: model refers to external data but its source folder is unknown")
+    # The input's external data is never written, nor its model (unless in_place).
+    protected = [ext.path for ext in source.external_files.values()] if source else []
+    if out.exists() and any(_same_file(out, p) for p in protected):
+        raise OutputError(f"{out}: is the input's external data; refusing to overwrite it")
+    if source is not None and not in_place:
+        protected.append(source.path)
     renames: dict[str, str] = {}
+    copies: list[tuple[Path, Path]] = []
     if locations:
         same_dir = _same_file(out.parent, source.base_dir)
         if in_place and same_dir:
@@ -439,14 +449,25 @@ def save_model(
                 dest = out.parent / name
                 if dest.exists() and (dest.is_symlink() or not dest.is_file()):
                     raise OutputError(f"{dest}: exists and is not a regular file")
-                if _same_file(dest, ext.path) if dest.exists() else False:
-                    raise OutputError(f"{dest}: is the input's external data; refusing to overwrite")
-                _atomic_write(dest, lambda f, p=ext.path: _copy_into(p, f))
+                if dest.exists() and any(_same_file(dest, p) for p in protected + [out]):
+                    raise OutputError(f"{dest}: is one of the input's files; refusing to overwrite")
+                copies.append((ext.path, dest))
                 renames[loc] = name
     if renames and any(k != v for k, v in renames.items()):
         model = _with_locations(model, renames)
-    payload = model.SerializeToString()
-    _atomic_write(out, lambda f: f.write(payload))
+    payload = model.SerializeToString()  # before writing anything: this is what fails on size
+    created: list[Path] = []
+    try:
+        for src, dest in copies:
+            existed = dest.exists()
+            _atomic_write(dest, lambda f, p=src: _copy_into(p, f))
+            if not existed:
+                created.append(dest)
+        _atomic_write(out, lambda f: f.write(payload))
+    except BaseException:
+        for p in created:  # a failed save leaves no half set of new files
+            p.unlink(missing_ok=True)
+        raise
     return out
 
 

@@ -117,15 +117,18 @@ class Registry:
 
     def registered_by(self, plugin: str) -> dict[str, list[str]]:
         """What one plugin registered, by kind (for ``onnx-rewriter plugins``)."""
-        out: dict[str, list[str]] = {"targets": [], "decompositions": [], "kernels": [], "passes": []}
+        out: dict[str, list[str]] = {}
         out["targets"] = sorted(t.name for t in self.targets.values() if t.plugin == plugin)
         out["decompositions"] = sorted(
-            f"{d.domain or 'ai.onnx'}::{d.op_type} [ai.onnx opset {d.opsets[0]}..{d.opsets[1] or ''}]"
+            f"{d.domain or 'ai.onnx'}::{d.op_type} "
+            f"[ai.onnx opset {d.opsets[0]}..{d.opsets[1] or ''}]"
             for d in self.decompositions
             if d.plugin == plugin
         )
         out["kernels"] = sorted(
-            f"{k.domain or 'ai.onnx'}::{k.op_type}" for k in self.kernels.values() if k.plugin == plugin
+            f"{k.domain or 'ai.onnx'}::{k.op_type}"
+            for k in self.kernels.values()
+            if k.plugin == plugin
         )
         out["passes"] = sorted(
             f"{p.name} ({p.phase})" for p in self.passes.values() if p.plugin == plugin
@@ -193,8 +196,8 @@ class DecompositionRegistry(_Bound):
         for d in self._registry.decompositions:
             if d.domain == domain and d.op_type == op_type and _overlap(d.opsets, (lo, hi)):
                 raise self._fail(
-                    f"decomposition {domain or 'ai.onnx'}::{op_type} for opsets {opsets} overlaps "
-                    f"one registered by plugin {d.plugin!r}"
+                    f"decomposition {domain or 'ai.onnx'}::{op_type} for opsets {(lo, hi)} "
+                    f"overlaps opsets {d.opsets} registered by plugin {d.plugin!r}"
                 )
         self._registry.decompositions.append(
             DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin)
@@ -233,7 +236,9 @@ class KernelRegistry(_Bound):
             raise self._fail(
                 f"kernel {domain}::{op_type} is already registered by plugin {existing.plugin!r}"
             )
-        self._registry.kernels[key] = KernelEntry(key[0], op_type, reference, description, self.plugin)
+        self._registry.kernels[key] = KernelEntry(
+            key[0], op_type, reference, description, self.plugin
+        )
 
 
 class PassRegistry(_Bound):

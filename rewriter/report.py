@@ -14,7 +14,7 @@ MAX_PATHS_SHOWN = 3
 def _console(stream=None):
     from rich.console import Console
 
-    return Console(file=stream, highlight=False, soft_wrap=False)
+    return Console(file=stream, highlight=False, soft_wrap=True)
 
 
 def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:

@@ -25,8 +25,23 @@ REASONS: dict[str, str] = {
     "no-kernel": "no kernel for that opset version",
     "type-binding": "unsupported type binding",
     "opset-too-new": "opset beyond what the runtime supports",
+    "invalid-node": "node does not match the operator's schema",
     "runtime-refused": "the runtime refused the model",
 }
+
+
+def schema_arity_problem(node: NodeProto, schema) -> str | None:
+    """A required input or output left empty, or too many arguments, as a sentence."""
+    for formals, actual, kind in ((schema.inputs, node.input, "input"),
+                                  (schema.outputs, node.output, "output")):
+        for i, formal in enumerate(formals):
+            if formal.option == "single" and (i >= len(actual) or not actual[i]):
+                return (f"required {kind} {i} ({formal.name!r}) of {node.op_type}"
+                        f"({schema.since_version}) is missing")
+        if formals and formals[-1].option != "variadic" and len(actual) > len(formals):
+            return (f"{node.op_type}({schema.since_version}) takes at most {len(formals)} "
+                    f"{kind}s, the node has {len(actual)}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -145,3 +160,31 @@ def opset_import_findings(
                 )
             )
     return out
+
+
+_NODE_NAME_PATTERNS = (
+    r'In Node, \("([^"]*)", (\w+), "([^"]*)"',
+    r"node with name '([^']*)'",
+    r"\(node:'([^']*)'",
+    r"Node \(([^)]*)\)",
+)
+
+
+def runtime_refusal(target: str, model: ModelProto, message: str) -> Finding:
+    """A finding for a runtime's load error, pointed at the node it names when it names one."""
+    import re
+
+    from rewriter.walk import iter_nodes
+
+    name = None
+    for pattern in _NODE_NAME_PATTERNS:
+        m = re.search(pattern, message)
+        if m and m.group(1):
+            name = m.group(1)
+            break
+    if name:
+        for site in iter_nodes(model):
+            if site.node.name == name:
+                return Finding(target, site.path, site.domain, site.node.op_type,
+                               site.opset_version, "runtime-refused", message, name)
+    return Finding(target, "model", "", "", None, "runtime-refused", message)
