@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stder
 from __future__ import annotations
 
 import sys
+import traceback
 
 import click
 
@@ -21,7 +22,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except RewriterError as e:
             if _debug(ctx):
-                raise
+                traceback.print_exc()
             click.echo(f"error: {e}", err=True)
             ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
@@ -31,7 +32,7 @@ class _Group(click.Group):
             ctx.exit(130)
         except Exception as e:  # noqa: BLE001 - last resort: no traceback unless --debug
             if _debug(ctx):
-                raise
+                traceback.print_exc()
             first = (str(e).strip().splitlines() or [""])[0]
             click.echo(
                 f"error: internal error: {type(e).__name__}: {first} (run with --debug for a "

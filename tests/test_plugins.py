@@ -1,0 +1,576 @@
+"""Plugins: discovery through installed metadata, -p / no:, validation errors, provenance."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import venv
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, save
+
+from rewriter import hookspecs
+from rewriter.cli import cli
+from rewriter.errors import PluginError
+from rewriter.manager import DISABLE_AUTOLOAD_ENV, load_plugins
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "onnx-rewriter-example"
+BUILTINS = ["onnxruntime", "opset", "reference"]
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _model(path: Path, nodes, opsets) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
+    )
+    model.ir_version = 8
+    save(model, str(path))
+    return path
+
+
+def npu_model(path: Path) -> Path:
+    """Relu (on the NPU's whitelist) then Sigmoid (not on it), opset 13."""
+    return _model(
+        path,
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Sigmoid", ["r"], ["y"], name="sig")],
+        {"": 13},
+    )
+
+
+def swish2_model(path: Path) -> Path:
+    return _model(
+        path,
+        [helper.make_node("Swish2", ["x"], ["y"], domain="com.example", name="sw")],
+        {"": 17, "com.example": 1},
+    )
+
+
+def plugin_file(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text("from rewriter import hookimpl\n\n" + textwrap.dedent(body))
+    return path
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=True)
+
+
+def one_error_line(result, *needles: str) -> str:
+    """The result failed with exit 2 and exactly one stderr line, with no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def _autoload_default(monkeypatch):
+    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
+
+
+# -- a real third-party distribution, installed in a venv ------------------------------------
+
+
+class Venv:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.python = root / "bin" / "python"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in (DISABLE_AUTOLOAD_ENV, "PYTHONPATH", "PYTHONHOME")}
+        env.update(extra)
+        return env
+
+    def rewriter(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+        """``onnx-rewriter ARGS`` with the venv's interpreter. The system's console script
+        runs the system interpreter, which would not see the venv's distributions."""
+        return subprocess.run(
+            [str(self.python), "-m", "rewriter.cli", *args],
+            capture_output=True, text=True, cwd=self.root, env=self.env(**env), timeout=120,
+        )
+
+
+@pytest.fixture(scope="session")
+def example_venv(tmp_path_factory) -> Venv:
+    """A venv that sees the installed onnx-graph-rewriter (system site-packages) and has the
+    example distribution pip-installed, so it is found through its entry-point metadata."""
+    tmp = tmp_path_factory.mktemp("plugin-venv")
+    source = tmp / "src"  # build a copy: setuptools writes build/ and *.egg-info in-tree
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    root = tmp / "venv"
+    # without its own pip/setuptools: the system's (the dev extras) build the example
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(root)
+    env = Venv(root)
+    proc = subprocess.run(
+        [str(env.python), "-m", "pip", "install", "--quiet", "--no-deps",
+         "--no-build-isolation", "--no-index", str(source)],
+        capture_output=True, text=True, env=env.env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        timeout=300,
+    )
+    assert proc.returncode == 0, (
+        "pip could not install the example plugin (building it offline needs setuptools "
+        ">= 70.1, or setuptools and wheel):\n" + proc.stdout + proc.stderr
+    )
+    return env
+
+
+def _rows(proc) -> dict[str, dict]:
+    assert proc.returncode == 0, proc.stderr
+    return {row["name"]: row for row in json.loads(proc.stdout)}
+
+
+def test_example_distribution_is_discovered_in_a_venv(example_venv, tmp_path):
+    rows = _rows(example_venv.rewriter("plugins", "--json"))
+    example = rows["example"]
+    assert example["distribution"] == "onnx-rewriter-example"
+    assert example["version"] == "0.1.0"
+    assert example["builtin"] is False
+    assert example["registered"]["targets"] == ["example-npu"]
+    assert [d.split(" ")[0] for d in example["registered"]["decompositions"]] == [
+        "com.example::Swish2"
+    ]
+    for name in BUILTINS:
+        assert rows[name]["distribution"] == "onnx-graph-rewriter"
+        assert rows[name]["builtin"] is True
+
+    # the NPU target: an op outside the whitelist is a finding, exit 1
+    proc = example_venv.rewriter(
+        "check", "--target", "example-npu", "--json", str(npu_model(tmp_path / "npu.onnx"))
+    )
+    assert proc.returncode == 1, proc.stderr
+    (result,) = json.loads(proc.stdout)["targets"]
+    assert result["target"] == "example-npu"
+    (finding,) = result["findings"]
+    assert (finding["op_type"], finding["reason"], finding["node_name"]) == (
+        "Sigmoid", "no-kernel", "sig"
+    )
+    assert "no kernel for Sigmoid" in finding["detail"]
+
+    # the decomposition is offered as a remedy where onnxruntime cannot run Swish2
+    proc = example_venv.rewriter(
+        "check", "--target", "onnxruntime", "--json", str(swish2_model(tmp_path / "sw.onnx"))
+    )
+    assert proc.returncode == 1, proc.stderr
+    (result,) = json.loads(proc.stdout)["targets"]
+    (group,) = result["groups"]
+    assert group["op"].startswith("com.example::Swish2")
+    assert "decomposition (example)" in group["remedies"]
+
+
+def test_example_distribution_can_be_turned_off(example_venv, tmp_path):
+    rows = _rows(example_venv.rewriter("plugins", "--json", **{DISABLE_AUTOLOAD_ENV: "1"}))
+    assert "example" not in rows
+    assert sorted(rows) == BUILTINS
+
+    # naming its entry point with -p loads it anyway, with its distribution (as in pytest)
+    rows = _rows(example_venv.rewriter("plugins", "-p", "example", "--json",
+                                       **{DISABLE_AUTOLOAD_ENV: "1"}))
+    assert rows["example"]["distribution"] == "onnx-rewriter-example"
+
+    rows = _rows(example_venv.rewriter("-p", "no:example", "plugins", "--json"))
+    assert "example" not in rows
+    assert sorted(rows) == BUILTINS
+
+    model = str(npu_model(tmp_path / "npu.onnx"))
+    proc = example_venv.rewriter("-p", "no:example", "check", "--target", "example-npu", model)
+    assert proc.returncode == 2
+    assert "unknown target 'example-npu'" in proc.stderr
+
+
+def test_example_npu_target_in_process(tmp_path):
+    """The example module's target, loaded with -p (no distribution)."""
+    module = EXAMPLE / "onnx_rewriter_example" / "__init__.py"
+    ok = _model(tmp_path / "ok.onnx", [helper.make_node("Relu", ["x"], ["y"])], {"": 13})
+    result = run_cli("check", "-p", str(module), "--target", "example-npu", str(ok))
+    assert result.exit_code == 0, result.output
+    new = _model(tmp_path / "new.onnx", [helper.make_node("Relu", ["x"], ["y"])], {"": 14})
+    result = run_cli("check", "-p", str(module), "--target", "example-npu", "--json", str(new))
+    assert result.exit_code == 1, result.output
+    findings = json.loads(result.stdout)["targets"][0]["findings"]
+    reasons = {(f["reason"], f["op_type"]) for f in findings}
+    assert reasons == {("opset-too-new", ""), ("opset-too-new", "Relu")}
+
+
+# -- loading, in process -----------------------------------------------------------------------
+
+
+def test_builtins_load_and_record_their_plugin():
+    plugins = load_plugins()
+    for name in BUILTINS:
+        info = plugins.registry.plugins[name]
+        assert info.builtin and info.distribution == "onnx-graph-rewriter"
+        assert plugins.registry.targets[name].plugin == name
+
+
+def test_builtins_load_with_autoload_off(monkeypatch):
+    monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, "1")
+    assert sorted(load_plugins().registry.plugins) == BUILTINS
+    assert sorted(load_plugins(autoload=False).registry.targets) == BUILTINS
+
+
+def test_every_registry_entry_records_its_plugin(tmp_path):
+    path = plugin_file(tmp_path, "everything", """
+        from onnx import helper
+
+        def factory(argument, options):
+            raise AssertionError("not called")
+
+        @hookimpl
+        def register_targets(registry):
+            registry.add("acme-npu", factory, description="Acme NPU")
+
+        @hookimpl
+        def register_decompositions(registry):
+            fn = helper.make_function("com.acme", "Foo", ["X"], ["Y"],
+                                      [helper.make_node("Relu", ["X"], ["Y"])],
+                                      [helper.make_opsetid("", 13)])
+            registry.add("com.acme", "Foo", fn, opsets=(13, None))
+            registry.add("ai.onnx", "Gelu", "acme.decomp:gelu", opsets=(20, None))
+
+        @hookimpl
+        def register_kernels(registry):
+            registry.add("com.acme", "Bar", "acme.kernels:bar")
+
+        @hookimpl
+        def register_passes(registry):
+            registry.add("acme-fuse", lambda: None, phase="fusion")
+    """)
+    registry = load_plugins([str(path)], autoload=False).registry
+    assert registry.plugins["everything"].distribution is None
+    assert registry.targets["acme-npu"].plugin == "everything"
+    assert {(d.domain, d.op_type, d.plugin) for d in registry.decompositions} == {
+        ("com.acme", "Foo", "everything"), ("", "Gelu", "everything"),
+    }
+    assert registry.kernels[("com.acme", "Bar")].plugin == "everything"
+    assert registry.passes["acme-fuse"].plugin == "everything"
+    entries = [*registry.targets.values(), *registry.decompositions,
+               *registry.kernels.values(), *registry.passes.values()]
+    assert all(e.plugin in registry.plugins for e in entries)
+
+    # remedies: a custom-domain decomposition's range is of ai.onnx opsets, not the op's
+    assert registry.remedies_for("com.acme", "Foo", 1) == ["decomposition (everything)"]
+    assert registry.remedies_for("com.acme", "Foo", 1, onnx_opset=12) == []
+    assert registry.remedies_for("ai.onnx", "Gelu", 20) == ["decomposition (everything)"]
+    assert registry.remedies_for("", "Gelu", 19) == []
+    assert registry.remedies_for("com.acme", "Bar", 1) == ["kernel (everything)"]
+
+    result = run_cli("plugins", "-p", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    row = {r["name"]: r for r in json.loads(result.stdout)}["everything"]
+    assert row["distribution"] is None and row["version"] is None and not row["builtin"]
+    assert row["registered"]["targets"] == ["acme-npu"]
+    assert row["registered"]["kernels"] == ["com.acme::Bar"]
+    assert row["registered"]["passes"] == ["acme-fuse (fusion)"]
+    assert len(row["registered"]["decompositions"]) == 2
+
+
+def test_dash_p_adds_a_plugin_for_one_run(tmp_path):
+    path = plugin_file(tmp_path, "acme", """
+        @hookimpl
+        def register_targets(registry):
+            registry.add("acme-npu", lambda argument, options: None)
+    """)
+    result = run_cli("plugins", "-p", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["acme"]["distribution"] is None
+    assert rows["acme"]["registered"]["targets"] == ["acme-npu"]
+    # -p also works before the command; and without it the plugin is gone
+    result = run_cli("-p", str(path), "plugins", "--json")
+    assert "acme" in {r["name"] for r in json.loads(result.stdout)}
+    result = run_cli("plugins", "--json")
+    assert "acme" not in {r["name"] for r in json.loads(result.stdout)}
+
+
+def test_dash_p_package_init_is_named_after_its_folder():
+    module = EXAMPLE / "onnx_rewriter_example" / "__init__.py"
+    assert "onnx_rewriter_example" in load_plugins([str(module)], autoload=False).registry.plugins
+
+
+def test_no_blocks_a_builtin(tmp_path):
+    result = run_cli("-p", "no:opset", "plugins", "--json")
+    assert result.exit_code == 0, result.output
+    assert sorted(r["name"] for r in json.loads(result.stdout)) == ["onnxruntime", "reference"]
+    model = npu_model(tmp_path / "m.onnx")
+    assert run_cli("check", "--target", "opset:13", str(model)).exit_code == 0
+    result = run_cli("check", "-p", "no:opset", "--target", "opset:13", str(model))
+    one_error_line(result, "unknown target 'opset:13'")
+
+
+def test_no_blocks_a_dash_p_plugin_before_importing_it(tmp_path):
+    path = plugin_file(tmp_path, "explodes", "raise RuntimeError('imported')\n")
+    plugins = load_plugins([str(path), "no:explodes"], autoload=False)
+    assert "explodes" not in plugins.registry.plugins
+
+
+def test_load_order_is_builtins_then_by_name(tmp_path):
+    body = """
+        @hookimpl
+        def register_targets(registry):
+            registry.add({target!r}, lambda argument, options: None)
+    """
+    zeta = plugin_file(tmp_path, "zeta", body.format(target="zeta-npu"))
+    alpha = plugin_file(tmp_path, "alpha", body.format(target="alpha-npu"))
+    for order in ([zeta, alpha], [alpha, zeta]):
+        plugins = load_plugins([str(p) for p in order], autoload=False)
+        assert list(plugins.registry.targets) == [*BUILTINS, "alpha-npu", "zeta-npu"]
+
+    # two plugins claiming one target: the later by name is blamed, whatever the -p order
+    clash_a = plugin_file(tmp_path, "a_clash", body.format(target="npu"))
+    clash_b = plugin_file(tmp_path, "b_clash", body.format(target="npu"))
+    for order in ([clash_a, clash_b], [clash_b, clash_a]):
+        with pytest.raises(PluginError) as err:
+            load_plugins([str(p) for p in order], autoload=False)
+        assert err.value.plugin == "b_clash"
+        assert "already registered by plugin 'a_clash'" in str(err.value)
+
+    # a plugin sorting before a built-in cannot take the built-in's name
+    squatter = plugin_file(tmp_path, "aaa", body.format(target="opset"))
+    with pytest.raises(PluginError) as err:
+        load_plugins([str(squatter)], autoload=False)
+    assert err.value.plugin == "aaa"
+    assert "already registered by plugin 'opset'" in str(err.value)
+
+
+class _FakeDist:
+    def __init__(self, name: str, version: str) -> None:
+        self.metadata = {"Name": name}
+        self.version = version
+
+
+class _FakeEntryPoint:
+    group = "onnx_rewriter"
+
+    def __init__(self, name: str, value: str, dist: _FakeDist) -> None:
+        self.name, self.value, self.dist = name, value, dist
+
+    def load(self):
+        import importlib
+
+        return importlib.import_module(self.value)
+
+
+def test_entry_point_name_clash_between_distributions(tmp_path, monkeypatch):
+    from rewriter import manager
+
+    for module in ("acme_one_plugin", "acme_two_plugin"):
+        (tmp_path / f"{module}.py").write_text(
+            "from rewriter import hookimpl\n\n"
+            "@hookimpl\n"
+            "def register_targets(registry):\n"
+            f"    registry.add({module.replace('_', '-')!r}, lambda a, o: None)\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = manager.metadata.entry_points
+    one = _FakeEntryPoint("acme", "acme_one_plugin", _FakeDist("acme-one", "1.0"))
+
+    def fake(extra):
+        return lambda group: [*real(group=group), *extra]
+
+    # the same distribution listed twice (on sys.path twice) loads once
+    monkeypatch.setattr(manager.metadata, "entry_points", fake([one, one]))
+    plugins = load_plugins()
+    assert plugins.registry.plugins["acme"].distribution == "acme-one"
+    assert plugins.registry.targets["acme-one-plugin"].plugin == "acme"
+
+    # two distributions using one plugin name: an error, not one silently shadowing the other
+    two = _FakeEntryPoint("acme", "acme_two_plugin", _FakeDist("acme-two", "2.0"))
+    monkeypatch.setattr(manager.metadata, "entry_points", fake([one, two]))
+    with pytest.raises(PluginError) as err:
+        load_plugins()
+    assert "already loaded (from acme-one 1.0)" in str(err.value)
+    assert "(from acme-two 2.0)" in str(err.value)
+    # -p no:acme blocks both
+    assert "acme" not in load_plugins(["no:acme"]).registry.plugins
+
+
+def test_failed_dash_p_import_leaves_no_module_behind(tmp_path):
+    path = plugin_file(tmp_path, "half_imported", "x = 1\nraise ImportError('acme_sdk')\n")
+    with pytest.raises(PluginError):
+        load_plugins([str(path)], autoload=False)
+    assert "onnx_rewriter_local_half_imported" not in sys.modules
+
+
+# -- one readable line per broken plugin -------------------------------------------------------
+
+BROKEN = {
+    "import_error": ("raise ImportError('no module named acme_sdk')\n", "acme_sdk"),
+    "invalid_name": ("""
+        @hookimpl
+        def register_targets(registry):
+            registry.add("Acme NPU", lambda argument, options: None)
+    """, "invalid target name 'Acme NPU'"),
+    "duplicate_target": ("""
+        @hookimpl
+        def register_targets(registry):
+            registry.add("onnxruntime", lambda argument, options: None)
+    """, "target 'onnxruntime' is already registered by plugin 'onnxruntime'"),
+    "non_callable": ("""
+        @hookimpl
+        def register_targets(registry):
+            registry.add("acme-npu", "acme:Target")
+    """, "is not callable"),
+    "bad_kernel_ref": ("""
+        @hookimpl
+        def register_kernels(registry):
+            registry.add("com.acme", "Foo", "acme.kernels.foo")
+    """, "'acme.kernels.foo' is not a 'module:attr'"),
+    "bad_decomposition_ref": ("""
+        @hookimpl
+        def register_decompositions(registry):
+            registry.add("com.acme", "Foo", "acme.decompositions")
+    """, "is not 'module:attr'"),
+    "bad_builder": ("""
+        @hookimpl
+        def register_decompositions(registry):
+            registry.add("com.acme", "Foo", 42)
+    """, "is not a FunctionProto"),
+    "bad_range": ("""
+        @hookimpl
+        def register_decompositions(registry):
+            registry.add("com.acme", "Foo", "acme:foo", opsets=(13, 12))
+    """, "invalid opset range (13, 12)"),
+    "overlapping": ("""
+        @hookimpl
+        def register_decompositions(registry):
+            registry.add("com.acme", "Foo", "acme:foo_old", opsets=(1, 15))
+            registry.add("com.acme", "Foo", "acme:foo_new", opsets=(13, None))
+    """, "overlaps opsets (1, 15)"),
+    "misspelled_hook": ("""
+        @hookimpl
+        def register_target(registry):
+            pass
+    """, "'register_target' is not a hook (did you mean 'register_targets'?)"),
+    "wrong_argument": ("""
+        @hookimpl
+        def register_targets(reg):
+            pass
+    """, "argument(s) reg not passed by the hook register_targets(registry)"),
+    "wrong_pipeline_argument": ("""
+        @hookimpl
+        def modify_pipeline(passes, model):
+            pass
+    """, "modify_pipeline(passes, target, config)"),
+    "wrapper": ("""
+        @hookimpl(wrapper=True)
+        def register_passes(registry):
+            yield
+    """, "cannot be a wrapper"),
+    "hook_raises": ("""
+        @hookimpl
+        def register_passes(registry):
+            1 / 0
+    """, "register_passes failed: ZeroDivisionError"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_plugin_is_one_line(tmp_path, name):
+    body, expected = BROKEN[name]
+    path = plugin_file(tmp_path, name, body)
+    line = one_error_line(run_cli("plugins", "-p", str(path)), f"plugin {name!r}", expected)
+    assert line.startswith("error: ")
+    assert "-p (this run only)" in line
+
+
+def test_overlap_across_plugins_names_both(tmp_path):
+    first = plugin_file(tmp_path, "first", """
+        @hookimpl
+        def register_decompositions(registry):
+            registry.add("com.acme", "Foo", "acme:foo", opsets=(13, None))
+    """)
+    second = plugin_file(tmp_path, "second", """
+        @hookimpl
+        def register_decompositions(registry):
+            registry.add("com.acme", "Foo", "other:foo", opsets=(17, 18))
+    """)
+    one_error_line(run_cli("plugins", "-p", str(second), "-p", str(first)),
+                   "plugin 'second'", "registered by plugin 'first'")
+
+
+def test_same_plugin_name_twice(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = plugin_file(tmp_path / "a", "acme", "")
+    two = plugin_file(tmp_path / "b", "acme", "")
+    one_error_line(run_cli("plugins", "-p", str(one), "-p", str(two)),
+                   "plugin 'acme'", "already loaded")
+    one_error_line(run_cli("plugins", "-p", str(tmp_path / "missing.py")),
+                   "plugin 'missing'", "not found")
+    one_error_line(run_cli("plugins", "-p", "no_such_module_xyz"),
+                   "plugin 'no_such_module_xyz'", "ModuleNotFoundError")
+
+
+def test_failing_target_factory_names_its_plugin(tmp_path):
+    path = plugin_file(tmp_path, "factory_fails", """
+        @hookimpl
+        def register_targets(registry):
+            registry.add("acme-npu", lambda argument, options: 1 / 0)
+    """)
+    model = npu_model(tmp_path / "m.onnx")
+    one_error_line(run_cli("check", "-p", str(path), "--target", "acme-npu", str(model)),
+                   "plugin 'factory_fails'", "ZeroDivisionError")
+
+
+def test_debug_shows_a_traceback(tmp_path):
+    path = plugin_file(tmp_path, "import_error", "raise ImportError('no module acme_sdk')\n")
+    base = [sys.executable, "-m", "rewriter.cli", "plugins", "-p", str(path)]
+    quiet = subprocess.run(base, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert quiet.returncode == 2
+    assert quiet.stderr.strip().splitlines() == [
+        "error: plugin 'import_error' (from -p (this run only)): failed to import "
+        f"{str(path)!r}: ImportError: no module acme_sdk"
+    ]
+    loud = subprocess.run([*base, "--debug"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert loud.returncode != 0
+    assert "Traceback (most recent call last)" in loud.stderr
+    assert "ImportError: no module acme_sdk" in loud.stderr
+
+
+def test_modify_pipeline_is_called_with_the_plugin(tmp_path):
+    path = plugin_file(tmp_path, "reorder", """
+        @hookimpl
+        def modify_pipeline(passes, target, config):
+            passes.append(("reorder", target, config["level"]))
+    """)
+    plugins = load_plugins([str(path)], autoload=False)
+    passes: list = []
+    plugins.manager.hook.modify_pipeline(passes=passes, target="opset:13", config={"level": 2})
+    assert passes == [("reorder", "opset:13", 2)]
+
+
+# -- every hook is documented and tested -------------------------------------------------------
+
+
+def test_every_hookspec_has_a_docstring_and_a_test():
+    specs = [
+        name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+        if hasattr(fn, f"{hookspecs.PROJECT}_spec")
+    ]
+    assert specs, "no hookspecs found"
+    tests = Path(__file__).parent
+    sources = {p: p.read_text() for p in tests.rglob("*.py")}
+    for name in specs:
+        doc = inspect.getdoc(getattr(hookspecs, name)) or ""
+        assert len(doc) > 20, f"hookspec {name} has no docstring"
+        mentions = [p.name for p, text in sources.items() if name in text]
+        assert mentions, f"no test mentions hookspec {name}"
