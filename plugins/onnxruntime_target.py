@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from rewriter import hookimpl
 from rewriter.errors import TargetError
@@ -20,7 +20,7 @@ from rewriter.schemas import (
     BodyUnavailable,
     OpSchema,
     SchemaIndex,
-    group_raw_schemas,
+    onnxruntime_schemas,
     schema_function_body,
     type_proto,
 )
@@ -44,7 +44,7 @@ _FOLDED_OPS = frozenset({"Constant"})
 # Ops whose CPU kernels reject some attribute values when constructed (e.g. layout=1).
 _KERNEL_VALIDATES_ATTRIBUTES = frozenset({"LSTM", "GRU", "RNN", "StringNormalizer"})
 _FLOAT16, _FLOAT = "tensor(float16)", "tensor(float)"
-_EXPANDS = ("expands", "")  # sentinel verdict: runs by inlining the op's function body  # --custom-ops-library value naming onnxruntime-extensions
+_EXPANDS = ("expands", "")  # sentinel verdict: runs by inlining the op's function body
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,7 @@ class KernelDef:
     constraints: Mapping[str, frozenset[str]]
 
 
-@lru_cache(maxsize=1)
-def _ort_schemas() -> SchemaIndex:
-    from onnxruntime.capi import _pybind_state as C
-
-    return SchemaIndex(group_raw_schemas(C.get_all_operator_schema()))
-
-
-@lru_cache(maxsize=None)
+@cache
 def _ort_kernels(provider: str) -> dict[tuple[str, str], list[KernelDef]]:
     from onnxruntime.capi import _pybind_state as C
 
@@ -116,7 +109,8 @@ class OnnxRuntimeTarget(Target):
     def __init__(self, provider: str = CPU, options: TargetOptions | None = None) -> None:
         options = options or TargetOptions()
         self.provider = provider
-        self.name = "onnxruntime" if provider == CPU else f"onnxruntime:{provider.removesuffix('ExecutionProvider')}"
+        short = provider.removesuffix("ExecutionProvider")
+        self.name = "onnxruntime" if provider == CPU else f"onnxruntime:{short}"
         self.description = f"onnxruntime ({provider})"
         self.libraries = tuple(resolve_library(x) for x in options.custom_op_libraries)
         self.confirm_option = options.confirm
@@ -132,7 +126,7 @@ class OnnxRuntimeTarget(Target):
 
     @property
     def schemas(self) -> SchemaIndex:
-        return _ort_schemas()
+        return onnxruntime_schemas()
 
     def check_model(self, model):
         return opset_import_findings(
@@ -245,7 +239,9 @@ class OnnxRuntimeTarget(Target):
                     f"no {self.provider} kernel for {op}; kernels exist for versions {shown}",
                 )
             else:
-                reason = ("no-kernel", f"no {self.provider} kernel for {node.op_type} at any version")
+                reason = (
+                    "no-kernel", f"no {self.provider} kernel for {node.op_type} at any version"
+                )
         else:
             expected: dict[str, set[str]] = {}
             for k in in_range:
@@ -337,7 +333,8 @@ class OnnxRuntimeTarget(Target):
         except Exception as e:  # noqa: BLE001 - the runtime's refusal is the answer
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
             if "is not a registered function/op" in message or "No Op registered" in message:
-                reason = "unknown-domain" if query.domain not in self._known_domains else "no-schema"
+                known = query.domain in self._known_domains
+                reason = "no-schema" if known else "unknown-domain"
                 if query.opset is None:
                     reason = "domain-not-imported"
                 return (reason, "neither onnxruntime nor the registered custom-op libraries "

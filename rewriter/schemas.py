@@ -144,6 +144,14 @@ def group_raw_schemas(schemas) -> dict[tuple[str, str], list]:
 
 
 @lru_cache(maxsize=1)
+def onnxruntime_schemas() -> SchemaIndex:
+    """onnxruntime's own schema registry (ONNX ops plus its contrib domains)."""
+    from onnxruntime.capi import _pybind_state as C
+
+    return SchemaIndex(group_raw_schemas(C.get_all_operator_schema()))
+
+
+@lru_cache(maxsize=1)
 def onnx_schemas() -> SchemaIndex:
     """Every schema onnx knows (all domains, all versions, deprecated included)."""
     from onnx import defs

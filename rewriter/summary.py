@@ -8,7 +8,7 @@ from typing import Any
 from onnx import TypeProto, ValueInfoProto
 
 from rewriter.io import LoadedModel, tensor_nbytes, uses_external_data
-from rewriter.schemas import onnx_schemas
+from rewriter.schemas import onnx_schemas, onnxruntime_schemas
 from rewriter.typeinfer import type_string
 from rewriter.walk import iter_scopes, iter_tensors
 
@@ -48,6 +48,8 @@ def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
             domain = node.domain if node.domain != "ai.onnx" else ""
             opset = scope.opsets.get(domain)
             schema = schemas.resolve(domain, node.op_type, opset) if opset else None
+            if schema is None and opset and domain not in schemas.domains:
+                schema = onnxruntime_schemas().resolve(domain, node.op_type, opset)
             inventory[(domain, node.op_type, schema.since_version if schema else None)] += 1
 
     local_functions = {(f.domain, f.name) for f in model.functions}
