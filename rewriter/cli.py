@@ -11,7 +11,7 @@ import traceback
 
 import click
 
-from rewriter.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, RewriterError
+from rewriter.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, RewriterError, one_line
 
 
 class _Group(click.Group):
@@ -23,7 +23,7 @@ class _Group(click.Group):
         except RewriterError as e:
             if _debug(ctx):
                 traceback.print_exc()
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {one_line(str(e))}", err=True)
             ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -33,7 +33,7 @@ class _Group(click.Group):
         except Exception as e:  # noqa: BLE001 - last resort: no traceback unless --debug
             if _debug(ctx):
                 traceback.print_exc()
-            first = (str(e).strip().splitlines() or [""])[0]
+            first = one_line((str(e).strip().splitlines() or [""])[0])
             click.echo(
                 f"error: internal error: {type(e).__name__}: {first} (run with --debug for a "
                 "traceback, and please report it)",

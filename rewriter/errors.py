@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2
@@ -42,3 +44,11 @@ class TargetError(RewriterError):
 
 class OutputError(RewriterError):
     """The output path is unsafe (would overwrite the input, not writable, ...)."""
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """Escape control characters (newlines in node names, ...) so a message stays one line."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from rewriter.detect import CheckReport, group_findings
+from rewriter.errors import one_line
 from rewriter.targets import REASONS
 
 MAX_PATHS_SHOWN = 3
@@ -67,8 +68,8 @@ def print_check(report: CheckReport, registry=None, stream=None) -> None:
                 f"  [bold]{escape(g.op_label)}[/bold] ×{g.count} — "
                 f"{REASONS.get(g.reason, g.reason)}"
             )
-            console.print(f"    {escape(g.detail)}")
-            shown = ", ".join(g.paths[:MAX_PATHS_SHOWN])
+            console.print(f"    {escape(one_line(g.detail))}")
+            shown = one_line(", ".join(g.paths[:MAX_PATHS_SHOWN]))
             more = f" (and {g.count - MAX_PATHS_SHOWN} more)" if g.count > MAX_PATHS_SHOWN else ""
             console.print(f"    at {escape(shown)}{more}")
             remedy = "; ".join(g.remedies) if g.remedies else "none installed"
