@@ -77,20 +77,23 @@ def print_check(report: CheckReport, registry=None, stream=None) -> None:
 
 
 def print_inspect(info: dict[str, Any], stream=None) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console = _console(stream)
-    console.print(f"[bold]{info['path']}[/bold]  ({info['file_size']:,} bytes)")
-    console.print(f"IR version {info['ir_version']}; producer: {info['producer'] or '?'}")
+    console.print(f"[bold]{escape(info['path'])}[/bold]  ({info['file_size']:,} bytes)")
+    console.print(
+        f"IR version {info['ir_version']}; producer: {info['producer'] or '?'}", markup=False
+    )
     opsets = ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items())
-    console.print(f"opset imports: {opsets or 'none'}")
+    console.print(f"opset imports: {opsets or 'none'}", markup=False)
     io_table = Table(title="inputs and outputs")
     for col in ("", "name", "type", "shape"):
         io_table.add_column(col, overflow="fold")
     for kind in ("inputs", "outputs"):
         for v in info[kind]:
             shape = "?" if v["shape"] is None else "[" + ", ".join(map(str, v["shape"])) + "]"
-            io_table.add_row(kind[:-1], v["name"], v["type"], shape)
+            io_table.add_row(kind[:-1], escape(v["name"]), v["type"], escape(shape))
     console.print(io_table)
     ops = Table(title=f"operators ({info['nodes']:,} nodes)")
     for col in ("domain", "op_type", "since", "count"):
@@ -98,11 +101,13 @@ def print_inspect(info: dict[str, Any], stream=None) -> None:
     for op in info["operators"]:
         label = op["op_type"] + (" (local function)" if op["local_function"] else "")
         since = "?" if op["since_version"] is None else str(op["since_version"])
-        ops.add_row(op["domain"], label, since, f"{op['count']:,}")
+        ops.add_row(escape(op["domain"]), escape(label), since, f"{op['count']:,}")
     console.print(ops)
     if info["functions"]:
-        names = ", ".join(f"{f['domain']}:{f['name']} ({f['nodes']} nodes)" for f in info["functions"])
-        console.print(f"model-local functions: {names}")
+        names = ", ".join(
+            f"{f['domain']}:{f['name']} ({f['nodes']} nodes)" for f in info["functions"]
+        )
+        console.print(f"model-local functions: {names}", markup=False)
     sub = info["subgraphs"]
     console.print(f"subgraphs: {sub['count']} (max depth {sub['max_depth']})")
     t = info["tensors"]
@@ -111,23 +116,29 @@ def print_inspect(info: dict[str, Any], stream=None) -> None:
         f"({t['external_bytes']:,} in external data)"
     )
     for f in info["external_data"]:
-        console.print(f"external data: {f['location']} ({f['size']:,} bytes, {f['tensors']} tensors)")
+        console.print(
+            f"external data: {f['location']} ({f['size']:,} bytes, {f['tensors']} tensors)",
+            markup=False,
+        )
 
 
 def print_plugins(rows: list[dict[str, Any]], stream=None) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="plugins")
     for col in ("plugin", "distribution", "registered"):
         table.add_column(col, overflow="fold")
     for row in rows:
-        parts = [f"{kind}: {', '.join(items)}" for kind, items in row["registered"].items() if items]
+        parts = [
+            f"{kind}: {', '.join(items)}" for kind, items in row["registered"].items() if items
+        ]
         dist = row["distribution"] or "-p (this run)"
         if row["version"]:
             dist += f" {row['version']}"
         if row["builtin"]:
             dist += " (built-in)"
-        table.add_row(row["name"], dist, "\n".join(parts) or "nothing")
+        table.add_row(escape(row["name"]), escape(dist), escape("\n".join(parts) or "nothing"))
     _console(stream).print(table)
 
 
