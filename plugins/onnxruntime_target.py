@@ -356,29 +356,32 @@ class OnnxRuntimeTarget(Target):
         total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
         return total <= CONFIRM_BY_DEFAULT_BELOW
 
-    def confirm(self, loaded) -> str | None:
+    def confirm(self, model, base_dir) -> str | None:
+        """Build a real session in a child process (a crash is an answer, not our crash)."""
         script = (
             "import sys, onnxruntime as ort\n"
             "so = ort.SessionOptions(); so.log_severity_level = 4\n"
+            "so.add_session_config_entry("
+            "'session.model_external_initializers_file_folder_path', sys.argv[2])\n"
             "[so.register_custom_ops_library(x) for x in sys.argv[3:]]\n"
             "try:\n"
-            "    ort.InferenceSession(sys.argv[1], so, providers=[sys.argv[2]])\n"
+            "    ort.InferenceSession(sys.stdin.buffer.read(), so, providers=[sys.argv[1]])\n"
             "except Exception as e:\n"
             "    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)\n"
             "    sys.exit(3)\n"
         )
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", script, str(loaded.path), self.provider, *self.libraries],
-                capture_output=True, text=True, timeout=CONFIRM_TIMEOUT_S,
-                cwd=str(loaded.base_dir),
+                [sys.executable, "-c", script, self.provider, str(base_dir), *self.libraries],
+                input=model.SerializeToString(), capture_output=True,
+                timeout=CONFIRM_TIMEOUT_S, cwd=str(base_dir),
             )
         except subprocess.TimeoutExpired:
             return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
         if proc.returncode == 0:
             return None
         if proc.returncode == 3:
-            return _clean_ort_message(proc.stdout.strip())
+            return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
         return f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
 
 

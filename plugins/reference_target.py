@@ -83,11 +83,20 @@ class ReferenceTarget(Target):
         total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
         return total <= CONFIRM_BY_DEFAULT_BELOW
 
-    def confirm(self, loaded) -> str | None:
+    def confirm(self, model, base_dir) -> str | None:
+        from onnx import ModelProto
+        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
         from onnx.reference import ReferenceEvaluator
 
+        from rewriter.walk import iter_tensors
+
         try:
-            ReferenceEvaluator(str(loaded.path))
+            if any(uses_external_data(t) for _, t in iter_tensors(model)):
+                copy = ModelProto()
+                copy.CopyFrom(model)
+                load_external_data_for_model(copy, str(base_dir))
+                model = copy
+            ReferenceEvaluator(model)
         except Exception as e:  # noqa: BLE001 - the evaluator's refusal is the answer
             return (str(e).strip().splitlines() or [type(e).__name__])[0]
         return None

@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "check",
+    "rewrite",
     "hookimpl",
     "inspect_model",
     "load_model",
@@ -19,10 +20,10 @@ __all__ = [
 
 def __getattr__(name: str):
     # Keep `import rewriter` cheap: the API pulls in onnx only when used.
-    if name == "check":
-        from rewriter.api import check
+    if name in ("check", "rewrite"):
+        from rewriter import api
 
-        return check
+        return getattr(api, name)
     if name == "inspect_model":
         from rewriter.summary import inspect_model
 

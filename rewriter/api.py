@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from onnx import ModelProto
 
 from rewriter.detect import CheckReport, TargetResult, find_unsupported
-from rewriter.errors import TargetError
+from rewriter.errors import OutputError, TargetError
 from rewriter.io import LoadedModel, load_model
 from rewriter.manager import Plugins, load_plugins
 from rewriter.targets import Target, TargetOptions, runtime_refusal
+
+if TYPE_CHECKING:
+    from rewriter.pipeline import RewriteResult
 
 ModelLike = str | os.PathLike | ModelProto | LoadedModel
 
@@ -82,10 +86,9 @@ def check(
     for target in resolve_targets(plugins, targets, options):
         findings = find_unsupported(loaded.model, target)
         result = TargetResult(target.name, target.description, findings)
-        can_confirm = loaded.path.is_file() if loaded.path.name != "<in-memory model>" else False
-        wants = getattr(target, "wants_confirm", lambda _l: bool(confirm))(loaded)
-        if not findings and can_confirm and wants:
-            error = target.confirm(loaded)
+        wants = confirm if confirm is not None else target.wants_confirm(loaded)
+        if not findings and wants:
+            error = target.confirm(loaded.model, loaded.base_dir)
             if error is None:
                 result.confirmed = True
             else:
@@ -93,3 +96,81 @@ def check(
                 result.findings = [runtime_refusal(target.name, loaded.model, error)]
         results.append(result)
     return CheckReport(str(loaded.path), results)
+
+
+def rewrite(
+    model: ModelLike | Any,
+    targets: Sequence[str] = ("onnxruntime",),
+    *,
+    output: str | os.PathLike | None = None,
+    plugins: Plugins | None = None,
+    partial: bool = False,
+    dry_run: bool = False,
+    explain: bool = False,
+    in_place: bool = False,
+    confirm: bool | None = None,
+    custom_op_libraries: Sequence[str] = (),
+) -> RewriteResult:
+    """Rewrite ``model`` until every target runs it; verify; save to ``output``.
+
+    Args:
+        model: a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``.
+        targets: target names; the rewrite must satisfy all of them.
+        output: where to save (paths only; required for a path unless ``dry_run``).
+        partial: rewrite what can be rewritten and report the rest instead of failing.
+        dry_run: plan only; change and write nothing.
+        explain: record, for each finding, which plugins were asked and why each declined.
+        in_place: allow ``output`` to be the input path.
+
+    Returns:
+        the rewritten model in the kind it was given (for a path: the output path) and a
+        :class:`~rewriter.pipeline.RewriteReport`.
+
+    Raises:
+        UnfixableError: a finding has no remedy (and not ``partial``); nothing was changed.
+    """
+    from rewriter.io import save_model
+    from rewriter.pipeline import RewriteResult, rewrite_proto
+
+    plugins = plugins or load_plugins()
+    ir_model = None
+    if _is_onnx_ir_model(model):
+        import onnx_ir
+
+        ir_model = model
+        model = onnx_ir.to_proto(model)
+    is_path = isinstance(model, (str, os.PathLike))
+    if is_path and output is None and not dry_run and not in_place:
+        raise OutputError("rewrite needs an output path (-o OUT), --in-place or --dry-run")
+    loaded = as_loaded(model)
+    options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
+    resolved = resolve_targets(plugins, targets, options)
+    rewritten, report = rewrite_proto(
+        loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
+        model_name=str(loaded.path),
+    )
+    if not dry_run and not report.remaining:
+        for target in resolved:
+            wants = confirm if confirm is not None else target.wants_confirm(loaded)
+            if wants:
+                error = target.confirm(rewritten, loaded.base_dir)
+                report.verification[f"{target.name} load"] = error or "ok"
+    if dry_run:
+        return RewriteResult(model if not ir_model else ir_model, report)
+    destination = output if output is not None else (loaded.path if in_place else None)
+    if destination is not None and (report.ok or partial):
+        written = save_model(rewritten, destination, source=loaded if is_path else None,
+                             in_place=in_place)
+        report.output = str(written)
+    if ir_model is not None:
+        import onnx_ir
+
+        return RewriteResult(onnx_ir.from_proto(rewritten), report)
+    if is_path:
+        return RewriteResult(report.output, report)
+    return RewriteResult(rewritten, report)
+
+
+def _is_onnx_ir_model(model) -> bool:
+    module = type(model).__module__ or ""
+    return module.startswith("onnx_ir") and type(model).__name__ == "Model"

@@ -56,6 +56,10 @@ class Finding:
     reason: str
     detail: str
     node_name: str = ""
+    # Where the node lives, for the rewrite engine (not part of reports or equality).
+    node: NodeProto | None = field(default=None, compare=False, repr=False)
+    input_types: tuple[str | None, ...] = field(default=(), compare=False, repr=False)
+    scope_opsets: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def op_label(self) -> str:
@@ -117,9 +121,14 @@ class Target:
         """A finding if the target cannot run this node, else None."""
         raise NotImplementedError
 
-    def confirm(self, loaded: LoadedModel) -> str | None:
-        """Really load the model in the runtime; return the runtime's error, or None if it
-        loads. Targets that cannot confirm return None."""
+    def wants_confirm(self, loaded: LoadedModel) -> bool:
+        """Whether to confirm by default (e.g. only for small models)."""
+        return False
+
+    def confirm(self, model: ModelProto, base_dir) -> str | None:
+        """Really load ``model`` (external data relative to ``base_dir``) in the runtime;
+        return the runtime's error, or None if it loads. Targets that cannot confirm return
+        None."""
         return None
 
     def finding(self, query: NodeQuery, reason: str, detail: str, version: int | None = None):

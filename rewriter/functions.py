@@ -1,0 +1,162 @@
+"""Remedies as ONNX functions: build, specialise, stamp and splice them into a model.
+
+A decomposition becomes a ``FunctionProto``; the unsupported node is pointed at it and
+onnx's C++ inliner splices the body in (in the main graph, in If/Loop/Scan bodies and in
+model-local functions), renaming values as needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from onnx import FunctionProto, ModelProto, NodeProto, TypeProto
+
+from rewriter.walk import normalize_domain, opset_map
+
+REMEDY_DOMAIN = "rewriter.remedy"
+PROVENANCE_PLUGIN = "rewriter.plugin"
+PROVENANCE_RULE = "rewriter.rule"
+
+
+@dataclass
+class DecompositionContext:
+    """What a decomposition builder may look at to build a body for one node."""
+
+    node: NodeProto
+    opset: int  # the ai.onnx opset the body must be written for
+    opsets: Mapping[str, int]
+    input_types: list[str | None]
+    declared: Mapping[str, TypeProto] = field(default_factory=dict)
+    constants: Mapping[str, Any] = field(default_factory=dict)  # name -> TensorProto
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of a node input that is an initializer or Constant output, else None."""
+        from onnx import numpy_helper
+
+        tensor = self.constants.get(name)
+        if tensor is None or tensor.data_location == tensor.EXTERNAL:
+            return None
+        return numpy_helper.to_array(tensor)
+
+    def attribute(self, name: str, default: Any = None) -> Any:
+        from onnx import helper
+
+        for a in self.node.attribute:
+            if a.name == name:
+                return helper.get_attribute_value(a)
+        return default
+
+
+def resolve_reference(ref: str) -> Any:
+    """Import ``"module:attr"`` (dotted attr allowed)."""
+    module_name, _, attr = ref.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_function(builder: Any, ctx: DecompositionContext) -> FunctionProto | None:
+    """Turn a registered builder into a FunctionProto for this node (None: declines)."""
+    if isinstance(builder, str):
+        builder = resolve_reference(builder)
+    if isinstance(builder, FunctionProto):
+        fn = FunctionProto()
+        fn.CopyFrom(builder)
+        return fn
+    to_proto = getattr(builder, "to_function_proto", None)
+    if to_proto is not None:  # an onnxscript OnnxFunction
+        return to_proto()
+    if callable(builder):
+        result = builder(ctx)
+        if result is None:
+            return None
+        if isinstance(result, FunctionProto):
+            return result
+        to_proto = getattr(result, "to_function_proto", None)
+        if to_proto is not None:
+            return to_proto()
+        raise TypeError(f"decomposition builder returned {type(result).__name__}")
+    raise TypeError(f"unsupported decomposition builder {builder!r}")
+
+
+def specialise(
+    fn: FunctionProto, name: str, opsets: Mapping[str, int], plugin: str, rule: str
+) -> FunctionProto:
+    """A copy of ``fn`` named ``REMEDY_DOMAIN:name``, importing the model's opset versions
+    for every domain the model also imports (the inliner insists they agree), with every
+    body node stamped with provenance."""
+    out = FunctionProto()
+    out.CopyFrom(fn)
+    out.domain = REMEDY_DOMAIN
+    out.name = name
+    out.overload = ""
+    body_opsets = opset_map(out.opset_import)
+    if "" not in body_opsets:
+        body_opsets[""] = opsets.get("", 1)
+    for domain in body_opsets:
+        if domain in opsets:
+            body_opsets[domain] = opsets[domain]
+    del out.opset_import[:]
+    for domain, version in sorted(body_opsets.items()):
+        entry = out.opset_import.add()
+        entry.domain = domain
+        entry.version = version
+    _stamp(out.node, plugin, rule)
+    return out
+
+
+def _stamp(nodes, plugin: str, rule: str) -> None:
+    from rewriter.walk import subgraphs
+
+    for node in nodes:
+        keys = {p.key for p in node.metadata_props}
+        if PROVENANCE_RULE not in keys:
+            for key, value in ((PROVENANCE_PLUGIN, plugin), (PROVENANCE_RULE, rule)):
+                entry = node.metadata_props.add()
+                entry.key = key
+                entry.value = value
+        if not node.name:
+            node.name = rule
+        for _, g in subgraphs(node):
+            _stamp(g.node, plugin, rule)
+
+
+def retarget(node: NodeProto, fn: FunctionProto) -> None:
+    """Point ``node`` at the remedy function (attributes bind to the function's)."""
+    node.domain = fn.domain
+    node.op_type = fn.name
+    node.overload = fn.overload
+    declared = set(fn.attribute) | {a.name for a in fn.attribute_proto}
+    kept = [a for a in node.attribute if a.name in declared]
+    if len(kept) != len(node.attribute):
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    # onnx's inliner ignores the function's default attribute values: set them on the call
+    present = {a.name for a in node.attribute}
+    for default in fn.attribute_proto:
+        if default.name not in present:
+            node.attribute.add().CopyFrom(default)
+
+
+def splice(model: ModelProto, functions: list[FunctionProto]) -> ModelProto:
+    """Add ``functions``, inline exactly those, and return the new model."""
+    from onnx import inliner
+
+    if not functions:
+        return model
+    model.functions.extend(functions)
+    if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in model.opset_import):
+        entry = model.opset_import.add()
+        entry.domain = REMEDY_DOMAIN
+        entry.version = 1
+    ids = [(f.domain, f.name) for f in functions]
+    out = inliner.inline_selected_functions(model, ids, False)
+    remaining = [f for f in out.functions if f.domain != REMEDY_DOMAIN]
+    del out.functions[:]
+    out.functions.extend(remaining)
+    return out

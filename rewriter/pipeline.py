@@ -1,0 +1,458 @@
+"""rewrite: plan a remedy for every finding, apply remedies to a fixed point, verify.
+
+Planning happens first: if any finding has no remedy, nothing is changed and one error lists
+them all (unless ``partial``). Decompositions become FunctionProtos spliced in by onnx's
+inliner (``rewriter.functions``); passes handle whole-model changes such as opset conversion.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx import FunctionProto, ModelProto
+
+from rewriter.detect import find_unsupported
+from rewriter.errors import EXIT_FINDINGS, RewriterError
+from rewriter.functions import (
+    REMEDY_DOMAIN,
+    DecompositionContext,
+    build_function,
+    retarget,
+    specialise,
+    splice,
+)
+from rewriter.manager import Plugins
+from rewriter.passes import PassContext, RewritePass, instantiate
+from rewriter.registry import DecompositionEntry
+from rewriter.targets import Finding, NodeQuery, Target
+from rewriter.typeinfer import infer_node_outputs
+from rewriter.walk import iter_scopes, normalize_domain, opset_map
+
+MAX_ROUNDS = 8
+MAX_DEPTH = 4
+
+
+class UnfixableError(RewriterError):
+    """Some findings have no remedy; nothing was changed."""
+
+    exit_code = EXIT_FINDINGS
+
+    def __init__(self, findings: list[Finding], why: dict[int, str]) -> None:
+        self.findings = findings
+        groups: dict[tuple, int] = {}
+        for f in findings:
+            key = (f.target, f.op_label, why.get(id(f), f.detail))
+            groups[key] = groups.get(key, 0) + 1
+        parts = [f"{t}: {op} ×{n} ({reason})" for (t, op, reason), n in groups.items()]
+        super().__init__(
+            f"{len(findings)} finding(s) have no remedy, nothing was changed: " + "; ".join(parts)
+        )
+
+
+@dataclass
+class Candidate:
+    """One remedy a plugin offers (or declines) for one finding."""
+
+    kind: str
+    plugin: str
+    rule: str
+    accepted: bool
+    why: str = ""
+    function: FunctionProto | None = None
+    rewrite_pass: RewritePass | None = None
+
+
+@dataclass
+class ModelStats:
+    nodes: int
+    ops: Counter
+
+    @classmethod
+    def of(cls, model: ModelProto) -> ModelStats:
+        ops: Counter = Counter()
+        for scope in iter_scopes(model):
+            for node in scope.nodes:
+                ops[f"{normalize_domain(node.domain) or 'ai.onnx'}::{node.op_type}"] += 1
+        return cls(sum(ops.values()), ops)
+
+
+@dataclass
+class RewriteReport:
+    model: str
+    targets: list[str]
+    output: str | None = None
+    dry_run: bool = False
+    before: ModelStats | None = None
+    after: ModelStats | None = None
+    applied: Counter = field(default_factory=Counter)  # (kind, plugin, rule, op) -> nodes
+    remaining: list[Finding] = field(default_factory=list)
+    explain: list[dict] = field(default_factory=list)
+    verification: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.remaining and all(v == "ok" or v.startswith("skipped")
+                                          or v.startswith("pre-existing")
+                                          for v in self.verification.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "output": self.output,
+            "targets": self.targets,
+            "ok": self.ok,
+            "dry_run": self.dry_run,
+            "rounds": self.rounds,
+            "applied": [
+                {"kind": k, "plugin": p, "rule": r, "op": op, "nodes": n}
+                for (k, p, r, op), n in sorted(self.applied.items())
+            ],
+            "before": {"nodes": self.before.nodes, "ops": dict(sorted(self.before.ops.items()))}
+            if self.before else None,
+            "after": {"nodes": self.after.nodes, "ops": dict(sorted(self.after.ops.items()))}
+            if self.after else None,
+            "remaining": [f.as_dict() for f in self.remaining],
+            "verification": self.verification,
+            "explain": self.explain,
+        }
+
+
+@dataclass
+class RewriteResult:
+    model: Any  # the same kind as the input: path (written), ModelProto or onnx_ir.Model
+    report: RewriteReport
+
+
+class _Planner:
+    """Chooses one remedy per finding, deterministically, and builds its function."""
+
+    def __init__(self, targets: Sequence[Target], plugins: Plugins, passes, ctx) -> None:
+        self.targets = targets
+        self.registry = plugins.registry
+        self.passes = passes
+        self.pass_ctx = ctx
+        self._by_op: dict[tuple[str, str], list[DecompositionEntry]] = {}
+        for entry in sorted(self.registry.decompositions, key=lambda e: (e.plugin, e.opsets)):
+            self._by_op.setdefault((entry.domain, entry.op_type), []).append(entry)
+        self._plans: dict[tuple, list[Candidate]] = {}
+        self._names: dict[tuple, str] = {}
+
+    def signature(self, node, opsets, input_types) -> tuple:
+        return (
+            normalize_domain(node.domain), node.op_type, node.overload,
+            tuple(sorted(opsets.items())), tuple(input_types),
+            tuple(a.SerializeToString() for a in node.attribute),
+        )
+
+    def candidates(self, finding: Finding, constants, depth: int = 0) -> list[Candidate]:
+        """Every remedy considered for ``finding``, the chosen one (if any) first accepted."""
+        if finding.node is None:
+            return self._pass_candidates(finding)
+        opsets = dict(finding.scope_opsets or {})
+        key = self.signature(finding.node, opsets, finding.input_types)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._decomposition_candidates(finding, opsets, constants, depth)
+            if not any(c.accepted for c in plan):
+                plan += self._pass_candidates(finding)
+            self._plans[key] = plan
+        return plan
+
+    def chosen(self, finding: Finding, constants) -> Candidate | None:
+        for c in self.candidates(finding, constants):
+            if c.accepted:
+                return c
+        return None
+
+    def _pass_candidates(self, finding: Finding) -> list[Candidate]:
+        out = []
+        for p in self.passes:
+            offers, why = p.offers(finding, self.pass_ctx)
+            out.append(Candidate("pass", p.plugin, p.name, offers, why, rewrite_pass=p))
+        return out
+
+    def _decomposition_candidates(self, finding, opsets, constants, depth) -> list[Candidate]:
+        node = finding.node
+        model_opset = opsets.get("", 1)
+        entries = self._by_op.get((normalize_domain(node.domain), node.op_type), [])
+        out: list[Candidate] = []
+        for entry in entries:
+            rule = entry.description or f"{entry.op_type}"
+            if not entry.covers(model_opset):
+                lo, hi = entry.opsets
+                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                                     f"valid for ai.onnx opsets {lo}..{hi or ''}; the model "
+                                     f"is at {model_opset}"))
+                continue
+            ctx = DecompositionContext(node, model_opset, opsets, list(finding.input_types),
+                                       constants=constants)
+            try:
+                fn = build_function(entry.builder, ctx)
+            except Exception as e:  # noqa: BLE001 - a plugin's builder failing is its bug
+                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                                     f"builder failed: {type(e).__name__}: {e}"))
+                continue
+            if fn is None:
+                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                                     "declined this node (attributes or types)"))
+                continue
+            problem = self._body_problem(fn, finding, opsets, constants, depth)
+            if problem:
+                out.append(Candidate("decomposition", entry.plugin, rule, False, problem))
+                continue
+            out.append(Candidate("decomposition", entry.plugin, rule, True, "", fn))
+            break
+        if not entries:
+            out.append(Candidate("decomposition", "-", "-", False,
+                                 "no installed plugin registers a decomposition for this op"))
+        return out
+
+    def _body_problem(self, fn: FunctionProto, finding: Finding, opsets, constants, depth):
+        """None if every node of the body runs on every target (or has a remedy itself)."""
+        if depth >= MAX_DEPTH:
+            return "decompositions nest too deeply"
+        body_opsets = dict(opsets)
+        for entry in fn.opset_import:
+            body_opsets.setdefault(normalize_domain(entry.domain), entry.version)
+        types = {formal: t for formal, t in zip(fn.input, finding.input_types) if t}
+        for i, inner in enumerate(fn.node):
+            domain = normalize_domain(inner.domain)
+            for target in self.targets:
+                query = NodeQuery(inner, f"{finding.path}/<body>/node {i}", domain,
+                                  body_opsets.get(domain), types, body_opsets)
+                problem = target.check_node(query)
+                if problem is None:
+                    continue
+                nested = Finding(
+                    problem.target, problem.path, problem.domain, problem.op_type,
+                    problem.version, problem.reason, problem.detail, inner.name, inner,
+                    tuple(types.get(n) if n else None for n in inner.input), body_opsets,
+                )
+                sub = self._decomposition_candidates(nested, body_opsets, constants, depth + 1)
+                if not any(c.accepted for c in sub):
+                    return (f"its body uses {nested.op_label}, which {target.name} cannot run "
+                            f"({problem.detail})")
+            schema = target_schema(self.targets, domain, inner.op_type, body_opsets.get(domain))
+            for name, t in zip(inner.output, infer_node_outputs(inner, schema, types)):
+                if name and t:
+                    types.setdefault(name, t)
+        return None
+
+    def function_name(self, finding: Finding) -> str:
+        key = self.signature(finding.node, dict(finding.scope_opsets or {}), finding.input_types)
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = f"{finding.op_type}_{len(self._names)}"
+        return name
+
+
+def target_schema(targets, domain, op_type, opset):
+    for t in targets:
+        s = t.schemas.resolve(domain, op_type, opset) if opset else None
+        if s is not None:
+            return s
+    return None
+
+
+def _constants(model: ModelProto) -> dict:
+    """Initializers and Constant(value=...) outputs by name, in every graph (not read from
+    external data: those stay on disk)."""
+    out = {}
+    for scope in iter_scopes(model):
+        if scope.graph is not None:
+            for t in scope.graph.initializer:
+                out[t.name] = t
+        for node in scope.nodes:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+                for a in node.attribute:
+                    if a.name == "value":
+                        out[node.output[0]] = a.t
+    return out
+
+
+def _detect(model: ModelProto, targets: Sequence[Target]) -> list[Finding]:
+    findings = []
+    for target in targets:
+        findings.extend(find_unsupported(model, target, keep_nodes=True))
+    return findings
+
+
+def apply_decompositions(
+    model: ModelProto, findings: list[Finding], planner: _Planner, ctx: PassContext
+) -> tuple[ModelProto, bool]:
+    """Retarget every node with an accepted decomposition, then inline them all at once."""
+    constants = _constants(model)
+    functions: dict[str, FunctionProto] = {}
+    seen: set[int] = set()
+    for f in findings:
+        if f.node is None or id(f.node) in seen:
+            continue
+        seen.add(id(f.node))
+        choice = planner.chosen(f, constants)
+        if choice is None or choice.kind != "decomposition":
+            continue
+        name = planner.function_name(f)
+        if name not in functions:
+            functions[name] = specialise(
+                choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule
+            )
+        ctx.record("decomposition", choice.plugin, choice.rule, f.op_label)
+        retarget(f.node, functions[name])
+    if not functions:
+        return model, False
+    for local in model.functions:  # calls may sit inside model-local functions
+        if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in local.opset_import):
+            entry = local.opset_import.add()
+            entry.domain, entry.version = REMEDY_DOMAIN, 1
+    _import_domains(model, functions.values())
+    return splice(model, list(functions.values())), True
+
+
+def _import_domains(model: ModelProto, functions) -> None:
+    """Add opset imports that the new nodes need and the model lacks."""
+    have = opset_map(model.opset_import)
+    for fn in functions:
+        for entry in fn.opset_import:
+            domain = normalize_domain(entry.domain)
+            if domain not in have:
+                new = model.opset_import.add()
+                new.domain, new.version = entry.domain, entry.version
+                have[domain] = entry.version
+
+
+def cleanup(model: ModelProto) -> None:
+    """Drop opset imports and model-local functions nothing uses any more."""
+    used_domains: set[str] = set()
+    called: set[tuple[str, str]] = set()
+    for scope in iter_scopes(model):
+        for node in scope.nodes:
+            used_domains.add(normalize_domain(node.domain))
+            called.add((normalize_domain(node.domain), node.op_type))
+    kept = [f for f in model.functions if (normalize_domain(f.domain), f.name) in called]
+    if len(kept) != len(model.functions):
+        del model.functions[:]
+        model.functions.extend(kept)
+    for container in [model, *model.functions]:
+        imports = [o for o in container.opset_import
+                   if normalize_domain(o.domain) in used_domains or normalize_domain(o.domain) == ""]
+        if len(imports) != len(container.opset_import):
+            del container.opset_import[:]
+            container.opset_import.extend(imports)
+
+
+def verify(model: ModelProto, original: ModelProto) -> dict[str, str]:
+    """Checker (full) and strict shape inference; a failure the original shares is noted as
+    pre-existing rather than blamed on the rewrite."""
+    import onnx
+
+    results = {}
+    checks = {
+        "checker": lambda m: onnx.checker.check_model(m, full_check=True),
+        "shape_inference": lambda m: onnx.shape_inference.infer_shapes(
+            m, check_type=True, strict_mode=True
+        ),
+    }
+    for name, run in checks.items():
+        try:
+            run(model)
+            results[name] = "ok"
+        except Exception as e:  # noqa: BLE001 - onnx raises several kinds
+            message = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            try:
+                run(original)
+            except Exception:  # noqa: BLE001
+                results[name] = f"pre-existing: the original fails too: {message}"
+                continue
+            results[name] = message
+    return results
+
+
+def rewrite_proto(
+    model: ModelProto,
+    targets: Sequence[Target],
+    plugins: Plugins,
+    *,
+    partial: bool = False,
+    explain: bool = False,
+    dry_run: bool = False,
+    model_name: str = "<model>",
+) -> tuple[ModelProto, RewriteReport]:
+    """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is)."""
+    work = ModelProto()
+    work.CopyFrom(model)
+    report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
+    report.before = ModelStats.of(work)
+    ctx = PassContext(targets, plugins.registry)
+    passes = instantiate(plugins.registry)
+    planner = _Planner(targets, plugins, passes, ctx)
+
+    findings = _detect(work, targets)
+    constants = _constants(work)
+    why: dict[int, str] = {}
+    unfixable = []
+    for f in findings:
+        candidates = planner.candidates(f, constants)
+        if explain:
+            report.explain.append({
+                "finding": f.as_dict(),
+                "candidates": [
+                    {"kind": c.kind, "plugin": c.plugin, "rule": c.rule,
+                     "accepted": c.accepted, "why": c.why}
+                    for c in candidates
+                ],
+            })
+        if not any(c.accepted for c in candidates):
+            unfixable.append(f)
+            declined = [c.why for c in candidates if c.why]
+            why[id(f)] = declined[0] if declined else f.detail
+    if unfixable and not partial:
+        if explain or dry_run:
+            report.remaining = unfixable
+            report.after = report.before
+            return model, report
+        raise UnfixableError(unfixable, why)
+    if dry_run:
+        report.remaining = unfixable
+        for f in findings:
+            choice = next((c for c in planner.candidates(f, constants) if c.accepted), None)
+            if choice is not None:
+                report.applied[(choice.kind, choice.plugin, choice.rule, f.op_label)] += 1
+        report.after = report.before
+        return model, report
+
+    for round_index in range(MAX_ROUNDS):
+        report.rounds = round_index + 1
+        if round_index:
+            findings = _detect(work, targets)
+        if not findings:
+            break
+        for_passes = [f for f in findings if not _decomposed(f, planner)]
+        work, changed = apply_decompositions(work, findings, planner, ctx)
+        for p in passes:
+            if any(p.offers(f, ctx)[0] for f in for_passes):
+                result = p.run(work, ctx)
+                if result is not None:
+                    work, changed = result, True
+        if not changed:
+            break
+    cleanup(work)
+    report.applied = ctx.applied
+    report.remaining = _detect(work, targets)
+    report.after = ModelStats.of(work)
+    report.verification = verify(work, model)
+    for f in report.remaining:
+        object.__setattr__(f, "node", None)  # do not keep the model alive through reports
+    return work, report
+
+
+def _decomposed(f: Finding, planner: _Planner) -> bool:
+    if f.node is None:
+        return False
+    plan = planner._plans.get(
+        planner.signature(f.node, dict(f.scope_opsets or {}), f.input_types), []
+    )
+    return any(c.accepted and c.kind == "decomposition" for c in plan)
