@@ -137,6 +137,59 @@ def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug)
 
 
 @cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the result.")
+@click.option(
+    "-t", "--target", "targets", multiple=True, default=("onnxruntime",), show_default=True,
+    help="Target the result must run on (repeatable; all must be satisfied).",
+)
+@click.option("--partial", is_flag=True, help="Rewrite what can be fixed and report the rest.")
+@click.option("--dry-run", is_flag=True, help="Show the plan; change and write nothing.")
+@click.option("--explain", is_flag=True, help="Say which plugins were asked and why each declined.")
+@click.option("--in-place", is_flag=True, help="Allow the output to overwrite the input.")
+@click.option(
+    "--confirm/--no-confirm", default=None,
+    help="Load the result in each target runtime (default: on for small models).",
+)
+@click.option(
+    "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
+    help="Register a custom-op shared library with onnxruntime.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_common
+@click.pass_context
+def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
+            libraries, as_json, plugin_specs, debug):
+    """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
+
+    Exit 0 when the result runs on every target and passes verification, 1 when findings
+    remain (nothing is written unless --partial), 2 on bad input.
+    """
+    obj = _state(ctx, plugin_specs, debug)
+    from rewriter import report as render
+    from rewriter.api import rewrite as run_rewrite
+    from rewriter.pipeline import UnfixableError
+
+    plugins = _load_plugins(obj)
+    try:
+        result = run_rewrite(
+            model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
+            explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
+        )
+    except UnfixableError as e:
+        if as_json:
+            click.echo(render.dumps({"ok": False, "error": one_line(str(e)),
+                                     "remaining": [f.as_dict() for f in e.findings]}))
+        raise
+    report = result.report
+    if as_json:
+        click.echo(render.dumps(report.as_dict()))
+    else:
+        render.print_rewrite(report)
+    ctx.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context

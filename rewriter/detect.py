@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from onnx import FunctionProto, GraphProto, ModelProto
 
 from rewriter.targets import Finding, NodeQuery, Target
-from rewriter.typeinfer import declared_protos, declared_types, infer_node_outputs
-from rewriter.walk import function_key, node_label, normalize_domain, opset_map, subgraphs
+from rewriter.typeinfer import (
+    OutputTypeMemo,
+    declared_protos,
+    declared_types,
+    set_current_node,
+)
+from rewriter.walk import _DOMAIN_ALIASES, function_key, opset_map, subgraphs
 
 
 @dataclass
@@ -57,12 +63,26 @@ class CheckReport:
         return all(r.runs for r in self.results)
 
 
-def find_unsupported(model: ModelProto, target: Target) -> list[Finding]:
-    """Static findings of one target over the whole model."""
-    return _Walker(model, target).run()
+def find_unsupported(model: ModelProto, target: Target, keep_nodes: bool = False) -> list[Finding]:
+    """Static findings of one target over the whole model. With ``keep_nodes`` each finding
+    also carries its node, input types and scope opsets (for the rewrite engine)."""
+    walker = _Walker(model, target)
+    walker.keep_nodes = keep_nodes
+    return walker.run()
+
+
+def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
+    import dataclasses
+
+    return dataclasses.replace(
+        finding, node=node, input_types=tuple(types.get(n) if n else None for n in inputs),
+        scope_opsets=dict(opsets),
+    )
 
 
 class _Walker:
+    keep_nodes = False
+
     def __init__(self, model: ModelProto, target: Target) -> None:
         self.model = model
         self.target = target
@@ -72,21 +92,42 @@ class _Walker:
         self.checked_functions: set[tuple] = set()
         self.findings: list[Finding] = []
         self.declared: dict = {}  # value name -> declared TypeProto (with shape), all graphs
+        self.output_types = OutputTypeMemo()
 
     def run(self) -> list[Finding]:
         self.findings.extend(self.target.check_model(self.model))
         opsets = opset_map(self.model.opset_import)
-        self._graph(self.model.graph, "graph", opsets, {})
-        for key, f in self.functions.items():
-            if key not in self.checked_functions:
-                self._function(key, f, [], opsets)
+        try:
+            self._graph(self.model.graph, "graph", opsets, {})
+            for key, f in self.functions.items():
+                if key not in self.checked_functions:
+                    self._function(key, f, [], opsets)
+        finally:
+            set_current_node(None, (), ())  # do not keep the model alive
         return self.findings
 
     def _graph(self, graph: GraphProto, path: str, opsets, outer: dict[str, str]) -> None:
-        types = dict(outer)
-        types.update(declared_types(graph))
+        """Walk ``graph`` seeing the ``outer`` types (those of the enclosing graphs); whatever
+        the graph adds or overrides is undone afterwards, so ``outer`` is left as it was.
+        (Updating ``outer`` in place instead of copying it keeps a model with many subgraphs
+        linear in its size.)"""
+        types = outer
+        before = len(types)
+        overridden = {}
+        for name, t in declared_types(graph).items():
+            if name in types:
+                overridden.setdefault(name, types[name])
+            types[name] = t
         self.declared.update(declared_protos(graph))
-        self._nodes(graph.node, path, opsets, types)
+        try:
+            self._nodes(graph.node, path, opsets, types)
+        finally:
+            if not before:
+                types.clear()
+            else:  # names added since `before` are the last ones in insertion order
+                for name in list(islice(reversed(types), len(types) - before)):
+                    del types[name]
+                types.update(overridden)
 
     def _function(self, key, f: FunctionProto, input_types: Sequence[str | None], model_opsets):
         self.checked_functions.add(key)
@@ -98,12 +139,19 @@ class _Walker:
         self.function_types[key] = types
 
     def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str]) -> None:
-        target, schemas, functions = self.target, self.schemas, self.functions
+        # The hot loop of `check`: every protobuf field read here costs a wrapper object, so
+        # each is read once per node and shared (with the target, through set_current_node).
+        check_node, schemas, functions = self.target.check_node, self.schemas, self.functions
+        findings, declared, infer = self.findings, self.declared, self.output_types.infer
+        resolve, max_version = schemas.resolve, schemas.max_version
+        aliases = _DOMAIN_ALIASES
+        make_query = _query_factory()
         for i, node in enumerate(nodes):
-            domain = normalize_domain(node.domain)
+            raw_domain = node.domain
+            domain = aliases.get(raw_domain, raw_domain)
             opset = opsets.get(domain)
-            node_path = None
-            key = (domain, node.op_type, node.overload) if functions else None
+            op_type = node.op_type
+            key = (domain, op_type, node.overload) if functions else None
             if key is not None and key in functions:
                 in_types = [types.get(n) if n else None for n in node.input]
                 if key not in self.checked_functions:
@@ -114,20 +162,55 @@ class _Walker:
                     if name and inner in body_types and name not in types:
                         types[name] = body_types[inner]
                 continue
-            node_path = f"{path}/{node_label(i, node)}"
-            query = NodeQuery(node, node_path, domain, opset, types, opsets, self.declared)
-            finding = target.check_node(query)
+            inputs, outputs = tuple(node.input), tuple(node.output)
+            set_current_node(node, inputs, outputs)
+            node_path = f"{path}/node {i} ({node.name or op_type})"  # walk.node_label
+            finding = check_node(make_query(node, node_path, domain, opset, types, opsets,
+                                            declared))
             if finding is not None:
-                self.findings.append(finding)
+                if self.keep_nodes:
+                    finding = _with_node(finding, node, inputs, types, opsets)
+                findings.append(finding)
             if node.attribute:
                 for attr_label, sub in subgraphs(node):
                     self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
-            if not all(o in types for o in node.output if o):
-                version = opset or schemas.max_version.get(domain)  # a forgotten import
-                schema = schemas.resolve(domain, node.op_type, version) if version else None
-                for name, t in zip(node.output, infer_node_outputs(node, schema, types)):
-                    if name and t and name not in types:
-                        types[name] = t
+            for o in outputs:
+                if o and o not in types:
+                    break
+            else:
+                continue  # every output's type is known already
+            version = opset or max_version.get(domain)  # a forgotten import
+            schema = resolve(domain, op_type, version) if version else None
+            for name, t in zip(outputs, infer(node, schema, inputs, outputs, types, op_type,
+                                              raw_domain)):
+                if name and t and name not in types:
+                    types[name] = t
+
+
+_QUERY_FIELDS = ("node", "path", "domain", "opset", "types", "opsets", "declared")
+
+
+def _query_factory():
+    """NodeQuery's constructor, or an equivalent ~2x cheaper one (a frozen dataclass's
+    __init__ sets each field through object.__setattr__; at 100k nodes that shows). The fast
+    path is used only while NodeQuery is exactly the plain frozen dataclass it was written for."""
+    import dataclasses
+
+    if (
+        tuple(f.name for f in dataclasses.fields(NodeQuery)) != _QUERY_FIELDS
+        or hasattr(NodeQuery, "__post_init__")
+        or "__slots__" in NodeQuery.__dict__
+    ):
+        return NodeQuery
+    new = object.__new__
+
+    def make(node, path, domain, opset, types, opsets, declared):
+        query = new(NodeQuery)
+        query.__dict__.update(node=node, path=path, domain=domain, opset=opset, types=types,
+                              opsets=opsets, declared=declared)
+        return query
+
+    return make
 
 
 def group_findings(findings: Iterable[Finding], registry=None) -> list[FindingGroup]:

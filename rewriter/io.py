@@ -7,6 +7,7 @@ line naming the file and the tensor or node at fault.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import stat
@@ -20,7 +21,13 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto, helper
 
 from rewriter.errors import ExternalDataError, ModelError, OutputError
-from rewriter.walk import iter_scopes, iter_tensors, node_label
+from rewriter.walk import (
+    iter_scopes,
+    iter_tensor_sites,
+    iter_tensors,
+    node_label,
+    tensor_location,
+)
 
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse or serialize a message this large
 
@@ -117,63 +124,73 @@ def load_model(path: str | os.PathLike, *, validate: bool = True) -> LoadedModel
         raise ModelError(str(path), "not an ONNX model (no opset imports; truncated file?)")
     loaded = LoadedModel(model=model, path=path, file_size=st.st_size)
     if validate:
-        validate_structure(model, str(path))
-        loaded.external_files = validate_external_data(model, path.parent, str(path))
+        scopes = list(iter_scopes(model))  # one walk for both checks
+        validate_structure(model, str(path), scopes=scopes)
+        loaded.external_files = validate_external_data(
+            model, path.parent, str(path), scopes=scopes
+        )
     return loaded
 
 
 # ----------------------------------------------------------------------------- structure
 
 
-def validate_structure(model: ModelProto, where: str) -> None:
+def validate_structure(model: ModelProto, where: str, *, scopes: list | None = None) -> None:
     """Every node input and graph output must be defined, and no graph may contain a cycle.
 
-    All problems are gathered into one error line.
+    All problems are gathered into one error line. ``scopes``: the model's
+    :func:`~rewriter.walk.iter_scopes`, when the caller has them already.
     """
     problems: list[str] = []
     defined_in: dict[int, set[str]] = {}
-    for scope in iter_scopes(model):
+    for scope in iter_scopes(model) if scopes is None else scopes:
         if scope.graph is not None:
             g = scope.graph
-            names = {v.name for v in g.input} | {t.name for t in g.initializer}
-            names |= {s.values.name for s in g.sparse_initializer}
+            names = {v.name for v in g.input}
+            names.update([t.name for t in g.initializer])
+            names.update([s.values.name for s in g.sparse_initializer])
         else:
             names = set(scope.function.input)
-        parent_names: set[str] = set()
+        # names visible from enclosing graphs, innermost first (sets, never copied)
+        parents: list[set[str]] = []
         p = scope.parent
         while p is not None:
-            parent_names |= defined_in.get(id(p), set())
+            if defined_in.get(id(p)):
+                parents.append(defined_in[id(p)])
             p = p.parent
-        produced_later = {}
-        for i, node in enumerate(scope.nodes):
-            for out in node.output:
-                if out:
-                    produced_later[out] = i
+        nodes = scope.nodes
         local = set(names)
         pending: list[tuple[int, str]] = []
-        for i, node in enumerate(scope.nodes):
-            for name in node.input:
-                if name and name not in local and name not in parent_names:
-                    pending.append((i, name))
-            local.update(o for o in node.output if o)
+        defines_all = local.issuperset
+        define = local.update
+        for i, node in enumerate(nodes):
+            inputs = node.input
+            if not defines_all(inputs):  # rare: an empty optional input, an outer-scope name
+                for name in inputs:
+                    if name and name not in local and not any(name in s for s in parents):
+                        pending.append((i, name))
+            define(node.output)
+        local.discard("")  # an empty output name defines nothing
+        local.update(n for n in names if not n)  # ...unless the graph declared one
         defined_in[id(scope)] = local
-        for i, name in pending:
-            node = scope.nodes[i]
-            if name in produced_later:
-                continue  # defined later: ordering or cycle, decided below
-            problems.append(
-                f"{scope.path}/{node_label(i, node)}: input {name!r} is not defined"
-            )
-        if any(name in produced_later for _, name in pending):
-            cycle = _find_cycle(scope.nodes, names | parent_names)
-            if cycle:
-                problems.append(f"{scope.path}: cycle through nodes {', '.join(cycle)}")
-        outputs = scope.graph.output if scope.graph is not None else ()
-        out_names = [o.name for o in outputs] if scope.graph is not None else list(
-            scope.function.output
-        )
+        if pending:
+            produced_later = {o for node in nodes for o in node.output if o}
+            for i, name in pending:
+                if name in produced_later:
+                    continue  # defined later: ordering or cycle, decided below
+                problems.append(
+                    f"{scope.path}/{node_label(i, nodes[i])}: input {name!r} is not defined"
+                )
+            if any(name in produced_later for _, name in pending):
+                cycle = _find_cycle(nodes, names.union(*parents))
+                if cycle:
+                    problems.append(f"{scope.path}: cycle through nodes {', '.join(cycle)}")
+        if scope.graph is not None:
+            out_names = [o.name for o in scope.graph.output]
+        else:
+            out_names = list(scope.function.output)
         for name in out_names:
-            if name and name not in local and name not in parent_names:
+            if name and name not in local and not any(name in s for s in parents):
                 problems.append(f"{scope.path}: output {name!r} is not produced by any node")
         if len(problems) > 20:
             break
@@ -245,65 +262,100 @@ _PACKED_BITS = {
 }
 
 
+_NO_SIZE = (TensorProto.STRING, TensorProto.UNDEFINED)
+_ITEMSIZE: dict[int, int | None] = {}  # data type -> bytes per element (None: unknown)
+
+
+def _itemsize(data_type: int) -> int | None:
+    try:
+        return _ITEMSIZE[data_type]
+    except KeyError:
+        pass
+    try:
+        size = np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+    except (KeyError, ValueError, TypeError):
+        size = None
+    _ITEMSIZE[data_type] = size
+    return size
+
+
 def tensor_nbytes(tensor: TensorProto) -> int | None:
     """Bytes the tensor's data should occupy, or None for strings/unknown types."""
-    if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+    data_type = tensor.data_type
+    if data_type in _NO_SIZE:
         return None
-    count = 1
-    for d in tensor.dims:
-        count *= d
-    bits = _PACKED_BITS.get(tensor.data_type)
+    bits = _PACKED_BITS.get(data_type)
     if bits:
-        return (count * bits + 7) // 8
-    try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-    except (KeyError, ValueError, TypeError):
+        return (math.prod(tensor.dims) * bits + 7) // 8
+    itemsize = _itemsize(data_type)
+    if itemsize is None:
         return None
-    return count * itemsize
+    return math.prod(tensor.dims) * itemsize
 
 
-def validate_external_data(model: ModelProto, base_dir: Path, where: str) -> dict[str, ExternalFile]:
-    """Check every external-data reference; return the files referenced, keyed by location."""
+def _tensor_label(site, tensor: TensorProto) -> str:
+    return f"tensor {tensor.name!r} ({tensor_location(site)})"
+
+
+def validate_external_data(
+    model: ModelProto, base_dir: Path, where: str, *, scopes: list | None = None
+) -> dict[str, ExternalFile]:
+    """Check every external-data reference; return the files referenced, keyed by location.
+    ``scopes``: the model's :func:`~rewriter.walk.iter_scopes`, when the caller has them."""
     base_real = os.path.realpath(base_dir)
     files: dict[str, ExternalFile] = {}
-    for location_label, tensor in iter_tensors(model):
-        if not uses_external_data(tensor):
+    location_reasons: dict[str, str | None] = {}
+    external = TensorProto.EXTERNAL
+    for site, tensor in iter_tensor_sites(model, scopes):
+        if tensor.data_location != external:
             continue
-        label = f"tensor {tensor.name!r} ({location_label})"
-        info = external_data_fields(tensor)
+        info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
-        reason = _unsafe_location_reason(location)
+        try:
+            reason = location_reasons[location]
+        except KeyError:
+            reason = location_reasons[location] = _unsafe_location_reason(location)
         if reason:
-            raise ExternalDataError(where, f"external data of {label}: {reason}")
+            raise ExternalDataError(
+                where, f"external data of {_tensor_label(site, tensor)}: {reason}"
+            )
         ext = files.get(location)
         if ext is None:
-            ext = files[location] = _check_external_file(base_dir, base_real, location, label, where)
+            ext = files[location] = _check_external_file(
+                base_dir, base_real, location, _tensor_label(site, tensor), where
+            )
         try:
             offset = int(info.get("offset", "0") or 0)
             length = int(info["length"]) if info.get("length") not in (None, "") else None
         except ValueError:
             raise ExternalDataError(
-                where, f"external data of {label}: offset/length are not integers"
+                where,
+                f"external data of {_tensor_label(site, tensor)}: offset/length are not integers",
             ) from None
         if offset < 0 or (length is not None and length < 0):
-            raise ExternalDataError(where, f"external data of {label}: negative offset or length")
+            raise ExternalDataError(
+                where,
+                f"external data of {_tensor_label(site, tensor)}: negative offset or length",
+            )
         expected = tensor_nbytes(tensor)
         needed = length if length is not None else expected
         if length is not None and expected is not None and length < expected:
             raise ExternalDataError(
                 where,
-                f"external data of {label}: length {length} is shorter than the {expected} bytes "
-                "its shape and type need",
+                f"external data of {_tensor_label(site, tensor)}: length {length} is shorter "
+                f"than the {expected} bytes its shape and type need",
             )
         if needed is not None and offset + needed > ext.size:
             raise ExternalDataError(
                 where,
-                f"external data of {label}: offset {offset} + length {needed} is past the end of "
-                f"{location!r} ({ext.size} bytes)",
+                f"external data of {_tensor_label(site, tensor)}: offset {offset} + length "
+                f"{needed} is past the end of {location!r} ({ext.size} bytes)",
             )
         if needed is None and offset > ext.size:
             raise ExternalDataError(
-                where, f"external data of {label}: offset {offset} is past the end of {location!r}"
+                where,
+                f"external data of {_tensor_label(site, tensor)}: offset {offset} is past the "
+                f"end of {location!r}",
             )
         ext.tensors += 1
         ext.referenced_bytes += needed or 0
@@ -442,7 +494,7 @@ def save_model(
             renames = {loc: loc for loc in locations}
         else:
             names = data_file_names(out, len(locations))
-            for loc, name in zip(locations, names):
+            for loc, name in zip(locations, names, strict=True):
                 ext = source.external_files.get(loc)
                 if ext is None:
                     raise OutputError(f"{out}: external data {loc!r} was not validated on load")

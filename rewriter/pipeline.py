@@ -44,9 +44,17 @@ class UnfixableError(RewriterError):
         self.findings = findings
         groups: dict[tuple, int] = {}
         for f in findings:
-            key = (f.target, f.op_label, why.get(id(f), f.detail))
+            key = (f.target, f.op_label, f.detail, why.get(id(f), ""))
             groups[key] = groups.get(key, 0) + 1
-        parts = [f"{t}: {op} ×{n} ({reason})" for (t, op, reason), n in groups.items()]
+        # (target, op, what the target lacks, why no remedy applies, count) per distinct
+        # failure, for callers that group them
+        self.groups = [(t, op, detail, reason, n) for (t, op, detail, reason), n in groups.items()]
+        parts = []
+        for t, op, detail, reason, n in self.groups:
+            text = f"{t}: {op} ×{n}: {detail}"
+            if reason and reason != detail:
+                text += f" — no remedy: {reason}"
+            parts.append(text)
         super().__init__(
             f"{len(findings)} finding(s) have no remedy, nothing was changed: " + "; ".join(parts)
         )
@@ -136,7 +144,13 @@ class _Planner:
         self.passes = passes
         self.pass_ctx = ctx
         self._by_op: dict[tuple[str, str], list[DecompositionEntry]] = {}
-        for entry in sorted(self.registry.decompositions, key=lambda e: (e.plugin, e.opsets)):
+        def precedence(entry: DecompositionEntry):
+            # third-party plugins before built-ins, then by name; hi None is open-ended
+            info = self.registry.plugins.get(entry.plugin)
+            return (bool(info and info.builtin), entry.plugin, entry.opsets[0],
+                    entry.opsets[1] or 1 << 30)
+
+        for entry in sorted(self.registry.decompositions, key=precedence):
             self._by_op.setdefault((entry.domain, entry.op_type), []).append(entry)
         self._plans: dict[tuple, list[Candidate]] = {}
         self._names: dict[tuple, str] = {}
@@ -157,9 +171,11 @@ class _Planner:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._decomposition_candidates(finding, opsets, constants, depth)
-            if not any(c.accepted for c in plan):
-                plan += self._pass_candidates(finding)
             self._plans[key] = plan
+        if not any(c.accepted for c in plan):
+            # passes are asked per finding: their answer may depend on more than the plan
+            # signature holds (constant inputs, shapes); they cache what they can themselves
+            return plan + self._pass_candidates(finding)
         return plan
 
     def chosen(self, finding: Finding, constants) -> Candidate | None:
@@ -221,6 +237,12 @@ class _Planner:
         types = {formal: t for formal, t in zip(fn.input, finding.input_types) if t}
         for i, inner in enumerate(fn.node):
             domain = normalize_domain(inner.domain)
+            # output types first: some bind a type parameter only through them (Cast's T2
+            # comes from its `to` attribute), and a body declares no value types
+            schema = target_schema(self.targets, domain, inner.op_type, body_opsets.get(domain))
+            for name, t in zip(inner.output, infer_node_outputs(inner, schema, types)):
+                if name and t:
+                    types.setdefault(name, t)
             for target in self.targets:
                 query = NodeQuery(inner, f"{finding.path}/<body>/node {i}", domain,
                                   body_opsets.get(domain), types, body_opsets)
@@ -236,10 +258,6 @@ class _Planner:
                 if not any(c.accepted for c in sub):
                     return (f"its body uses {nested.op_label}, which {target.name} cannot run "
                             f"({problem.detail})")
-            schema = target_schema(self.targets, domain, inner.op_type, body_opsets.get(domain))
-            for name, t in zip(inner.output, infer_node_outputs(inner, schema, types)):
-                if name and t:
-                    types.setdefault(name, t)
         return None
 
     def function_name(self, finding: Finding) -> str:
@@ -324,21 +342,39 @@ def _import_domains(model: ModelProto, functions) -> None:
                 have[domain] = entry.version
 
 
-def cleanup(model: ModelProto) -> None:
-    """Drop opset imports and model-local functions nothing uses any more."""
+def _uses(model: ModelProto) -> tuple[set[str], set[tuple[str, str]]]:
+    """The domains the model's nodes use, and the (domain, op_type) they call."""
     used_domains: set[str] = set()
     called: set[tuple[str, str]] = set()
     for scope in iter_scopes(model):
         for node in scope.nodes:
             used_domains.add(normalize_domain(node.domain))
             called.add((normalize_domain(node.domain), node.op_type))
+    return used_domains, called
+
+
+def cleanup(model: ModelProto, original: ModelProto | None = None) -> None:
+    """Drop opset imports and model-local functions nothing uses any more. With
+    ``original``, only those the rewrite left unused go: what the original already imported
+    or defined without using is not the rewrite's business."""
+    used_domains, called = _uses(model)
+    if original is not None:
+        before_domains, before_called = _uses(original)
+        used_domains |= {normalize_domain(o.domain) for o in original.opset_import
+                         if normalize_domain(o.domain) not in before_domains}
+        for f in original.functions:
+            for entry in f.opset_import:
+                if normalize_domain(entry.domain) not in before_domains:
+                    used_domains.add(normalize_domain(entry.domain))
+            if (normalize_domain(f.domain), f.name) not in before_called:
+                called.add((normalize_domain(f.domain), f.name))
     kept = [f for f in model.functions if (normalize_domain(f.domain), f.name) in called]
     if len(kept) != len(model.functions):
         del model.functions[:]
         model.functions.extend(kept)
     for container in [model, *model.functions]:
         imports = [o for o in container.opset_import
-                   if normalize_domain(o.domain) in used_domains or normalize_domain(o.domain) == ""]
+                   if normalize_domain(o.domain) in used_domains | {""}]
         if len(imports) != len(container.opset_import):
             del container.opset_import[:]
             container.opset_import.extend(imports)
@@ -388,6 +424,8 @@ def rewrite_proto(
     report.before = ModelStats.of(work)
     ctx = PassContext(targets, plugins.registry)
     passes = instantiate(plugins.registry)
+    for p in passes:
+        p.prepare(work, ctx)
     planner = _Planner(targets, plugins, passes, ctx)
 
     findings = _detect(work, targets)
@@ -439,7 +477,7 @@ def rewrite_proto(
                     work, changed = result, True
         if not changed:
             break
-    cleanup(work)
+    cleanup(work, model)
     report.applied = ctx.applied
     report.remaining = _detect(work, targets)
     report.after = ModelStats.of(work)

@@ -193,11 +193,14 @@ class DecompositionRegistry(_Bound):
                              " (want (lo, hi) with 1 <= lo <= hi, hi None for open)")
         lo, hi = opsets
         domain = normalize_domain(domain)
+        # Several plugins may offer the same op (the planner prefers third-party plugins over
+        # built-ins, then goes by name); one plugin may not offer it twice for one opset.
         for d in self._registry.decompositions:
-            if d.domain == domain and d.op_type == op_type and _overlap(d.opsets, (lo, hi)):
+            if (d.plugin == self.plugin and d.domain == domain and d.op_type == op_type
+                    and _overlap(d.opsets, (lo, hi))):
                 raise self._fail(
                     f"decomposition {domain or 'ai.onnx'}::{op_type} for opsets {(lo, hi)} "
-                    f"overlaps opsets {d.opsets} registered by plugin {d.plugin!r}"
+                    f"overlaps opsets {d.opsets} this plugin already registered"
                 )
         self._registry.decompositions.append(
             DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin)

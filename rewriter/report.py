@@ -144,3 +144,43 @@ def print_plugins(rows: list[dict[str, Any]], stream=None) -> None:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False)
+
+
+def print_rewrite(report, stream=None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = _console(stream)
+    title = "plan (dry run)" if report.dry_run else "rewrite"
+    console.print(f"[bold]{escape(report.model)}[/bold] → {escape(report.output or '(not written)')}")
+    if report.applied:
+        table = Table(title=f"{title}: remedies by op")
+        for col in ("op", "remedy", "plugin", "nodes"):
+            table.add_column(col, justify="right" if col == "nodes" else "left")
+        for (kind, plugin, rule, op), n in sorted(report.applied.items()):
+            table.add_row(escape(op), escape(f"{kind} {rule}"), escape(plugin), str(n))
+        console.print(table)
+    if report.before and report.after:
+        console.print(
+            f"nodes: {report.before.nodes:,} → {report.after.nodes:,}; "
+            f"ops: {len(report.before.ops)} kinds → {len(report.after.ops)} kinds"
+        )
+    for name, verdict in report.verification.items():
+        mark = "[green]✓[/green]" if verdict == "ok" else "[yellow]![/yellow]"
+        if not (verdict == "ok" or verdict.startswith(("pre-existing", "skipped"))):
+            mark = "[red]✗[/red]"
+        console.print(f"{mark} {escape(name)}: {escape(one_line(verdict))}")
+    if report.remaining:
+        console.print(f"[red]✗[/red] {len(report.remaining)} finding(s) not fixed:")
+        for g in group_findings(report.remaining):
+            console.print(f"  {escape(g.op_label)} ×{g.count} on {g.target}: "
+                          f"{escape(one_line(g.detail))}")
+    elif not report.dry_run:
+        console.print(f"[green]✓[/green] runs on {', '.join(report.targets)}")
+    for item in report.explain:
+        f = item["finding"]
+        console.print(f"explain {escape(f['path'])} {escape(f['op_type'])} ({f['target']}):")
+        for c in item["candidates"]:
+            verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
+            console.print(f"    {escape(c['kind'])} {escape(c['rule'])} "
+                          f"[{escape(c['plugin'])}] — {escape(one_line(verdict))}")

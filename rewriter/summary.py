@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import Any
 
 from onnx import TypeProto, ValueInfoProto
@@ -10,7 +11,7 @@ from onnx import TypeProto, ValueInfoProto
 from rewriter.io import LoadedModel, tensor_nbytes, uses_external_data
 from rewriter.schemas import onnx_schemas, onnxruntime_schemas
 from rewriter.typeinfer import type_string
-from rewriter.walk import iter_scopes, iter_tensors
+from rewriter.walk import iter_scopes, iter_tensor_sites
 
 
 def _shape(tp: TypeProto) -> list[int | str] | None:
@@ -39,18 +40,22 @@ def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
     subgraph_count = 0
     max_depth = 0
     node_count = 0
-    for scope in iter_scopes(model):
+    scopes = list(iter_scopes(model))
+    by_op = attrgetter("domain", "op_type")
+    for scope in scopes:
         if scope.graph is not None and scope.depth > 0:
             subgraph_count += 1
             max_depth = max(max_depth, scope.depth)
-        for node in scope.nodes:
-            node_count += 1
-            domain = node.domain if node.domain != "ai.onnx" else ""
+        nodes = scope.nodes
+        node_count += len(nodes)
+        # count per distinct operator first: resolving a schema per node is the slow part
+        for (domain, op_type), count in Counter(map(by_op, nodes)).items():
+            domain = domain if domain != "ai.onnx" else ""
             opset = scope.opsets.get(domain)
-            schema = schemas.resolve(domain, node.op_type, opset) if opset else None
+            schema = schemas.resolve(domain, op_type, opset) if opset else None
             if schema is None and opset and domain not in schemas.domains:
-                schema = onnxruntime_schemas().resolve(domain, node.op_type, opset)
-            inventory[(domain, node.op_type, schema.since_version if schema else None)] += 1
+                schema = onnxruntime_schemas().resolve(domain, op_type, opset)
+            inventory[(domain, op_type, schema.since_version if schema else None)] += count
 
     local_functions = {(f.domain, f.name) for f in model.functions}
     operators = [
@@ -66,13 +71,14 @@ def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
         )
     ]
     init_count = init_bytes = external_bytes = 0
-    for _, tensor in iter_tensors(model):
+    for _, tensor in iter_tensor_sites(model, scopes):
         nbytes = tensor_nbytes(tensor) or 0
         init_count += 1
         init_bytes += nbytes
         if uses_external_data(tensor):
             external_bytes += nbytes
 
+    initializer_names = {t.name for t in model.graph.initializer} if model.graph.input else set()
     return {
         "path": str(loaded.path),
         "file_size": loaded.file_size,
@@ -80,8 +86,7 @@ def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
         "producer": " ".join(x for x in (model.producer_name, model.producer_version) if x),
         "model_version": model.model_version,
         "opset_imports": {(o.domain or "ai.onnx"): o.version for o in model.opset_import},
-        "inputs": [_value(v) for v in model.graph.input
-                   if v.name not in {t.name for t in model.graph.initializer}],
+        "inputs": [_value(v) for v in model.graph.input if v.name not in initializer_names],
         "outputs": [_value(v) for v in model.graph.output],
         "nodes": node_count,
         "operators": operators,

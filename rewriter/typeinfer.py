@@ -8,26 +8,45 @@ unknown, never as a mismatch).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 
 from rewriter.schemas import OpSchema, SchemaIndex
 
+_DTYPE_NAMES: dict[int, str | None] = {}
+_TENSOR_TYPES: dict[int, str | None] = {}
+_MAX_MEMO = 4096  # element types are a few dozen; a corrupt model may invent more
+
 
 def dtype_name(elem_type: int) -> str | None:
     """``TensorProto.FLOAT`` -> ``"float"``."""
+    try:
+        return _DTYPE_NAMES[elem_type]
+    except KeyError:
+        pass
     if not elem_type:
         return None
     try:
-        return TensorProto.DataType.Name(elem_type).lower()
+        name = TensorProto.DataType.Name(elem_type).lower()
     except ValueError:
-        return None
+        name = None
+    if len(_DTYPE_NAMES) < _MAX_MEMO:
+        _DTYPE_NAMES[elem_type] = name
+    return name
 
 
 def tensor_type(elem_type: int) -> str | None:
+    try:
+        return _TENSOR_TYPES[elem_type]
+    except KeyError:
+        pass
     name = dtype_name(elem_type)
-    return f"tensor({name})" if name else None
+    result = f"tensor({name})" if name else None
+    if len(_TENSOR_TYPES) < _MAX_MEMO:
+        _TENSOR_TYPES[elem_type] = result
+    return result
 
 
 def type_string(tp: TypeProto) -> str | None:
@@ -51,6 +70,10 @@ def type_string(tp: TypeProto) -> str | None:
     return None
 
 
+_NAME = attrgetter("name")
+_DATA_TYPE = attrgetter("data_type")
+
+
 def declared_types(graph: GraphProto) -> dict[str, str]:
     """Types the graph states: inputs, outputs, value_info and initializers."""
     types: dict[str, str] = {}
@@ -58,10 +81,11 @@ def declared_types(graph: GraphProto) -> dict[str, str]:
         t = type_string(vi.type)
         if t:
             types[vi.name] = t
-    for init in graph.initializer:
-        t = tensor_type(init.data_type)
+    inits = graph.initializer
+    for name, data_type in zip(map(_NAME, inits), map(_DATA_TYPE, inits)):
+        t = _TENSOR_TYPES.get(data_type) or tensor_type(data_type)
         if t:
-            types[init.name] = t
+            types[name] = t
     for sp in graph.sparse_initializer:
         t = dtype_name(sp.values.data_type)
         if t:
@@ -91,10 +115,21 @@ _CONSTANT_VALUE_TYPES = {
 }
 
 
+# Standard ops whose output types come from attributes or another input, not (only) from the
+# schema. _special_output_types handles exactly these: an op added there must be listed here,
+# since inference results of every other op are memoized by input types (OutputTypeMemo).
+SPECIAL_OUTPUT_OPS = frozenset({
+    "Cast", "CastLike", "Constant", "ConstantOfShape", "RandomNormal", "RandomUniform",
+    "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli", "Multinomial",
+    "QuantizeLinear", "DequantizeLinear", "SequenceEmpty", "If", "Loop", "Scan",
+})
+_STANDARD_DOMAINS = ("", "ai.onnx")
+
+
 def _special_output_types(node: NodeProto, in_types: list[str | None]) -> list[str | None] | None:
     """Output types set by attributes or by another input, for ops schemas cannot express."""
     op = node.op_type
-    if node.domain not in ("", "ai.onnx"):
+    if op not in SPECIAL_OUTPUT_OPS or node.domain not in _STANDARD_DOMAINS:
         return None
     if op == "Cast":
         a = _attr(node, "to")
@@ -150,39 +185,82 @@ def _special_output_types(node: NodeProto, in_types: list[str | None]) -> list[s
     return None
 
 
+# (id(schema), number of inputs, number of outputs) -> (schema, input plan, output plan);
+# a plan lists (argument index, type parameter) for the arguments that bind a parameter.
+_PLANS: dict[tuple[int, int, int], tuple] = {}
+_MAX_PLANS = 100_000
+
+
+def _binding_plan(schema: OpSchema, n_in: int, n_out: int) -> tuple:
+    key = (id(schema), n_in, n_out)
+    entry = _PLANS.get(key)
+    if entry is not None and entry[0] is schema:
+        return entry
+    constraints = schema.constraints
+    plans = []
+    for formals, count in ((schema.inputs, n_in), (schema.outputs, n_out)):
+        plan = []
+        for i in range(count):
+            formal = schema.formal_for(formals, i)
+            if formal is None or formal.type_str not in constraints:
+                continue
+            if formal.option == "variadic" and not formal.homogeneous:
+                continue
+            plan.append((i, formal.type_str))
+        plans.append(tuple(plan))
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    entry = _PLANS[key] = (schema, plans[0], plans[1])
+    return entry
+
+
+# The node being walked and its input and output names, published by the detection walker so
+# that the targets it calls need not read them from the protobuf again. Only used when the
+# node asked about *is* that node.
+_current_io: tuple = (None, (), ())
+
+
+def set_current_node(node, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    """Publish ``node``'s input and output names (see :func:`node_io`)."""
+    global _current_io
+    _current_io = (node, inputs, outputs)
+
+
+def node_io(node: NodeProto) -> tuple[Sequence[str], Sequence[str]]:
+    """The node's input and output names (tuples when the walker already read them)."""
+    current = _current_io
+    if current[0] is node:
+        return current[1], current[2]
+    return node.input, node.output
+
+
 def bind_type_params(
     node: NodeProto, schema: OpSchema, types: Mapping[str, str]
 ) -> dict[str, str]:
     """Type parameter -> actual type, from the node's inputs and any known outputs."""
+    inputs, outputs = node_io(node)
+    _, in_plan, out_plan = _binding_plan(schema, len(inputs), len(outputs))
     binding: dict[str, str] = {}
-    for formals, names in ((schema.inputs, node.input), (schema.outputs, node.output)):
-        for i, name in enumerate(names):
-            if not name:
-                continue
-            formal = schema.formal_for(formals, i)
-            if formal is None or formal.type_str not in schema.constraints:
-                continue
-            if formal.option == "variadic" and not formal.homogeneous:
-                continue
-            actual = types.get(name)
+    get = types.get
+    for i, param in in_plan:
+        name = inputs[i]
+        if name and param not in binding:
+            actual = get(name)
             if actual:
-                binding.setdefault(formal.type_str, actual)
+                binding[param] = actual
+    for i, param in out_plan:
+        name = outputs[i]
+        if name and param not in binding:
+            actual = get(name)
+            if actual:
+                binding[param] = actual
     return binding
 
 
-def infer_node_outputs(
-    node: NodeProto, schema: OpSchema | None, types: Mapping[str, str]
-) -> list[str | None]:
-    """Best-effort output types of one node."""
-    in_types = [types.get(n) if n else None for n in node.input]
-    special = _special_output_types(node, in_types)
-    if special is not None:
-        return special
-    if schema is None:
-        return [None] * len(node.output)
-    binding = bind_type_params(node, schema, types)
+def _outputs_from_binding(schema: OpSchema, binding: Mapping[str, str], n_out: int) -> list:
     out: list[str | None] = []
-    for i, _ in enumerate(node.output):
+    constraints = schema.constraints
+    for i in range(n_out):
         formal = schema.formal_for(schema.outputs, i)
         if formal is None:
             out.append(None)
@@ -190,13 +268,67 @@ def infer_node_outputs(
         ts = formal.type_str
         if ts in binding:
             out.append(binding[ts])
-        elif ts not in schema.constraints:
+        elif ts not in constraints:
             out.append(ts or None)
-        elif len(schema.constraints[ts]) == 1:
-            out.append(next(iter(schema.constraints[ts])))
+        elif len(constraints[ts]) == 1:
+            out.append(next(iter(constraints[ts])))
         else:
             out.append(None)
     return out
+
+
+def infer_node_outputs(
+    node: NodeProto, schema: OpSchema | None, types: Mapping[str, str]
+) -> list[str | None]:
+    """Best-effort output types of one node."""
+    inputs, outputs = node_io(node)
+    in_types = [types.get(n) if n else None for n in inputs]
+    special = _special_output_types(node, in_types)
+    if special is not None:
+        return special
+    if schema is None:
+        return [None] * len(outputs)
+    return _outputs_from_binding(schema, bind_type_params(node, schema, types), len(outputs))
+
+
+class OutputTypeMemo:
+    """:func:`infer_node_outputs` for a walk over many nodes: the answer for an op that is not
+    special depends only on its schema and the types of its inputs and outputs, so it is
+    computed once per distinct combination. Use one memo per walk (keys hold schema ids)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple, tuple] = {}
+
+    def infer(
+        self,
+        node: NodeProto,
+        schema: OpSchema | None,
+        inputs: tuple[str, ...],
+        outputs: tuple[str, ...],
+        types: Mapping[str, str],
+        op_type: str,
+        domain: str,
+    ) -> Sequence[str | None]:
+        """``inputs``, ``outputs``, ``op_type`` and ``domain`` (as written) are the node's."""
+        if schema is None or (op_type in SPECIAL_OUTPUT_OPS and domain in _STANDARD_DOMAINS):
+            return infer_node_outputs(node, schema, types)
+        get = types.get
+        in_types = tuple([get(n) if n else None for n in inputs])
+        out_types = tuple([get(n) if n else None for n in outputs])
+        key = (id(schema), in_types, out_types)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        _, in_plan, out_plan = _binding_plan(schema, len(inputs), len(outputs))
+        binding: dict[str, str] = {}
+        for plan, known in ((in_plan, in_types), (out_plan, out_types)):
+            for i, param in plan:
+                actual = known[i]
+                if actual and param not in binding:
+                    binding[param] = actual
+        result = tuple(_outputs_from_binding(schema, binding, len(outputs)))
+        self._memo[key] = (schema, result)
+        return result
 
 
 def propagate(

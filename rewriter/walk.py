@@ -7,7 +7,7 @@ it never converts the model to another IR and never reads external data.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
@@ -41,6 +41,13 @@ class Scope:
     parent: Scope | None = None
     depth: int = 0
     outer_names: frozenset[str] = field(default_factory=frozenset)
+    # indices of the nodes that have attributes (all others hold no subgraph or tensor)
+    attributed: list[int] | None = None
+    node_count: int = -1  # len(nodes) when `attributed` was read
+
+    def __post_init__(self) -> None:
+        if self.attributed is not None and self.node_count < 0:
+            self.node_count = len(self.nodes)
 
     @property
     def nodes(self):
@@ -77,18 +84,26 @@ def model_functions(model: ModelProto) -> dict[tuple[str, str, str], FunctionPro
     return {function_key(f.domain, f.name, f.overload): f for f in model.functions}
 
 
+_GRAPH = AttributeProto.GRAPH
+_GRAPHS = AttributeProto.GRAPHS
+
+
 def subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
     """The node's graph attributes, as (attribute label, graph)."""
     for attr in node.attribute:
-        if attr.type == AttributeProto.GRAPH:
+        kind = attr.type
+        if kind == _GRAPH:
             yield attr.name, attr.g
-        elif attr.type == AttributeProto.GRAPHS:
+        elif kind == _GRAPHS:
             for i, g in enumerate(attr.graphs):
                 yield f"{attr.name}[{i}]", g
 
 
 def iter_scopes(model: ModelProto) -> Iterator[Scope]:
-    """The main graph, every nested subgraph (depth first, in order), then every function."""
+    """The main graph, every nested subgraph (depth first, in order), then every function.
+
+    A scope's subgraphs are found among the nodes that had attributes when the scope was
+    yielded (re-read if nodes were added or removed meanwhile)."""
     opsets = opset_map(model.opset_import)
     yield from _graph_scopes(model.graph, "graph", opsets, None, 0)
     for f in model.functions:
@@ -97,10 +112,26 @@ def iter_scopes(model: ModelProto) -> Iterator[Scope]:
         yield from _function_scopes(f, label, fopsets)
 
 
+def _attributed(nodes) -> list[int]:
+    # One read of each node's attributes, shared by the subgraph search and tensor walks
+    return [i for i, node in enumerate(nodes) if node.attribute]
+
+
+def _attributed_after_yield(scope: Scope) -> list[int]:
+    """The scope's attributed nodes, read again if the consumer added or removed nodes while
+    it had the scope (nodes replaced in place are seen as they were when it was yielded)."""
+    if scope.attributed is None or len(scope.nodes) != scope.node_count:
+        scope.attributed = _attributed(scope.nodes)
+        scope.node_count = len(scope.nodes)
+    return scope.attributed
+
+
 def _function_scopes(f: FunctionProto, label: str, opsets) -> Iterator[Scope]:
-    scope = Scope(path=label, opsets=opsets, function=f)
+    nodes = f.node
+    scope = Scope(path=label, opsets=opsets, function=f, attributed=_attributed(nodes))
     yield scope
-    for i, node in enumerate(f.node):
+    for i in _attributed_after_yield(scope):
+        node = nodes[i]
         for attr_label, g in subgraphs(node):
             yield from _graph_scopes(
                 g, f"{label}/{node_label(i, node)}/{attr_label}", opsets, scope, 1
@@ -108,9 +139,12 @@ def _function_scopes(f: FunctionProto, label: str, opsets) -> Iterator[Scope]:
 
 
 def _graph_scopes(g: GraphProto, path: str, opsets, parent, depth) -> Iterator[Scope]:
-    scope = Scope(path=path, opsets=opsets, graph=g, parent=parent, depth=depth)
+    nodes = g.node
+    scope = Scope(path=path, opsets=opsets, graph=g, parent=parent, depth=depth,
+                  attributed=_attributed(nodes))
     yield scope
-    for i, node in enumerate(g.node):
+    for i in _attributed_after_yield(scope):
+        node = nodes[i]
         for attr_label, sub in subgraphs(node):
             yield from _graph_scopes(
                 sub, f"{path}/{node_label(i, node)}/{attr_label}", opsets, scope, depth + 1
@@ -127,26 +161,69 @@ def iter_nodes(model: ModelProto) -> Iterator[NodeSite]:
 def iter_tensors(model: ModelProto) -> Iterator[tuple[str, TensorProto]]:
     """Every TensorProto that may carry data: initializers (dense and sparse), attribute
     tensors, in every graph, subgraph and function. Yields (location, tensor)."""
-    for scope in iter_scopes(model):
+    for site, tensor in iter_tensor_sites(model):
+        yield tensor_location(site), tensor
+
+
+# Where a tensor sits, as iter_tensor_sites yields it; turned into text only when shown.
+TensorSite = tuple  # (scope path, kind, tensor-or-name-or-(node, attribute), index, suffix)
+
+_INIT, _SPARSE_INIT, _ATTR = 0, 1, 2
+
+
+def tensor_location(site: TensorSite) -> str:
+    """The readable location of a tensor site, as :func:`iter_tensors` spells it."""
+    path, kind, a, b, suffix = site
+    if kind == _INIT:
+        return f"{path}/initializer {a.name!r}"
+    if kind == _SPARSE_INIT:
+        return f"{path}/sparse_initializer {a!r} {suffix}"
+    return f"{path}/{node_label(b, a[0])}/attribute {a[1]!r}{suffix}"
+
+
+_TENSOR = AttributeProto.TENSOR
+_TENSORS = AttributeProto.TENSORS
+_SPARSE_TENSOR = AttributeProto.SPARSE_TENSOR
+_SPARSE_TENSORS = AttributeProto.SPARSE_TENSORS
+_TENSOR_KINDS = frozenset({_TENSOR, _TENSORS, _SPARSE_TENSOR, _SPARSE_TENSORS})
+
+
+def iter_tensor_sites(
+    model: ModelProto, scopes: Iterable[Scope] | None = None
+) -> Iterator[tuple[TensorSite, TensorProto]]:
+    """:func:`iter_tensors`, same order, with the location left unformatted (see
+    :func:`tensor_location`): a big model has many tensors and few are ever shown.
+    ``scopes``: the model's :func:`iter_scopes`, when the caller has them already."""
+    for scope in iter_scopes(model) if scopes is None else scopes:
         g = scope.graph
+        path = scope.path
         if g is not None:
             for t in g.initializer:
-                yield f"{scope.path}/initializer {t.name!r}", t
+                yield (path, _INIT, t, None, ""), t
             for st in g.sparse_initializer:
-                yield f"{scope.path}/sparse_initializer {st.values.name!r} values", st.values
-                yield f"{scope.path}/sparse_initializer {st.values.name!r} indices", st.indices
-        for i, node in enumerate(scope.nodes):
+                name = st.values.name
+                yield (path, _SPARSE_INIT, name, None, "values"), st.values
+                yield (path, _SPARSE_INIT, name, None, "indices"), st.indices
+        nodes = scope.nodes
+        attributed = scope.attributed
+        if attributed is None:
+            attributed = [i for i, node in enumerate(nodes) if node.attribute]
+        for i in attributed:
+            node = nodes[i]
             for attr in node.attribute:
-                where = f"{scope.path}/{node_label(i, node)}/attribute {attr.name!r}"
-                if attr.type == AttributeProto.TENSOR:
-                    yield where, attr.t
-                elif attr.type == AttributeProto.TENSORS:
+                kind = attr.type
+                if kind not in _TENSOR_KINDS:
+                    continue
+                where = (node, attr.name)
+                if kind == _TENSOR:
+                    yield (path, _ATTR, where, i, ""), attr.t
+                elif kind == _TENSORS:
                     for k, t in enumerate(attr.tensors):
-                        yield f"{where}[{k}]", t
-                elif attr.type == AttributeProto.SPARSE_TENSOR:
-                    yield f"{where} values", attr.sparse_tensor.values
-                    yield f"{where} indices", attr.sparse_tensor.indices
-                elif attr.type == AttributeProto.SPARSE_TENSORS:
+                        yield (path, _ATTR, where, i, f"[{k}]"), t
+                elif kind == _SPARSE_TENSOR:
+                    yield (path, _ATTR, where, i, " values"), attr.sparse_tensor.values
+                    yield (path, _ATTR, where, i, " indices"), attr.sparse_tensor.indices
+                else:
                     for k, st in enumerate(attr.sparse_tensors):
-                        yield f"{where}[{k}] values", st.values
-                        yield f"{where}[{k}] indices", st.indices
+                        yield (path, _ATTR, where, i, f"[{k}] values"), st.values
+                        yield (path, _ATTR, where, i, f"[{k}] indices"), st.indices
