@@ -119,6 +119,7 @@ class OnnxRuntimeTarget(Target):
             for key, defs in _ort_kernels(provider).items():
                 self._kernels[key] = self._kernels.get(key, []) + defs
         self._verdicts: dict[tuple, tuple[str, str] | None] = {}
+        self._fast: dict[tuple, tuple[str, str, int | None] | None] = {}
         self._probes: dict[tuple, tuple[str, str] | None] = {}
         self._known_domains = (
             set(self.schemas.domains) | {d for d, _ in self._kernels}
@@ -136,55 +137,73 @@ class OnnxRuntimeTarget(Target):
     # -- per node -------------------------------------------------------------------------
 
     def check_node(self, query: NodeQuery) -> Finding | None:
+        # Most nodes repeat an (op, opset, input types, output types) already decided: answer
+        # those from a cache before any schema work (the verdict depends on nothing else,
+        # except for the ops whose answer depends on attributes, which are not cached here).
+        types = query.types
+        key = (query.domain, query.node.op_type, query.opset,
+               tuple([types.get(n) if n else None for n in query.inputs]),
+               tuple([types.get(n) if n else None for n in query.outputs]),
+               tuple([not n for n in query.inputs]))
+        cached = self._fast.get(key, ...)
+        if cached is None:
+            return None
+        if cached is ...:
+            verdict, cacheable = self._verdict(query)
+            if cacheable:
+                self._fast[key] = verdict
+        else:
+            verdict = cached
+        if verdict is None:
+            return None
+        return self.finding(query, verdict[0], verdict[1], version=verdict[2])
+
+    def _verdict(self, query: NodeQuery):
+        """((reason, detail, version) or None, whether it may be cached by types alone)."""
         node, domain, opset = query.node, query.domain, query.opset
         if opset is None:
             # onnxruntime imports a domain it knows at its latest version when the model
             # forgets to; an unknown domain without an import makes the model invalid.
             opset = self.schemas.max_version.get(domain)
             if opset is None and self.libraries:
-                return self._probe_finding(query, 1)  # a library registers its domain at 1
+                return _versioned(self._probe_finding(query, 1), None), False
             if opset is None:
-                return self.finding(
-                    query, "domain-not-imported",
-                    f"the model has no opset import for domain {domain or 'ai.onnx'!r}, "
-                    "and onnxruntime does not know it",
-                )
+                return ("domain-not-imported",
+                        f"the model has no opset import for domain {domain or 'ai.onnx'!r}, "
+                        "and onnxruntime does not know it", None), True
         if domain not in self._known_domains:
             if self.libraries:
-                return self._probe_finding(query)
-            return self.finding(
-                query, "unknown-domain",
-                f"onnxruntime knows no operators in domain {domain!r} "
-                "(register a custom-op library, or rewrite the node)",
-            )
+                return _versioned(self._probe_finding(query), opset), False
+            return ("unknown-domain",
+                    f"onnxruntime knows no operators in domain {domain!r} "
+                    "(register a custom-op library, or rewrite the node)", opset), True
         schema = self.schemas.resolve(domain, node.op_type, opset)
         if schema is None:
             if self.libraries:
-                return self._probe_finding(query)
+                return _versioned(self._probe_finding(query), opset), False
             versions = self.schemas.versions(domain, node.op_type)
             if versions:
                 detail = (f"{node.op_type} exists from opset {versions[0]} of "
                           f"{domain or 'ai.onnx'}; the model imports opset {opset}")
             else:
                 detail = f"onnxruntime has no schema for {domain or 'ai.onnx'}::{node.op_type}"
-            return self.finding(query, "no-schema", detail)
-        problem = schema_arity_problem(node, schema)
+            return ("no-schema", detail, opset), True
+        problem = schema_arity_problem(node, schema, query.inputs, query.outputs)
         if problem:
-            return self.finding(query, "invalid-node", problem, version=schema.since_version)
-        binding = bind_type_params(node, schema, query.types)
+            return ("invalid-node", problem, schema.since_version), True
+        binding = bind_type_params(node, schema, query.types, query.inputs, query.outputs)
         key = (domain, node.op_type, schema.since_version, tuple(sorted(binding.items())))
         verdict = self._verdicts.get(key, ...)
         if verdict is ...:
             verdict = self._verdicts[key] = self._schema_verdict(
                 node, schema, binding, query.types, opset, 0, query.declared
             )
-        if verdict == _EXPANDS or (
+        asks_runtime = verdict == _EXPANDS or (
             verdict is None and node.op_type in _KERNEL_VALIDATES_ATTRIBUTES and domain == ""
-        ):
+        )
+        if asks_runtime:  # depends on attributes and shapes: never cached by types alone
             verdict = self._ask_runtime(query, opset)
-        if verdict is None:
-            return None
-        return self.finding(query, verdict[0], verdict[1], version=schema.since_version)
+        return _versioned(verdict, schema.since_version), not asks_runtime
 
     def _ask_runtime(self, query: NodeQuery, opset: int):
         """Function inlining and attribute checks in kernel constructors are decided by
@@ -394,6 +413,15 @@ def _version_matches(kernel: KernelDef, since_version: int) -> bool:
     if kernel.start == since_version:
         return True
     return kernel.start < since_version <= kernel.end and kernel.end != _OPEN_END
+
+
+def _versioned(verdict, version):
+    """A (reason, detail) verdict or Finding as (reason, detail, version), or None."""
+    if verdict is None:
+        return None
+    if isinstance(verdict, Finding):
+        return (verdict.reason, verdict.detail, verdict.version)
+    return (verdict[0], verdict[1], version)
 
 
 def _accepts(kernel: KernelDef, binding: Mapping[str, str]) -> bool:

@@ -13,7 +13,6 @@ from rewriter.typeinfer import (
     OutputTypeMemo,
     declared_protos,
     declared_types,
-    set_current_node,
 )
 from rewriter.walk import _DOMAIN_ALIASES, function_key, opset_map, subgraphs
 
@@ -97,13 +96,10 @@ class _Walker:
     def run(self) -> list[Finding]:
         self.findings.extend(self.target.check_model(self.model))
         opsets = opset_map(self.model.opset_import)
-        try:
-            self._graph(self.model.graph, "graph", opsets, {})
-            for key, f in self.functions.items():
-                if key not in self.checked_functions:
-                    self._function(key, f, [], opsets)
-        finally:
-            set_current_node(None, (), ())  # do not keep the model alive
+        self._graph(self.model.graph, "graph", opsets, {})
+        for key, f in self.functions.items():
+            if key not in self.checked_functions:
+                self._function(key, f, [], opsets)
         return self.findings
 
     def _graph(self, graph: GraphProto, path: str, opsets, outer: dict[str, str]) -> None:
@@ -140,12 +136,11 @@ class _Walker:
 
     def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str]) -> None:
         # The hot loop of `check`: every protobuf field read here costs a wrapper object, so
-        # each is read once per node and shared (with the target, through set_current_node).
+        # each is read once per node and shared with the target through the NodeQuery.
         check_node, schemas, functions = self.target.check_node, self.schemas, self.functions
         findings, declared, infer = self.findings, self.declared, self.output_types.infer
         resolve, max_version = schemas.resolve, schemas.max_version
         aliases = _DOMAIN_ALIASES
-        make_query = _query_factory()
         for i, node in enumerate(nodes):
             raw_domain = node.domain
             domain = aliases.get(raw_domain, raw_domain)
@@ -163,10 +158,9 @@ class _Walker:
                         types[name] = body_types[inner]
                 continue
             inputs, outputs = tuple(node.input), tuple(node.output)
-            set_current_node(node, inputs, outputs)
             node_path = f"{path}/node {i} ({node.name or op_type})"  # walk.node_label
-            finding = check_node(make_query(node, node_path, domain, opset, types, opsets,
-                                            declared))
+            finding = check_node(NodeQuery(node, node_path, domain, opset, types, opsets,
+                                           declared, inputs, outputs))
             if finding is not None:
                 if self.keep_nodes:
                     finding = _with_node(finding, node, inputs, types, opsets)
@@ -185,32 +179,6 @@ class _Walker:
                                               raw_domain)):
                 if name and t and name not in types:
                     types[name] = t
-
-
-_QUERY_FIELDS = ("node", "path", "domain", "opset", "types", "opsets", "declared")
-
-
-def _query_factory():
-    """NodeQuery's constructor, or an equivalent ~2x cheaper one (a frozen dataclass's
-    __init__ sets each field through object.__setattr__; at 100k nodes that shows). The fast
-    path is used only while NodeQuery is exactly the plain frozen dataclass it was written for."""
-    import dataclasses
-
-    if (
-        tuple(f.name for f in dataclasses.fields(NodeQuery)) != _QUERY_FIELDS
-        or hasattr(NodeQuery, "__post_init__")
-        or "__slots__" in NodeQuery.__dict__
-    ):
-        return NodeQuery
-    new = object.__new__
-
-    def make(node, path, domain, opset, types, opsets, declared):
-        query = new(NodeQuery)
-        query.__dict__.update(node=node, path=path, domain=domain, opset=opset, types=types,
-                              opsets=opsets, declared=declared)
-        return query
-
-    return make
 
 
 def group_findings(findings: Iterable[Finding], registry=None) -> list[FindingGroup]:

@@ -30,10 +30,12 @@ REASONS: dict[str, str] = {
 }
 
 
-def schema_arity_problem(node: NodeProto, schema) -> str | None:
+def schema_arity_problem(node: NodeProto, schema, inputs=None, outputs=None) -> str | None:
     """A required input or output left empty, or too many arguments, as a sentence."""
-    for formals, actual, kind in ((schema.inputs, node.input, "input"),
-                                  (schema.outputs, node.output, "output")):
+    inputs = node.input if inputs is None else inputs
+    outputs = node.output if outputs is None else outputs
+    for formals, actual, kind in ((schema.inputs, inputs, "input"),
+                                  (schema.outputs, outputs, "output")):
         for i, formal in enumerate(formals):
             if formal.option == "single" and (i >= len(actual) or not actual[i]):
                 return (f"required {kind} {i} ({formal.name!r}) of {node.op_type}"
@@ -81,9 +83,9 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NodeQuery:
-    """What a target is asked about one node."""
+    """What a target is asked about one node (built once per node: keep it cheap)."""
 
     node: NodeProto
     path: str
@@ -92,6 +94,14 @@ class NodeQuery:
     types: Mapping[str, str]  # value name -> type string, where known
     opsets: Mapping[str, int] = field(default_factory=dict)
     declared: Mapping[str, TypeProto] = field(default_factory=dict)  # stated types, with shapes
+    inputs: tuple[str, ...] | None = None  # the node's input names, when already read
+    outputs: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.inputs is None:
+            self.inputs = tuple(self.node.input)
+        if self.outputs is None:
+            self.outputs = tuple(self.node.output)
 
 
 @dataclass
@@ -107,6 +117,9 @@ class Target:
 
     name: str = "target"
     description: str = ""
+    # Highest opset version of each domain the runtime implements ({"": 13} for ai.onnx up
+    # to 13), when it has such a ceiling; an opset-conversion pass lowers models to it.
+    max_opsets: Mapping[str, int] | None = None
 
     @property
     def schemas(self) -> SchemaIndex:

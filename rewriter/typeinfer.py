@@ -214,31 +214,19 @@ def _binding_plan(schema: OpSchema, n_in: int, n_out: int) -> tuple:
     return entry
 
 
-# The node being walked and its input and output names, published by the detection walker so
-# that the targets it calls need not read them from the protobuf again. Only used when the
-# node asked about *is* that node.
-_current_io: tuple = (None, (), ())
-
-
-def set_current_node(node, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
-    """Publish ``node``'s input and output names (see :func:`node_io`)."""
-    global _current_io
-    _current_io = (node, inputs, outputs)
-
-
-def node_io(node: NodeProto) -> tuple[Sequence[str], Sequence[str]]:
-    """The node's input and output names (tuples when the walker already read them)."""
-    current = _current_io
-    if current[0] is node:
-        return current[1], current[2]
-    return node.input, node.output
-
-
 def bind_type_params(
-    node: NodeProto, schema: OpSchema, types: Mapping[str, str]
+    node: NodeProto,
+    schema: OpSchema,
+    types: Mapping[str, str],
+    inputs: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
 ) -> dict[str, str]:
-    """Type parameter -> actual type, from the node's inputs and any known outputs."""
-    inputs, outputs = node_io(node)
+    """Type parameter -> actual type, from the node's inputs and any known outputs.
+
+    ``inputs``/``outputs`` are the node's names when the caller has read them already.
+    """
+    inputs = node.input if inputs is None else inputs
+    outputs = node.output if outputs is None else outputs
     _, in_plan, out_plan = _binding_plan(schema, len(inputs), len(outputs))
     binding: dict[str, str] = {}
     get = types.get
@@ -281,7 +269,7 @@ def infer_node_outputs(
     node: NodeProto, schema: OpSchema | None, types: Mapping[str, str]
 ) -> list[str | None]:
     """Best-effort output types of one node."""
-    inputs, outputs = node_io(node)
+    inputs, outputs = node.input, node.output
     in_types = [types.get(n) if n else None for n in inputs]
     special = _special_output_types(node, in_types)
     if special is not None:
