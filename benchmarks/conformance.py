@@ -3,6 +3,12 @@
 ``python benchmarks/conformance.py check`` compares ``check --target onnxruntime`` (static,
 no confirmation) with really creating an onnxruntime session, over every node case that
 ships inside the ``onnx`` package, and prints the confusion matrix and the disagreements.
+
+``python benchmarks/conformance.py rescue`` measures ``rewrite --target onnxruntime``: every
+case onnxruntime refuses for lack of a kernel or schema is rewritten, and counted as rescued
+when the result runs on onnxruntime and matches the case's expected outputs within its
+tolerances on every data set; every case that already runs must come back unchanged (no
+remedy applied, the same nodes, the same outputs). Failures are grouped by reason.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import sys
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+RUN_TIMEOUT_S = 120
 
 
 @dataclass
@@ -51,12 +59,35 @@ def _session_error(model_bytes: bytes) -> str | None:
     return None
 
 
+def _run(model_bytes: bytes, feeds: list[dict]) -> dict:
+    """Create a session and run it on every feed: {"session": error} if onnxruntime refuses
+    the model, {"run": error, "index": i} if a run fails, else {"outputs": [per feed]}."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        return {"session": (str(e).strip().splitlines() or [type(e).__name__])[0]}
+    results = []
+    for i, feed in enumerate(feeds):
+        try:
+            results.append(session.run(None, feed))
+        except Exception as e:  # noqa: BLE001
+            return {"run": (str(e).strip().splitlines() or [type(e).__name__])[0], "index": i}
+    return {"outputs": results}
+
+
 def _worker(conn) -> None:
     while True:
         data = conn.recv()
         if data is None:
             return
-        conn.send(_session_error(data))
+        if isinstance(data, tuple):  # (model bytes, feeds): create and run
+            conn.send(_run(*data))
+        else:
+            conn.send(_session_error(data))
 
 
 class SessionProbe:
@@ -86,6 +117,27 @@ class SessionProbe:
             self._proc = None
             return f"onnxruntime crashed (exit code {code})"
 
+    def run(self, model, feeds: list[dict], timeout: float = RUN_TIMEOUT_S) -> dict:
+        """Create a session for ``model`` and run it on each feed (see :func:`_run`); a crash
+        or a hang is reported as {"crash": message}."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self._conn.send((model.SerializeToString(), feeds))
+        try:
+            if self._conn.poll(timeout):
+                return self._conn.recv()
+        except EOFError:
+            pass
+        else:
+            self._proc.kill()
+            self._proc.join()
+            self._proc = None
+            return {"crash": f"onnxruntime took longer than {timeout:.0f}s"}
+        self._proc.join()
+        code = self._proc.exitcode
+        self._proc = None
+        return {"crash": f"onnxruntime crashed (exit code {code})"}
+
     def close(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             self._conn.send(None)
@@ -93,9 +145,9 @@ class SessionProbe:
 
 
 def measure_onnxruntime_agreement(cases=None) -> Agreement:
+    from rewriter.api import resolve_targets
     from rewriter.detect import find_unsupported
     from rewriter.manager import load_plugins
-    from rewriter.api import resolve_targets
 
     plugins = load_plugins(autoload=False)
     (target,) = resolve_targets(plugins, ["onnxruntime"])
@@ -124,11 +176,311 @@ def measure_onnxruntime_agreement(cases=None) -> Agreement:
     return Agreement(len(cases), dict(matrix), disagreements, time.perf_counter() - start)
 
 
+# -- rescue: rewrite what onnxruntime refuses, leave alone what it runs ---------------------
+
+# onnxruntime's words for "I have no kernel or no schema for this node".
+_MISSING_KERNEL_OR_SCHEMA = (
+    "Could not find an implementation",
+    "Failed to find kernel",
+    "is not a registered function/op",
+    "No Op registered",
+    "No opset import for domain",
+)
+
+
+@dataclass
+class Rescue:
+    """What ``rewrite --target onnxruntime`` does over the node suite."""
+
+    total: int = 0
+    refused: list[str] = field(default_factory=list)  # no kernel/schema: rewrite attempted
+    refused_other: dict[str, list[str]] = field(default_factory=dict)  # not attempted
+    rescued: list[str] = field(default_factory=list)
+    failed: dict[str, list[str]] = field(default_factory=dict)  # reason -> cases
+    running: list[str] = field(default_factory=list)  # onnxruntime runs the original
+    changed: dict[str, list[str]] = field(default_factory=dict)  # reason -> running cases
+    seconds: float = 0.0
+
+    @property
+    def unchanged(self) -> int:
+        return len(self.running) - sum(len(v) for v in self.changed.values())
+
+    def as_dict(self) -> dict:
+        return {
+            "total": self.total, "refused": len(self.refused), "rescued": len(self.rescued),
+            "still_failing": sum(len(v) for v in self.failed.values()),
+            "running": len(self.running), "running_unchanged": self.unchanged,
+            "refused_other": self.refused_other, "rescued_cases": self.rescued,
+            "failed": self.failed, "changed": self.changed, "seconds": self.seconds,
+        }
+
+
+def node_testcases():
+    """Every backend node case (onnx's TestCase: model, data_sets, rtol, atol), by name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        cases = collect_testcases()
+    return sorted((c for c in cases if c.model is not None), key=lambda c: c.name)
+
+
+def _feeds(model, data_sets) -> list[dict]:
+    initializers = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in initializers]
+    return [dict(zip(names, inputs)) for inputs, _ in data_sets]
+
+
+def _short(message: str, limit: int = 160) -> str:
+    """One line, without onnxruntime's prefix, source locations and node names, so that
+    the same failure on different cases groups together."""
+    import re
+
+    message = (message.strip().splitlines() or [""])[0]
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", message)
+    message = re.sub(r"/onnxruntime_src/\S+:\d+ [^\]]*?\) ", "", message)
+    message = re.sub(r"(node with name|node:|Node \(|node) '[^']*'", r"\1 '…'", message)
+    message = re.sub(r"Node \([^)]*\)", "Node (…)", message)
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+def _as_comparable(value):
+    """A numpy array numpy can compare (ml_dtypes and onnxruntime's raw 8/16-bit floats
+    widened to float32)."""
+    import numpy as np
+
+    array = np.asarray(value)
+    if array.dtype.kind == "V" or array.dtype.name in (
+        "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+        "float8_e8m0fnu", "float4_e2m1fn",
+    ):
+        return array.astype(np.float32)
+    if array.dtype.name in ("int4", "uint4", "int2", "uint2"):
+        return array.astype(np.int8 if array.dtype.name.startswith("int") else np.uint8)
+    return array
+
+
+def compare_outputs(expected, actual, rtol: float, atol: float, where: str = "") -> str | None:
+    """None if ``actual`` matches ``expected`` the way onnx's backend runner checks them
+    (sequences and maps element by element), else what differs."""
+    import numpy as np
+
+    if expected is None or actual is None:
+        return None if expected is None and actual is None else (
+            f"output{where}: expected {type(expected).__name__}, got {type(actual).__name__}")
+    if isinstance(expected, dict) or isinstance(actual, dict):
+        if not (isinstance(expected, dict) and isinstance(actual, dict)) or (
+                sorted(expected) != sorted(actual)):
+            return f"output{where}: the maps differ in keys"
+        for k in expected:
+            problem = compare_outputs(expected[k], actual[k], rtol, atol, f"{where}[{k!r}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, (list, tuple)) or isinstance(actual, (list, tuple)):
+        if not isinstance(expected, (list, tuple)) or not isinstance(actual, (list, tuple)):
+            return (f"output{where}: expected {type(expected).__name__}, "
+                    f"got {type(actual).__name__}")
+        if len(expected) != len(actual):
+            return f"output{where}: {len(actual)} items, expected {len(expected)}"
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            problem = compare_outputs(e, a, rtol, atol, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    raw_expected = np.asarray(expected)
+    e, a = _as_comparable(expected), _as_comparable(actual)
+    if e.shape != a.shape:
+        return f"output{where}: shape {a.shape}, expected {e.shape}"
+    if e.dtype == object or a.dtype == object:
+        if not np.array_equal(e.astype(object), a.astype(object)):
+            return f"output{where}: strings differ"
+        return None
+    if e.dtype != a.dtype and not (e.dtype.kind == a.dtype.kind == "f"
+                                   and raw_expected.dtype != e.dtype):
+        return f"output{where}: dtype {a.dtype}, expected {e.dtype}"
+    if raw_expected.dtype.name == "bfloat16":
+        rtol = max(rtol, 2**-6)  # as onnx's runner: two bfloat16 ulps
+    try:
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+    except AssertionError as err:
+        lines = [x.strip() for x in str(err).splitlines() if "Max" in x or "Mismatched" in x]
+        return f"output{where}: values differ ({'; '.join(lines) or 'allclose failed'})"
+    return None
+
+
+def _same_nodes(a, b) -> bool:
+    from rewriter.walk import iter_scopes
+
+    def nodes(model):
+        return [n.SerializeToString(deterministic=True)
+                for scope in iter_scopes(model) for n in scope.nodes]
+
+    return nodes(a) == nodes(b) and [f.SerializeToString(deterministic=True)
+                                     for f in a.functions] == [
+        f.SerializeToString(deterministic=True) for f in b.functions]
+
+
+def _rewrite(model, plugins):
+    """(rewritten model, report) or (None, reason) when rewrite raises."""
+    from rewriter.api import rewrite
+    from rewriter.pipeline import UnfixableError
+
+    try:
+        result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False)
+    except UnfixableError as e:
+        parts = sorted({f"{op}: {_short(detail, 120)} — {_short(why, 200)}"
+                        for _t, op, detail, why, _n in e.groups})
+        return None, "unfixable: " + "; ".join(parts)
+    except Exception as e:  # noqa: BLE001 - a crash of the engine is a result here
+        return None, f"rewrite raised {type(e).__name__}: {_short(str(e))}"
+    return result.model, result.report
+
+
+def _verification_problem(report) -> str | None:
+    if report.remaining:
+        parts = sorted({f"{f.op_label} ({_short(f.detail, 120)})" for f in report.remaining})
+        return "still unsupported after rewriting: " + "; ".join(parts)
+    for name, verdict in report.verification.items():
+        if not (verdict == "ok" or verdict.startswith(("skipped", "pre-existing"))):
+            return f"verification failed: {name}: {_short(verdict)}"
+    return None
+
+
+def _outcome_problem(outcome: dict, data_sets, rtol, atol, what: str) -> str | None:
+    if "session" in outcome:
+        return f"onnxruntime refuses the {what}: {_short(outcome['session'])}"
+    if "crash" in outcome:
+        return f"{what}: {outcome['crash']}"
+    if "run" in outcome:
+        return f"onnxruntime fails running the {what}: {_short(outcome['run'])}"
+    for i, ((_, expected), actual) in enumerate(zip(data_sets, outcome["outputs"])):
+        if len(expected) != len(actual):
+            return f"mismatch: {len(actual)} outputs, expected {len(expected)}"
+        for j, (e, a) in enumerate(zip(expected, actual)):
+            problem = compare_outputs(e, a, rtol, atol, f" {j}")
+            if problem:
+                where = f" (data set {i})" if len(data_sets) > 1 else ""
+                return f"mismatch{where}: {_short(problem, 200)}"
+    return None
+
+
+def measure_rescue(cases=None, *, progress=None) -> Rescue:
+    """Rewrite every case onnxruntime refuses for lack of a kernel or schema and check the
+    result numerically; check that every case onnxruntime runs comes back unchanged: no
+    remedy, the same nodes and functions, and the same outputs (compared by running both
+    unless the rewritten model serializes to the very same bytes).
+
+    Args:
+        cases: onnx backend TestCases (default: every node case).
+        progress: called with each case's name before it is handled.
+    """
+    from rewriter.manager import load_plugins
+
+    plugins = load_plugins(autoload=False)
+    cases = cases if cases is not None else node_testcases()
+    out = Rescue(total=len(cases))
+    probe = SessionProbe()
+    start = time.perf_counter()
+
+    def note(table: dict, reason: str, name: str) -> None:
+        table.setdefault(reason, []).append(name)
+
+    try:
+        for case in cases:
+            if progress:
+                progress(case.name)
+            error = probe.error(case.model)
+            if error is not None:
+                if not any(m in error for m in _MISSING_KERNEL_OR_SCHEMA):
+                    note(out.refused_other, _short(error), case.name)
+                    continue
+                out.refused.append(case.name)
+                model, report = _rewrite(case.model, plugins)
+                if model is None:
+                    note(out.failed, report, case.name)
+                    continue
+                problem = _verification_problem(report)
+                if problem is None and not report.applied:
+                    problem = (f"nothing to rewrite: check finds no problem, but onnxruntime "
+                               f"refuses: {_short(error)}")
+                if problem is None:
+                    outcome = probe.run(model, _feeds(model, case.data_sets))
+                    problem = _outcome_problem(outcome, case.data_sets, case.rtol, case.atol,
+                                               "rewritten model")
+                if problem is None:
+                    out.rescued.append(case.name)
+                else:
+                    note(out.failed, problem, case.name)
+                continue
+            out.running.append(case.name)
+            model, report = _rewrite(case.model, plugins)
+            if model is None:
+                note(out.changed, report, case.name)
+                continue
+            if report.applied:
+                ops = sorted({op for (_k, _p, _r, op) in report.applied})
+                note(out.changed, "remedies applied to a model onnxruntime runs: "
+                     + ", ".join(ops), case.name)
+                continue
+            if not _same_nodes(model, case.model):
+                note(out.changed, "nodes differ although no remedy was applied", case.name)
+                continue
+            if model.SerializeToString() == case.model.SerializeToString():
+                continue  # the very same model: the same outputs
+            feeds = _feeds(case.model, case.data_sets)
+            before = probe.run(case.model, feeds)
+            after = probe.run(model, feeds)
+            if "outputs" not in before:
+                problem = None if before == after else "the rewritten model fails differently"
+            else:
+                expected = [([], o) for o in before["outputs"]]
+                problem = _outcome_problem(after, expected, case.rtol, case.atol,
+                                           "unchanged model")
+            if problem:
+                note(out.changed, f"outputs changed: {problem}", case.name)
+    finally:
+        probe.close()
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def print_rescue(result: Rescue) -> None:
+    failing = sum(len(v) for v in result.failed.values())
+    other = sum(len(v) for v in result.refused_other.values())
+    print(f"cases: {result.total}   ({result.seconds:.1f}s)")
+    print(f"onnxruntime refuses {len(result.refused) + other}: {len(result.refused)} for lack "
+          f"of a kernel or schema, {other} for other reasons (not attempted)")
+    print(f"rescued by rewrite --target onnxruntime: {len(result.rescued)} of "
+          f"{len(result.refused)}; still failing: {failing}")
+    for reason, names in sorted(result.failed.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        print(f"  {len(names):>4}  {reason}")
+        print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
+    print(f"onnxruntime runs {len(result.running)}: unchanged by rewrite {result.unchanged}, "
+          f"changed {len(result.running) - result.unchanged}")
+    for reason, names in sorted(result.changed.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        print(f"  {len(names):>4}  {reason}")
+        print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
+    if result.refused_other:
+        print("refused for other reasons (not attempted):")
+        for reason, names in sorted(result.refused_other.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {len(names):>4}  {reason}")
+    if result.rescued:
+        print("rescued: " + ", ".join(result.rescued))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("what", choices=["check"])
+    parser.add_argument("what", choices=["check", "rescue"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.what == "rescue":
+        rescue = measure_rescue()
+        if args.json:
+            print(json.dumps(rescue.as_dict(), indent=2))
+        else:
+            print_rescue(rescue)
+        return 0
     result = measure_onnxruntime_agreement()
     if args.json:
         print(json.dumps(result.__dict__ | {"rate": result.rate}, indent=2))

@@ -129,7 +129,7 @@ def rewrite(
     Raises:
         UnfixableError: a finding has no remedy (and not ``partial``); nothing was changed.
     """
-    from rewriter.io import save_model
+    from rewriter.io import check_output_path, save_model
     from rewriter.pipeline import RewriteResult, rewrite_proto
 
     plugins = plugins or load_plugins()
@@ -143,6 +143,8 @@ def rewrite(
     if is_path and output is None and not dry_run and not in_place:
         raise OutputError("rewrite needs an output path (-o OUT), --in-place or --dry-run")
     loaded = as_loaded(model)
+    if output is not None and not dry_run:  # refuse a bad output before doing the work
+        check_output_path(output, loaded.path if is_path else None, in_place=in_place)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     resolved = resolve_targets(plugins, targets, options)
     rewritten, report = rewrite_proto(
@@ -157,7 +159,8 @@ def rewrite(
                 report.verification[f"{target.name} load"] = error or "ok"
     if dry_run:
         return RewriteResult(model if not ir_model else ir_model, report)
-    destination = output if output is not None else (loaded.path if in_place else None)
+    # in_place names the input file; an in-memory model has none to write back to
+    destination = output if output is not None else (loaded.path if in_place and is_path else None)
     if destination is not None and (report.ok or partial):
         written = save_model(rewritten, destination, source=loaded if is_path else None,
                              in_place=in_place)

@@ -71,6 +71,7 @@ class Candidate:
     why: str = ""
     function: FunctionProto | None = None
     rewrite_pass: RewritePass | None = None
+    relevant: bool = False  # a pass this kind of finding is about: its "why" is the one shown
 
 
 @dataclass
@@ -188,7 +189,8 @@ class _Planner:
         out = []
         for p in self.passes:
             offers, why = p.offers(finding, self.pass_ctx)
-            out.append(Candidate("pass", p.plugin, p.name, offers, why, rewrite_pass=p))
+            out.append(Candidate("pass", p.plugin, p.name, offers, why, rewrite_pass=p,
+                                 relevant=p.handles(finding, self.pass_ctx)))
         return out
 
     def _decomposition_candidates(self, finding, opsets, constants, depth) -> list[Candidate]:
@@ -446,7 +448,8 @@ def rewrite_proto(
         if not any(c.accepted for c in candidates):
             unfixable.append(f)
             declined = [c.why for c in candidates if c.why]
-            why[id(f)] = declined[0] if declined else f.detail
+            own = [c.why for c in candidates if c.why and c.relevant]
+            why[id(f)] = (own or declined or [f.detail])[0]
     if unfixable and not partial:
         if explain or dry_run:
             report.remaining = unfixable

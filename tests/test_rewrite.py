@@ -1,0 +1,632 @@
+"""rewrite end to end: real onnxruntime runs the result, the reference evaluator runs the
+original (with a Python kernel for a made-up op), and the two must agree numerically.
+
+Unsupported ops used: ai.onnx::SwiGLU-28 (a spec function op whose body calls Swish-24, for
+which onnxruntime has no kernel; the built-in onnx-functions plugin lowers both), and a
+made-up com.acme::FusedSwish that a plugin file loaded with ``-p`` decomposes.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+from rewriter.api import rewrite
+from rewriter.cli import main
+from rewriter.functions import PROVENANCE_PLUGIN, PROVENANCE_RULE, REMEDY_DOMAIN
+from rewriter.manager import load_plugins
+from rewriter.pipeline import UnfixableError
+from tests.conftest import model_from_text, write_model
+
+RTOL, ATOL = 1e-5, 1e-6
+X = np.linspace(-3, 3, 7).astype(np.float32)
+
+# -- a third-party decomposition, loaded with -p ------------------------------------------
+
+ACME_PLUGIN = '''
+"""Decompositions for ops of the (made-up) com.acme domain."""
+from onnx import parser
+
+from rewriter import hookimpl
+
+FUSED_SWISH = parser.parse_function("""
+<domain: "com.acme", opset_import: ["": 18]>
+FusedSwish <alpha: float = 1.0> (x) => (y) {
+    a = Constant <value_float: float = @alpha> ()
+    ac = CastLike (a, x)
+    ax = Mul (ac, x)
+    s = Sigmoid (ax)
+    y = Mul (x, s)
+}
+""")
+
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "FusedSwish", FUSED_SWISH, description="acme:FusedSwish")
+'''
+
+
+class FusedSwish(OpRun):
+    """The reference evaluator's kernel for com.acme::FusedSwish (the oracle)."""
+
+    op_domain = "com.acme"
+
+    def _run(self, x, alpha=None):
+        alpha = 1.0 if alpha is None else alpha
+        return ((x / (1 + np.exp(-alpha * x))).astype(x.dtype),)
+
+
+@pytest.fixture(scope="module")
+def acme_plugin(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("plugins") / "acme.py"
+    path.write_text(ACME_PLUGIN)
+    return path
+
+
+@pytest.fixture(scope="module")
+def acme_plugins(acme_plugin):
+    return load_plugins([str(acme_plugin)], autoload=False)
+
+
+# -- models: the unsupported op inside an If branch, a Loop body, a model-local function ----
+
+OPS = {
+    # op call in text format, with {v} for its input; ai.onnx opset; extra imports
+    "swiglu": ("SwiGLU <alpha: float = {alpha}> ({v}, {v})", 28, ""),
+    "acme": ("com.acme.FusedSwish <alpha: float = {alpha}> ({v})", 18, ', "com.acme" : 1'),
+}
+
+CONTAINERS = {
+    "if": ("""
+        <ir_version: 10, opset_import: ["" : {opset}{imports}]>
+        g (float[N] x, bool c) => (float[N] y) {{
+            ["orig_if"] y = If (c) <
+                then_branch = then_g () => (float[N] t) {{ ["orig_bad"] t = {call_x} }},
+                else_branch = else_g () => (float[N] e) {{ ["orig_relu"] e = Relu (x) }}
+            >
+        }}""", {"x": X, "c": np.array(True)}),
+    "loop": ("""
+        <ir_version: 10, opset_import: ["" : {opset}{imports}]>
+        g (float[N] x, int64 n) => (float[N] y) {{
+            ["orig_cond"] cond = Constant <value = bool {{1}}> ()
+            ["orig_loop"] y = Loop (n, cond, x) <
+                body = body (int64 i, bool cin, float[N] acc) => (bool cout, float[N] out) {{
+                    ["orig_id"] cout = Identity (cin)
+                    ["orig_bad"] out = {call_acc}
+                }}
+            >
+        }}""", {"x": X, "n": np.array(3, dtype=np.int64)}),
+    "function": ("""
+        <ir_version: 10, opset_import: ["" : {opset}, "local" : 1{imports}]>
+        g (float[N] x) => (float[N] y) {{
+            ["orig_call"] y = local.Block (x)
+        }}
+        <domain: "local", opset_import: ["" : {opset}{imports}]>
+        Block (x) => (y) {{
+            ["orig_bad"] t = {call_x}
+            ["orig_add"] y = Add (t, x)
+        }}""", {"x": X}),
+}
+
+
+def make_model(container: str, op: str, alpha: float = 0.5) -> tuple[onnx.ModelProto, dict]:
+    text, feeds = CONTAINERS[container]
+    call, opset, imports = OPS[op]
+    model = model_from_text(textwrap.dedent(text).format(
+        opset=opset, imports=imports,
+        call_x=call.format(alpha=alpha, v="x"), call_acc=call.format(alpha=alpha, v="acc"),
+    ))
+    return model, feeds
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+def all_nodes(model: onnx.ModelProto):
+    """Every node: the graph, subgraphs at any depth, model-local functions."""
+    def walk(nodes):
+        for node in nodes:
+            yield node
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    yield from walk(a.g.node)
+                for g in a.graphs:
+                    yield from walk(g.node)
+    yield from walk(model.graph.node)
+    for f in model.functions:
+        yield from walk(f.node)
+
+
+def op_types(model) -> set[str]:
+    return {f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in all_nodes(model)}
+
+
+def provenance(node) -> dict[str, str]:
+    return {p.key: p.value for p in node.metadata_props}
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def run_ort(model, feeds):
+    return session(model).run(None, feeds)
+
+
+class Oracle(ReferenceEvaluator):
+    """The reference evaluator with FusedSwish known everywhere: onnx builds the evaluators of
+    model-local functions with this class but without ``new_ops``, so it is a default."""
+
+    def __init__(self, proto, *args, **kwargs):
+        kwargs.setdefault("new_ops", [FusedSwish])
+        super().__init__(proto, *args, **kwargs)
+
+
+def run_reference(model, feeds):
+    return Oracle(model).run(None, feeds)
+
+
+def assert_refused_by_onnxruntime(model):
+    with pytest.raises(Exception, match="implementation|kernel|registered"):
+        session(model)
+
+
+def assert_close(actual, expected, rtol=RTOL, atol=ATOL):
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+
+
+def run_cli(args, capsys) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- numeric end to end --------------------------------------------------------------------
+
+@pytest.mark.parametrize("container", sorted(CONTAINERS))
+def test_spec_function_op_is_lowered_and_runs_on_onnxruntime(container, plugins):
+    model, feeds = make_model(container, "swiglu")
+    original = model.SerializeToString()
+    assert_refused_by_onnxruntime(model)
+
+    result = rewrite(model, ["onnxruntime"], plugins=plugins)
+    report = result.report
+    assert report.ok, report.as_dict()
+    assert model.SerializeToString() == original, "the input model must not be changed"
+    assert report.verification == {
+        "checker": "ok", "shape_inference": "ok", "onnxruntime load": "ok"}
+    applied = {(k, p, op) for (k, p, _rule, op) in report.applied}
+    assert applied == {("decomposition", "onnx-functions", "ai.onnx::SwiGLU(28)"),
+                       ("decomposition", "onnx-functions", "ai.onnx::Swish(24)")}
+    rewritten = result.model
+    assert isinstance(rewritten, onnx.ModelProto)
+    assert not {"ai.onnx::SwiGLU", "ai.onnx::Swish"} & op_types(rewritten)
+    assert_close(run_ort(rewritten, feeds), run_reference(model, feeds))
+    _assert_provenance(rewritten, {"onnx-functions"})
+    _assert_clean(rewritten, container)
+
+
+@pytest.mark.parametrize("container", sorted(CONTAINERS))
+def test_plugin_decomposition_from_p_file_rewrites_custom_op(container, acme_plugin, tmp_path,
+                                                             capsys):
+    model, feeds = make_model(container, "acme", alpha=1.7)
+    assert_refused_by_onnxruntime(model)
+    source = write_model(tmp_path / "in.onnx", model)
+    out = tmp_path / "out.onnx"
+
+    code, stdout, err = run_cli(
+        ["-p", acme_plugin, "rewrite", source, "-o", out, "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["ok"] and report["output"] == str(out)
+    assert [(a["plugin"], a["rule"], a["op"], a["nodes"]) for a in report["applied"]] == [
+        ("acme", "acme:FusedSwish", "com.acme::FusedSwish(1)", 1)]
+    rewritten = onnx.load(out)
+    assert "com.acme::FusedSwish" not in op_types(rewritten)
+    assert_close(run_ort(rewritten, feeds), run_reference(model, feeds))
+    _assert_provenance(rewritten, {"acme"}, rules={"acme:FusedSwish"})
+    _assert_clean(rewritten, container)
+    # the domain only the rewritten node used is no longer imported, anywhere
+    for container_proto in [rewritten, *rewritten.functions]:
+        assert "com.acme" not in {o.domain for o in container_proto.opset_import}
+
+
+def _assert_provenance(model, plugins: set[str], rules: set[str] | None = None):
+    """Original nodes (named orig_*) keep no stamp; every node the rewrite created says which
+    plugin and rule made it."""
+    created = 0
+    for node in all_nodes(model):
+        stamp = provenance(node)
+        if node.name.startswith("orig_"):
+            assert node.name != "orig_bad", "the unsupported node is still there"
+            assert PROVENANCE_RULE not in stamp
+            continue
+        created += 1
+        assert set(stamp) >= {PROVENANCE_PLUGIN, PROVENANCE_RULE}, node
+        assert stamp[PROVENANCE_PLUGIN] in plugins
+        if rules is not None:
+            assert stamp[PROVENANCE_RULE] in rules
+    assert created >= 3
+
+
+def _assert_clean(model, container):
+    """No remedy functions or imports are left; the model's own function stays."""
+    assert all(f.domain != REMEDY_DOMAIN for f in model.functions)
+    for proto in [model, *model.functions]:
+        assert REMEDY_DOMAIN not in {o.domain for o in proto.opset_import}
+    if container == "function":
+        assert [(f.domain, f.name) for f in model.functions] == [("local", "Block")]
+    else:
+        assert not model.functions
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_cleanup_removes_only_what_the_rewrite_left_unused(acme_plugins):
+    """Imports and functions that only rewritten nodes used go; ones the model already had
+    without using them are not the rewrite's business and stay."""
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1, "com.unused" : 1, "local" : 1]>
+        g (float[N] x) => (float[N] y) {
+            y = local.Block (x)
+        }
+        <domain: "local", opset_import: ["" : 18, "com.acme" : 1]>
+        Block (x) => (y) {
+            y = com.acme.FusedSwish (x)
+        }
+        <domain: "local", opset_import: ["" : 18]>
+        Spare (x) => (y) {
+            y = Relu (x)
+        }""")
+    result = rewrite(model, ["onnxruntime"], plugins=acme_plugins, confirm=False)
+    assert result.report.ok
+    out = result.model
+    assert {o.domain: o.version for o in out.opset_import} == {
+        "": 18, "com.unused": 1, "local": 1}
+    assert [f.name for f in out.functions] == ["Block", "Spare"]
+    assert {o.domain for o in out.functions[0].opset_import} == {""}
+    assert_close(run_ort(out, {"x": X}), run_reference(model, {"x": X}))
+
+
+def test_nothing_to_do_returns_the_model_unchanged(plugins):
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.unused" : 1]>
+        g (float[N] x) => (float[N] y) { y = Relu (x) }""")
+    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False)
+    assert result.report.ok and not result.report.applied
+    assert result.model.SerializeToString() == model.SerializeToString()
+
+
+# -- unfixable, partial, dry run, explain ----------------------------------------------------
+
+MIXED = """
+    <ir_version: 10, opset_import: ["" : 28, "com.acme" : 1, "org.example" : 3]>
+    g (float[N] x, bool c) => (float[N] y, float[N] z, float[N] w) {
+        y = SwiGLU (x, x)
+        z = com.acme.Mystery (x)
+        w = If (c) <
+            then_branch = then_g () => (float[N] t) {
+                t1 = com.acme.Mystery (x)
+                t = org.example.Gizmo (t1)
+            },
+            else_branch = else_g () => (float[N] e) { e = Relu (x) }
+        >
+    }"""
+
+
+def test_unfixable_lists_every_finding_and_changes_nothing(plugins, tmp_path):
+    model = model_from_text(MIXED)
+    source = write_model(tmp_path / "in.onnx", model)
+    before = source.read_bytes()
+    out = tmp_path / "out.onnx"
+    with pytest.raises(UnfixableError) as info:
+        rewrite(source, ["onnxruntime"], output=out, plugins=plugins)
+    e = info.value
+    assert sorted(f.op_label for f in e.findings) == [
+        "com.acme::Mystery(1)", "com.acme::Mystery(1)", "org.example::Gizmo(3)"]
+    message = str(e)
+    assert message.startswith("3 finding(s) have no remedy, nothing was changed")
+    assert "com.acme::Mystery(1) ×2" in message and "org.example::Gizmo(3) ×1" in message
+    assert "no installed plugin registers a decomposition" in message
+    assert "SwiGLU" not in message  # it has a remedy
+    assert "\n" not in message
+    assert source.read_bytes() == before
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [source]
+    # a ModelProto is not touched either
+    proto = model_from_text(MIXED)
+    with pytest.raises(UnfixableError):
+        rewrite(proto, ["onnxruntime"], plugins=plugins)
+    assert proto.SerializeToString() == model.SerializeToString()
+
+
+def test_cli_unfixable_exits_1_with_one_line_and_writes_nothing(tmp_path, capsys):
+    source = write_model(tmp_path / "in.onnx", model_from_text(MIXED))
+    before = source.read_bytes()
+    code, stdout, err = run_cli(["rewrite", source, "-o", tmp_path / "out.onnx"], capsys)
+    assert code == 1
+    assert err.startswith("error: 3 finding(s) have no remedy") and err.count("\n") == 1
+    assert not (tmp_path / "out.onnx").exists() and source.read_bytes() == before
+
+
+def test_partial_rewrites_what_it_can_and_reports_the_rest(tmp_path, capsys):
+    model = model_from_text(MIXED)
+    source = write_model(tmp_path / "in.onnx", model)
+    out = tmp_path / "out.onnx"
+    code, stdout, err = run_cli(
+        ["rewrite", source, "-o", out, "--partial", "--json", "--no-confirm"], capsys)
+    assert code == 1, err
+    report = json.loads(stdout)
+    assert not report["ok"] and report["output"] == str(out)
+    # paths are in the written model (the SwiGLU before them became several nodes)
+    remaining = sorted((r["op_type"], "then_branch" in r["path"]) for r in report["remaining"])
+    assert remaining == [("Gizmo", True), ("Mystery", False), ("Mystery", True)]
+    assert {a["op"] for a in report["applied"]} == {"ai.onnx::SwiGLU(28)", "ai.onnx::Swish(24)"}
+    rewritten = onnx.load(out)
+    ops = op_types(rewritten)
+    assert {"com.acme::Mystery", "org.example::Gizmo"} <= ops
+    assert not {"ai.onnx::SwiGLU", "ai.onnx::Swish"} & ops
+    # the imports the remaining nodes need are kept
+    assert {o.domain for o in rewritten.opset_import} == {"", "com.acme", "org.example"}
+
+
+def test_dry_run_plans_and_writes_nothing(tmp_path, capsys):
+    model, _ = make_model("if", "swiglu")
+    source = write_model(tmp_path / "in.onnx", model)
+    before = source.read_bytes()
+    out = tmp_path / "out.onnx"
+    code, stdout, err = run_cli(["rewrite", source, "-o", out, "--dry-run", "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["dry_run"] and report["output"] is None
+    assert [(a["kind"], a["op"]) for a in report["applied"]] == [
+        ("decomposition", "ai.onnx::SwiGLU(28)")]
+    assert not out.exists() and source.read_bytes() == before
+    assert list(tmp_path.iterdir()) == [source]
+    # an unfixable model: the plan says what remains, still nothing written
+    write_model(source, model_from_text(MIXED))
+    code, stdout, _ = run_cli(["rewrite", source, "-o", out, "--dry-run", "--json"], capsys)
+    assert code == 1
+    assert len(json.loads(stdout)["remaining"]) == 3
+    assert not out.exists()
+
+
+EXPLAIN_PLUGIN = '''
+"""Decompositions that decline in every way the engine knows."""
+from onnx import parser
+
+from rewriter import hookimpl
+
+USES_UNKNOWN = parser.parse_function("""
+<domain: "com.acme", opset_import: ["": 18, "com.acme": 1]>
+Chain (x) => (y) {
+    y = com.acme.Mystery (x)
+}
+""")
+
+
+def declines(ctx):
+    return None
+
+
+def crashes(ctx):
+    raise ValueError("cannot handle this")
+
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "Mystery", declines, description="acme:declines")
+    registry.add("com.acme", "Chain", USES_UNKNOWN, description="acme:chain")
+    registry.add("com.acme", "Old", USES_UNKNOWN, opsets=(1, 12), description="acme:old")
+    registry.add("com.acme", "Broken", crashes, description="acme:broken")
+'''
+
+
+def test_explain_lists_candidates_and_why_each_declined(tmp_path, capsys):
+    plugin = tmp_path / "explainer.py"
+    plugin.write_text(EXPLAIN_PLUGIN)
+    source = write_model(tmp_path / "in.onnx", model_from_text("""
+        <ir_version: 10, opset_import: ["" : 28, "com.acme" : 1, "org.example" : 1]>
+        g (float[N] x) => (float[N] a, float[N] b, float[N] c, float[N] d, float[N] e,
+                           float[N] f) {
+            a = SwiGLU (x, x)
+            b = com.acme.Mystery (x)
+            c = com.acme.Chain (x)
+            d = com.acme.Old (x)
+            e = com.acme.Broken (x)
+            f = org.example.Gizmo (x)
+        }"""))
+    out = tmp_path / "out.onnx"
+    code, stdout, err = run_cli(
+        ["rewrite", source, "-o", out, "--explain", "--json", "-p", plugin], capsys)
+    assert code == 1, err
+    report = json.loads(stdout)
+    why = {item["finding"]["op_type"]: item["candidates"] for item in report["explain"]}
+    assert set(why) == {"SwiGLU", "Mystery", "Chain", "Old", "Broken", "Gizmo"}
+
+    def only(op):
+        """The one decomposition candidate (passes, when installed, are listed too)."""
+        (candidate,) = [c for c in why[op] if c["kind"] == "decomposition"]
+        return candidate
+
+    for op, candidates in why.items():
+        if op != "SwiGLU":  # nothing accepted, and every candidate says why not
+            assert all(not c["accepted"] and c["why"] for c in candidates), candidates
+
+    assert only("SwiGLU")["accepted"] and only("SwiGLU")["plugin"] == "onnx-functions"
+    assert only("Mystery") == {"kind": "decomposition", "plugin": "explainer",
+                               "rule": "acme:declines", "accepted": False,
+                               "why": "declined this node (attributes or types)"}
+    assert not only("Chain")["accepted"]
+    assert only("Chain")["why"].startswith("its body uses com.acme::Mystery")
+    assert only("Old")["why"] == "valid for ai.onnx opsets 1..12; the model is at 28"
+    assert only("Broken")["why"] == "builder failed: ValueError: cannot handle this"
+    assert only("Gizmo")["why"] == "no installed plugin registers a decomposition for this op"
+    assert not out.exists()
+
+    code, stdout, _ = run_cli(["rewrite", source, "-o", out, "--explain", "-p", plugin], capsys)
+    assert code == 1
+    assert "declined: valid for ai.onnx opsets 1..12" in stdout
+    assert "chosen" in stdout
+    assert not out.exists()
+
+
+# -- inputs and outputs ----------------------------------------------------------------------
+
+def test_rewrite_returns_the_kind_it_was_given(plugins, tmp_path):
+    import onnx_ir
+
+    model, feeds = make_model("loop", "swiglu")
+    expected = run_reference(model, feeds)
+
+    from_proto = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False)
+    assert isinstance(from_proto.model, onnx.ModelProto)
+
+    ir_model = onnx_ir.from_proto(model)
+    from_ir = rewrite(ir_model, ["onnxruntime"], plugins=plugins, confirm=False)
+    assert isinstance(from_ir.model, onnx_ir.Model)
+    assert from_ir.report.ok
+
+    # in_place on an in-memory model has no file to write back to: nothing is written
+    with_in_place = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False,
+                            in_place=True)
+    assert isinstance(with_in_place.model, onnx.ModelProto)
+    assert with_in_place.report.output is None
+    assert not (Path.cwd() / "<in-memory model>").exists()
+
+    source = write_model(tmp_path / "in.onnx", model)
+    from_path = rewrite(source, ["onnxruntime"], output=tmp_path / "out.onnx", plugins=plugins,
+                        confirm=False)
+    assert from_path.model == str(tmp_path / "out.onnx")
+
+    for rewritten in (from_proto.model, onnx_ir.to_proto(from_ir.model),
+                      onnx.load(from_path.model)):
+        assert "ai.onnx::SwiGLU" not in op_types(rewritten)
+        assert_close(run_ort(rewritten, feeds), expected)
+
+
+def test_cli_refuses_to_overwrite_the_input_without_in_place(tmp_path, capsys):
+    model, feeds = make_model("function", "swiglu")
+    source = write_model(tmp_path / "in.onnx", model)
+    before = source.read_bytes()
+    code, stdout, err = run_cli(["rewrite", source, "-o", source], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and "--in-place" in err
+    assert source.read_bytes() == before
+
+    # refused before any work: even an unfixable model gets the usage error
+    mixed = write_model(tmp_path / "mixed.onnx", model_from_text(MIXED))
+    code, _, err = run_cli(["rewrite", mixed, "-o", mixed], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--in-place" in err
+
+    code, _, err = run_cli(["rewrite", source], capsys)  # no output at all
+    assert code == 2 and err.count("\n") == 1 and "-o" in err
+    assert source.read_bytes() == before
+
+    code, _, err = run_cli(["rewrite", source, "--in-place"], capsys)
+    assert code == 0, err
+    assert_close(run_ort(onnx.load(source), feeds), run_reference(model, feeds))
+
+
+# -- the real corpus -------------------------------------------------------------------------
+
+def _test_data(corpus: Path, name: str):
+    folder = corpus / "testdata" / name / "test_data_set_0"
+
+    def read(prefix):
+        arrays = []
+        for path in sorted(folder.glob(f"{prefix}_*.pb"),
+                           key=lambda p: int(p.stem.rsplit("_", 1)[1])):
+            tensor = onnx.TensorProto()
+            tensor.ParseFromString(path.read_bytes())
+            arrays.append(numpy_helper.to_array(tensor))
+        return arrays
+
+    return read("input"), read("output")
+
+
+@pytest.mark.parametrize("name", [
+    "onnx_op28_swiglu",
+    "onnx_op22_roialign_aligned_false",
+    "onnx_op26_bitcast_bool_to_uint8",
+])
+def test_corpus_model_is_fixed_and_matches_its_test_data_or_clearly_unfixable(
+        name, corpus, plugins, tmp_path, capsys):
+    source = corpus / f"{name}.onnx"
+    before = source.read_bytes()
+    original = onnx.load(source)
+    assert_refused_by_onnxruntime(original)
+    out = tmp_path / "out.onnx"
+    code, stdout, err = run_cli(["rewrite", source, "-o", out, "-t", "onnxruntime"], capsys)
+    assert source.read_bytes() == before
+    if name == "onnx_op28_swiglu" or code == 0:  # SwiGLU must be fixed; others once a
+        assert code == 0, err                       # plugin can (e.g. opset down-conversion)
+        inputs, outputs = _test_data(corpus, name)
+        rewritten = onnx.load(out)
+        feeds = dict(zip((i.name for i in rewritten.graph.input), inputs))
+        assert_close(run_ort(rewritten, feeds), outputs, rtol=1e-4, atol=1e-5)
+        return
+    # cannot be fixed yet: one clear line naming the op, what onnxruntime lacks, and that
+    # no remedy exists; nothing written
+    assert code == 1 and not out.exists()
+    assert err.count("\n") == 1
+    op = {"onnx_op22_roialign_aligned_false": "ai.onnx::RoiAlign(22)",
+          "onnx_op26_bitcast_bool_to_uint8": "ai.onnx::BitCast(26)"}[name]
+    assert err.startswith(f"error: 1 finding(s) have no remedy, nothing was changed: "
+                          f"onnxruntime: {op} ×1: ")
+    lacks = {"onnx_op22_roialign_aligned_false": "no CPUExecutionProvider kernel for "
+             "RoiAlign(22); kernels exist for versions 10-15, 16",
+             "onnx_op26_bitcast_bool_to_uint8": "no kernel for BitCast(26) with "
+             "T1=tensor(bool)"}[name]
+    assert lacks in err
+    assert "no remedy: no installed plugin registers a decomposition for this op" in err
+    with pytest.raises(UnfixableError, match="nothing was changed"):
+        rewrite(original, ["onnxruntime"], plugins=plugins)
+
+
+def test_corpus_layernorm_declared_at_opset_12_is_left_alone(corpus, plugins, tmp_path, capsys):
+    """ai.onnx::LayerNormalization exists only from opset 17, but onnxruntime registers its
+    own under the default domain from opset 1, so the model runs there as it is: the rewrite
+    for onnxruntime changes nothing, says the checker's complaint is the original's, and
+    succeeds. For a target that really lacks the op, it fails clearly instead."""
+    source = corpus / "ort_layernorm_opset12.onnx"
+    original = onnx.load(source)
+    out = tmp_path / "out.onnx"
+    code, stdout, err = run_cli(["rewrite", source, "-o", out, "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert report["ok"] and not report["applied"] and not report["remaining"]
+    assert report["verification"]["checker"].startswith("pre-existing: the original fails too")
+    assert report["verification"]["onnxruntime load"] == "ok"
+    assert out.read_bytes() == original.SerializeToString()
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    scale = rng.standard_normal(8).astype(np.float32)
+    bias = rng.standard_normal(8).astype(np.float32)
+    (y,) = run_ort(onnx.load(out), {"INPUT": x, "SCALE": scale, "BIAS": bias})
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 1e-4) * scale + bias,
+                               rtol=1e-4, atol=1e-5)
+
+    # the reference evaluator follows onnx's schemas: no LayerNormalization at opset 12, and
+    # the spec's body is only valid from 17, so the rewrite says so and changes nothing
+    with pytest.raises(UnfixableError) as info:
+        rewrite(original, ["reference"], plugins=plugins)
+    message = str(info.value)
+    assert "LayerNormalization" in message
+    assert "valid for ai.onnx opsets 17.." in message and "the model is at 12" in message
