@@ -42,6 +42,16 @@ class RewritePass:
     plugin: str = ""
     phase: str = "convert"
 
+    def prepare(self, model: ModelProto, ctx: PassContext) -> None:
+        """Called with the model before planning, so :meth:`offers` can look at it (constant
+        inputs, declared shapes). The model must not be changed here."""
+
+    def handles(self, finding: Finding, ctx: PassContext) -> bool:
+        """Whether ``finding`` is of the kind this pass is about (an opset conversion pass
+        and an ``opset-too-new`` finding): when nothing remedies it, this pass's reason for
+        declining is the one reported."""
+        return False
+
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         """Whether this pass remedies ``finding``, and a short explanation either way."""
         return False, "does not handle this finding"

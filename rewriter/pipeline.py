@@ -304,9 +304,10 @@ class _Planner:
             outer.opset_import.add().CopyFrom(helper.make_opsetid(domain, version))
         call = helper.make_node(outer.name, list(outer.input), list(outer.output),
                                 domain=_LOWERING_DOMAIN)
+        untyped = helper.TypeProto()
         graph = helper.make_graph(
-            [call], "lowering", [helper.make_value_info(n, helper.TypeProto()) for n in outer.input],
-            [helper.make_value_info(n, helper.TypeProto()) for n in outer.output],
+            [call], "lowering", [helper.make_value_info(n, untyped) for n in outer.input],
+            [helper.make_value_info(n, untyped) for n in outer.output],
         )
         wrapper = helper.make_model(graph, opset_imports=[
             *outer.opset_import, helper.make_opsetid(_LOWERING_DOMAIN, 1)

@@ -152,7 +152,8 @@ def print_rewrite(report, stream=None) -> None:
 
     console = _console(stream)
     title = "plan (dry run)" if report.dry_run else "rewrite"
-    console.print(f"[bold]{escape(report.model)}[/bold] → {escape(report.output or '(not written)')}")
+    destination = escape(report.output or "(not written)")
+    console.print(f"[bold]{escape(report.model)}[/bold] → {destination}")
     if report.applied:
         table = Table(title=f"{title}: remedies by op")
         for col in ("op", "remedy", "plugin", "nodes"):

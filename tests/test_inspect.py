@@ -45,7 +45,8 @@ def test_inspect_json_reports_structure_and_inventory(tmp_path, capsys):
         {"name": "C", "type": "tensor(bool)", "shape": []},
     ]
     ops = {(o["domain"], o["op_type"]): o for o in info["operators"]}
-    assert ops[("ai.onnx", "Relu")]["count"] == 3 and ops[("ai.onnx", "Relu")]["since_version"] == 14
+    relu = ops[("ai.onnx", "Relu")]
+    assert relu["count"] == 3 and relu["since_version"] == 14
     assert ops[("ai.onnx", "If")]["count"] == 2
     assert ops[("ai.onnx", "Add")]["since_version"] == 14
     assert ops[("local", "Block")]["local_function"] is True

@@ -348,7 +348,8 @@ def test_load_order_is_builtins_then_by_name(tmp_path):
     alpha = plugin_file(tmp_path, "alpha", body.format(target="alpha-npu"))
     for order in ([zeta, alpha], [alpha, zeta]):
         plugins = load_plugins([str(p) for p in order], autoload=False)
-        builtin_targets = [t for t in plugins.registry.targets if t not in ("alpha-npu", "zeta-npu")]
+        added = ("alpha-npu", "zeta-npu")
+        builtin_targets = [t for t in plugins.registry.targets if t not in added]
         assert list(plugins.registry.targets) == [*builtin_targets, "alpha-npu", "zeta-npu"]
 
     # two plugins claiming one target: the later by name is blamed, whatever the -p order
