@@ -337,6 +337,11 @@ def validate_external_data(
                 where,
                 f"external data of {_tensor_label(site, tensor)}: negative offset or length",
             )
+        if any(d < 0 for d in tensor.dims):
+            raise ExternalDataError(
+                where, f"external data of {_tensor_label(site, tensor)}: negative dimension "
+                f"in shape {list(tensor.dims)}"
+            )
         expected = tensor_nbytes(tensor)
         needed = length if length is not None else expected
         if length is not None and expected is not None and length < expected:

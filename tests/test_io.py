@@ -952,3 +952,24 @@ def test_data_file_names():
     assert rio.data_file_names(out, 3) == [
         "model.onnx.0.data", "model.onnx.1.data", "model.onnx.2.data"
     ]
+
+
+def test_external_tensor_with_negative_dimension_is_refused(tmp_path, capsys):
+    from rewriter.cli import main
+
+    (tmp_path / "w.bin").write_bytes(b"\0" * 64)
+    w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[-4, 4])
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", "64")):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["W"], ["Y"])], "g", [],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], [w],
+    )
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                       ir_version=8).SerializeToString())
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "negative dimension" in err and "'W'" in err
