@@ -226,3 +226,21 @@ def test_cli_json_and_exit_codes(tmp_path, capsys):
     assert err.count("\n") == 1 and "unknown target 'nonsense'" in err
     assert main(["check", str(ok), "-t", "opset:x"]) == 2
     assert "opset:13" in capsys.readouterr().err
+
+
+def test_onnxruntime_provider_targets(tmp_path, capsys):
+    import onnxruntime
+
+    ok = write_model(tmp_path / "ok.onnx", _one_node("Relu", 18))
+    missing = "CUDA" if "CUDAExecutionProvider" not in onnxruntime.get_available_providers() \
+        else "NoSuch"
+    assert main(["check", str(ok), "-t", f"onnxruntime:{missing}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"provider '{missing}' is not available" in err
+    installed = [p for p in onnxruntime.get_available_providers() if p != "CPUExecutionProvider"]
+    if installed:  # e.g. Azure: falls back to CPU kernels for ordinary ops
+        short = installed[0].removesuffix("ExecutionProvider")
+        assert main(["check", str(ok), "-t", f"onnxruntime:{short}", "--json",
+                     "--no-confirm"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["targets"][0]["target"] == f"onnxruntime:{short}"
