@@ -8,7 +8,10 @@ ships inside the ``onnx`` package, and prints the confusion matrix and the disag
 case onnxruntime refuses for lack of a kernel or schema is rewritten, and counted as rescued
 when the result runs on onnxruntime and matches the case's expected outputs within its
 tolerances on every data set; every case that already runs must come back unchanged (no
-remedy applied, the same nodes, the same outputs). Failures are grouped by reason.
+remedy applied, the same nodes, the same outputs). Failures are grouped by reason. Every
+model the rewrite produces is also compared (``rewriter.compare``) with the original run on
+the ONNX reference evaluator, on the case's own inputs and on generated ones (the check
+``rewrite`` runs by default).
 """
 
 from __future__ import annotations
@@ -196,6 +199,9 @@ class Rescue:
     refused: list[str] = field(default_factory=list)  # no kernel/schema: rewrite attempted
     refused_other: dict[str, list[str]] = field(default_factory=dict)  # not attempted
     rescued: list[str] = field(default_factory=list)
+    # every rewritten refused case -> compare against the reference evaluator: the verdict on
+    # the case's inputs and on generated ones ("equal", "mismatch: ...", "error: ...")
+    compared: dict[str, dict[str, str]] = field(default_factory=dict)
     failed: dict[str, list[str]] = field(default_factory=dict)  # reason -> cases
     running: list[str] = field(default_factory=list)  # onnxruntime runs the original
     changed: dict[str, list[str]] = field(default_factory=dict)  # reason -> running cases
@@ -212,6 +218,7 @@ class Rescue:
             "running": len(self.running), "running_unchanged": self.unchanged,
             "refused_other": self.refused_other, "rescued_cases": self.rescued,
             "failed": self.failed, "changed": self.changed, "seconds": self.seconds,
+            "compared": self.compared,
         }
 
 
@@ -365,6 +372,32 @@ def _outcome_problem(outcome: dict, data_sets, rtol, atol, what: str) -> str | N
     return None
 
 
+def _verdict(result) -> str:
+    from rewriter.comparison import EQUAL, MISMATCH
+
+    if result.status == EQUAL:
+        return "equal"
+    if result.status == MISMATCH:
+        return f"mismatch: {result.summary()}"
+    return f"error: {result.why_not_run()}"
+
+
+def _compare_with_reference(case, model, report, plugins) -> dict[str, str]:
+    """The rewritten model on onnxruntime against the original on the reference evaluator:
+    on the case's own inputs, and on the generated ones ``rewrite`` compared already."""
+    from rewriter.comparison import compare
+
+    on_case = compare(case.model, model, ["onnxruntime"], original_target="reference",
+                      inputs=_feeds(case.model, case.data_sets), plugins=plugins)
+    generated = report.comparison
+    if generated is None or generated.oracle != "reference":
+        generated = compare(case.model, model, ["onnxruntime"], original_target="reference",
+                            plugins=plugins)
+    return {"case inputs": _verdict(on_case), "generated inputs": _verdict(generated),
+            "max abs": max((r.max_abs for r in (on_case, generated) if r.max_abs is not None),
+                           default=None)}
+
+
 def measure_rescue(cases=None, *, progress=None) -> Rescue:
     """Rewrite every case onnxruntime refuses for lack of a kernel or schema and check the
     result numerically; check that every case onnxruntime runs comes back unchanged: no
@@ -400,6 +433,8 @@ def measure_rescue(cases=None, *, progress=None) -> Rescue:
                 if model is None:
                     note(out.failed, report, case.name)
                     continue
+                out.compared[case.name] = _compare_with_reference(case, model, report,
+                                                                  plugins)
                 problem = _verification_problem(report)
                 if problem is None and not report.applied:
                     problem = (f"nothing to rewrite: check finds no problem, but onnxruntime "
@@ -467,6 +502,14 @@ def print_rescue(result: Rescue) -> None:
             print(f"  {len(names):>4}  {reason}")
     if result.rescued:
         print("rescued: " + ", ".join(result.rescued))
+    if result.compared:
+        print(f"compare with the original on the reference evaluator ({len(result.compared)} "
+              "rewritten models):")
+        for name, verdicts in sorted(result.compared.items()):
+            worst = verdicts["max abs"]
+            shown = "" if worst is None else f" (max abs error {worst:.3g})"
+            print(f"  {name}: case inputs {verdicts['case inputs']}; generated inputs "
+                  f"{verdicts['generated inputs']}{shown}")
 
 
 def main(argv=None) -> int:

@@ -113,6 +113,8 @@ class OnnxRuntimeTarget(Target):
         self.name = "onnxruntime" if provider == CPU else f"onnxruntime:{short}"
         self.description = f"onnxruntime ({provider})"
         self.libraries = tuple(resolve_library(x) for x in options.custom_op_libraries)
+        self._given_libraries = self.libraries  # the model's kernels may add to them
+        self.plugins = options.plugins
         self.confirm_option = options.confirm
         self._kernels = dict(_ort_kernels(CPU))
         if provider != CPU:  # ORT falls back to CPU for nodes the provider cannot take
@@ -130,9 +132,78 @@ class OnnxRuntimeTarget(Target):
         return onnxruntime_schemas()
 
     def check_model(self, model):
-        return opset_import_findings(
+        findings = opset_import_findings(
             self.name, model, self.schemas.max_version, ("", "ai.onnx.ml", "com.microsoft")
         )
+        problem = self._use_kernels(model)
+        if problem:
+            findings.append(Finding(self.name, "model", "", "", None, "no-kernel", problem))
+        return findings
+
+    # -- custom kernels -------------------------------------------------------------------
+
+    def _use_kernels(self, model) -> str | None:
+        """Register the kernels a rewritten model's metadata (``rewriter.kernels``) lists and
+        that the installed plugins provide, and the custom-op libraries it needs, so that
+        its retargeted nodes are checked by real sessions like any custom op. Returns what
+        is missing (None: nothing)."""
+        from rewriter.errors import RewriterError
+        from rewriter.kernels import read_needs
+
+        libraries = list(self._given_libraries)
+        problem = None
+        try:
+            if read_needs(model):
+                from rewriter.runtime import prepare_kernels
+
+                libraries += prepare_kernels(model, self._registry())
+        except RewriterError as e:
+            problem = str(e)
+        libraries = tuple(dict.fromkeys(libraries))
+        if libraries != self.libraries:  # verdicts depend on the libraries: start afresh
+            self.libraries = libraries
+            self._fast.clear()
+            self._verdicts.clear()
+            self._probes.clear()
+        return problem
+
+    def _registry(self):
+        if self.plugins is None:
+            from rewriter.manager import load_plugins
+
+            self.plugins = load_plugins()
+        return self.plugins.registry
+
+    def kernel_problem(self, remedy) -> str | None:
+        """Python kernels run as onnxruntime-extensions Python ops, native ones from its
+        library: register what the remedy needs and ask a one-node session."""
+        import importlib.util
+
+        from rewriter.errors import RewriterError
+        from rewriter.kernels import EXTENSIONS, library_path, register_onnxruntime
+
+        if importlib.util.find_spec("onnxruntime_extensions") is None:
+            return "onnxruntime-extensions is not installed"
+        library = EXTENSIONS if remedy.kind == "python" else remedy.use.library
+        try:
+            if remedy.kind == "python":
+                register_onnxruntime([remedy.use], {remedy.use.op_name: remedy.kernel})
+            libraries = tuple(dict.fromkeys((*self._given_libraries, library_path(library))))
+        except RewriterError as e:
+            return str(e)
+        node = remedy.node
+        domain = normalize_domain(node.domain)
+        opsets = dict(remedy.opsets)
+        opsets[domain] = 1
+        types = {n: t for n, t in zip(node.input, remedy.input_types) if n and t}
+        query = NodeQuery(node, "<kernel probe>", domain, 1, types, opsets,
+                          dict(remedy.declared))
+        in_types = tuple(types.get(n) if n else None for n in node.input)
+        key = ("kernel", node.SerializeToString(), in_types, libraries)
+        if key not in self._probes:
+            self._probes[key] = self._probe(query, in_types, 1, libraries=libraries)
+        verdict = self._probes[key]
+        return None if verdict is None else verdict[1]
 
     # -- per node -------------------------------------------------------------------------
 
@@ -321,7 +392,7 @@ class OnnxRuntimeTarget(Target):
         result = self._probes[key]
         return None if result is None else self.finding(query, result[0], result[1])
 
-    def _probe(self, query: NodeQuery, in_types, opset: int | None = None):
+    def _probe(self, query: NodeQuery, in_types, opset: int | None = None, *, libraries=None):
         """Build a one-node model and ask onnxruntime (custom-op libraries registered)."""
         import onnxruntime as ort
         from onnx import TensorProto, helper
@@ -345,7 +416,7 @@ class OnnxRuntimeTarget(Target):
         model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
         so = ort.SessionOptions()
         so.log_severity_level = 4
-        for lib in self.libraries:
+        for lib in self.libraries if libraries is None else libraries:
             so.register_custom_ops_library(lib)
         try:
             ort.InferenceSession(model.SerializeToString(), so, providers=[self.provider])
@@ -377,6 +448,14 @@ class OnnxRuntimeTarget(Target):
 
     def confirm(self, model, base_dir) -> str | None:
         """Build a real session in a child process (a crash is an answer, not our crash)."""
+        from rewriter.errors import RewriterError
+        from rewriter.kernels import read_needs
+
+        try:
+            if read_needs(model):
+                return self._confirm_with_kernels(model, base_dir)
+        except RewriterError as e:
+            return str(e)
         script = (
             "import sys, onnxruntime as ort\n"
             "so = ort.SessionOptions(); so.log_severity_level = 4\n"
@@ -402,6 +481,82 @@ class OnnxRuntimeTarget(Target):
         if proc.returncode == 3:
             return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
         return f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
+
+    # -- running ---------------------------------------------------------------------------
+
+    def prepare(self, model, base_dir):
+        """An onnxruntime session (custom-op libraries registered) as a run function."""
+        import onnxruntime as ort
+
+        problem = self._use_kernels(model)  # kernels a rewritten model lists, registered
+        if problem:
+            raise RuntimeError(problem)
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        so.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(base_dir))
+        for lib in self.libraries:
+            so.register_custom_ops_library(lib)
+        try:
+            from rewriter.runtime import KernelSession  # re-raises Python kernel errors
+
+            session = KernelSession(model.SerializeToString(), so, providers=[self.provider])
+        except Exception as e:  # noqa: BLE001 - say it without onnxruntime's boilerplate
+            raise RuntimeError(_clean_ort_message(str(e).strip().splitlines()[0]
+                                                  if str(e).strip() else type(e).__name__))
+        inputs = [i.name for i in session.get_inputs()]
+        outputs = [o.name for o in session.get_outputs()]
+
+        def run(feeds):
+            given = {name: feeds[name] for name in inputs if name in feeds}
+            exotic = sorted(f"{n} ({v.dtype})" for n, v in given.items()
+                            if getattr(getattr(v, "dtype", None), "kind", "") == "V")
+            if exotic:  # ml_dtypes' bfloat16/float8 arrays
+                raise RuntimeError("onnxruntime's Python API takes no numpy arrays of "
+                                   f"{', '.join(exotic)}")
+            try:
+                values = session.run(None, given)
+            except Exception as e:  # noqa: BLE001
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise RuntimeError(_clean_ort_message(first)) from None
+            return dict(zip(outputs, values))
+
+        return run
+
+    def _confirm_with_kernels(self, model, base_dir) -> str | None:
+        """The child loads the same plugins and registers the model's kernels first."""
+        import json
+
+        self._registry()
+        args = {"provider": self.provider, "base_dir": str(base_dir),
+                "specs": list(getattr(self.plugins, "specs", ())),
+                "autoload": bool(getattr(self.plugins, "autoload", True)),
+                "libraries": list(self._given_libraries)}
+        script = (
+            "import sys, json\n"
+            "from rewriter.runtime import confirm_child\n"
+            "error = confirm_child(**json.loads(sys.argv[1]), "
+            "model_bytes=sys.stdin.buffer.read())\n"
+            "if error:\n"
+            "    print(error)\n"
+            "    sys.exit(3)\n"
+        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", script, json.dumps(args)],
+                input=model.SerializeToString(), capture_output=True,
+                timeout=CONFIRM_TIMEOUT_S, cwd=str(base_dir),
+            )
+        except subprocess.TimeoutExpired:
+            return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
+        if proc.returncode == 0:
+            return None
+        if proc.returncode == 3:
+            return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        return (f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
+                + (f": {tail[0]}" if tail else ""))
 
 
 _OPEN_END = 2**31 - 1

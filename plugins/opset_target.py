@@ -30,6 +30,7 @@ class OpsetTarget(Target):
     def __init__(self, max_opset: int) -> None:
         self.max_opset = max_opset
         self.max_versions = {"": max_opset, "ai.onnx.ml": ml_opset_for(max_opset)}
+        self.max_opsets = self.max_versions
         self.name = f"opset:{max_opset}"
         self.description = f"a runtime implementing ai.onnx up to opset {max_opset}"
 

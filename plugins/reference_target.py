@@ -9,6 +9,7 @@ from __future__ import annotations
 from rewriter import hookimpl
 from rewriter.schemas import onnx_schemas
 from rewriter.targets import Finding, NodeQuery, Target, TargetOptions, opset_import_findings
+from rewriter.walk import normalize_domain
 
 CONFIRM_BY_DEFAULT_BELOW = 20 * 2**20
 
@@ -26,16 +27,59 @@ class ReferenceTarget(Target):
     description = "the ONNX reference evaluator (onnx.reference.ReferenceEvaluator)"
 
     def __init__(self, options: TargetOptions | None = None) -> None:
-        self.confirm_option = (options or TargetOptions()).confirm
+        options = options or TargetOptions()
+        self.confirm_option = options.confirm
+        self.extra_ops = tuple(options.reference_ops)
+        self._extra = {(normalize_domain(getattr(op, "op_domain", "")), op.__name__)
+                       for op in self.extra_ops}
         self._verdicts: dict[tuple, tuple[str, str] | None] = {}
+        self.plugins = options.plugins
+        self._given_ops = self.extra_ops
 
     def check_model(self, model):
-        return opset_import_findings(
+        findings = opset_import_findings(
             self.name, model, onnx_schemas().max_version, ("", "ai.onnx.ml")
         )
+        problem = self._use_kernels(model)
+        if problem:
+            findings.append(Finding(self.name, "model", "", "", None, "no-kernel", problem))
+        return findings
+
+    def _use_kernels(self, model) -> str | None:
+        """Python kernels a rewritten model's metadata lists become extra ops (OpRun
+        classes) when the installed plugins provide them; returns what is missing."""
+        from rewriter.errors import RewriterError
+        from rewriter.kernels import read_needs, reference_ops
+
+        ops, problem = list(self._given_ops), None
+        try:
+            if read_needs(model).python:
+                ops += reference_ops(model, self._registry(), only_retargeted=True)
+        except RewriterError as e:
+            problem = str(e)
+        self.extra_ops = tuple(ops)
+        self._extra = {(normalize_domain(getattr(op, "op_domain", "")), op.__name__)
+                       for op in self.extra_ops}
+        return problem
+
+    def _registry(self):
+        if self.plugins is None:
+            from rewriter.manager import load_plugins
+
+            self.plugins = load_plugins()
+        return self.plugins.registry
+
+    def kernel_problem(self, remedy) -> str | None:
+        """Python kernels run as extra ops of the evaluator; native library ops do not."""
+        if remedy.kind != "python":
+            return (f"the reference evaluator cannot run {remedy.use.library}'s native "
+                    f"{remedy.use.key}")
+        return None
 
     def check_node(self, query: NodeQuery) -> Finding | None:
         node, domain, opset = query.node, query.domain, query.opset
+        if (domain, node.op_type) in self._extra:
+            return None  # a Python kernel given for it
         if opset is None:
             return self.finding(
                 query, "domain-not-imported",
@@ -84,22 +128,56 @@ class ReferenceTarget(Target):
         return total <= CONFIRM_BY_DEFAULT_BELOW
 
     def confirm(self, model, base_dir) -> str | None:
-        from onnx import ModelProto
-        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-        from onnx.reference import ReferenceEvaluator
-
-        from rewriter.walk import iter_tensors
-
         try:
-            if any(uses_external_data(t) for _, t in iter_tensors(model)):
-                copy = ModelProto()
-                copy.CopyFrom(model)
-                load_external_data_for_model(copy, str(base_dir))
-                model = copy
-            ReferenceEvaluator(model)
+            self._evaluator(model, base_dir)
         except Exception as e:  # noqa: BLE001 - the evaluator's refusal is the answer
             return (str(e).strip().splitlines() or [type(e).__name__])[0]
         return None
+
+    def _evaluator(self, model, base_dir):
+        from onnx import ModelProto
+        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+        from rewriter.walk import iter_tensors
+
+        problem = self._use_kernels(model)  # kernels a rewritten model lists
+        if problem:
+            raise RuntimeError(problem)
+        if any(uses_external_data(t) for _, t in iter_tensors(model)):
+            copy = ModelProto()
+            copy.CopyFrom(model)
+            load_external_data_for_model(copy, str(base_dir))
+            model = copy
+        return evaluator_class(self.extra_ops)(model)
+
+    def prepare(self, model, base_dir):
+        """A ReferenceEvaluator (with the extra Python kernels) as a run function."""
+        evaluator = self._evaluator(model, base_dir)
+        inputs = list(evaluator.input_names)
+        outputs = list(evaluator.output_names)
+
+        def run(feeds):
+            given = {name: feeds[name] for name in inputs if name in feeds}
+            return dict(zip(outputs, evaluator.run(None, given)))
+
+        return run
+
+
+def evaluator_class(ops: tuple[type, ...]):
+    """ReferenceEvaluator knowing ``ops`` everywhere: onnx builds the evaluators of
+    model-local functions with the evaluator's class but without ``new_ops``, so the extra
+    kernels must be a default of the class itself."""
+    from onnx.reference import ReferenceEvaluator
+
+    if not ops:
+        return ReferenceEvaluator
+
+    class WithKernels(ReferenceEvaluator):
+        def __init__(self, proto, *args, **kwargs):
+            kwargs.setdefault("new_ops", list(ops))
+            super().__init__(proto, *args, **kwargs)
+
+    return WithKernels
 
 
 @hookimpl

@@ -9,7 +9,11 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "check",
+    "compare",
     "rewrite",
+    "session",
+    "reference_ops",
+    "kernel",
     "hookimpl",
     "inspect_model",
     "load_model",
@@ -24,6 +28,18 @@ def __getattr__(name: str):
         from rewriter import api
 
         return getattr(api, name)
+    if name == "compare":
+        from rewriter.comparison import compare
+
+        return compare
+    if name == "session":
+        from rewriter.runtime import session
+
+        return session
+    if name in ("reference_ops", "kernel"):
+        from rewriter import kernels
+
+        return getattr(kernels, name)
     if name == "inspect_model":
         from rewriter.summary import inspect_model
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from onnx import ModelProto
@@ -36,6 +36,8 @@ def resolve_targets(
 ) -> list[Target]:
     """Instantiate targets by name (``onnxruntime``, ``opset:13``, ``onnxruntime:CUDA``)."""
     options = options or TargetOptions()
+    if options.plugins is None:  # targets that run kernels look them up here
+        options.plugins = plugins
     targets = []
     for spec in names:
         name, _, argument = spec.partition(":")
@@ -110,6 +112,9 @@ def rewrite(
     in_place: bool = False,
     confirm: bool | None = None,
     custom_op_libraries: Sequence[str] = (),
+    prefer: str = "decompose",
+    verify: bool = True,
+    compare_options: Mapping[str, Any] | None = None,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -121,6 +126,15 @@ def rewrite(
         dry_run: plan only; change and write nothing.
         explain: record, for each finding, which plugins were asked and why each declined.
         in_place: allow ``output`` to be the input path.
+        prefer: ``"decompose"`` (default; a decomposed model needs nothing at deployment)
+            or ``"kernel"``: which remedy wins for an op that has both. A kernel remedy
+            retargets the node and records in the model's metadata what it needs; run the
+            result with :func:`rewriter.session`.
+        verify: compare the result with the original on every target that runs models
+            (:func:`rewriter.compare`); a mismatch fails the rewrite. The verdict is
+            ``report.verification["compare"]``, the details ``report.comparison``.
+        compare_options: keyword arguments for that comparison (``inputs``, ``runs``,
+            ``dims``, ``atol``, ``rtol``, ``reference_ops``, ``timeout``, ...).
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path) and a
@@ -149,14 +163,23 @@ def rewrite(
     resolved = resolve_targets(plugins, targets, options)
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
-        model_name=str(loaded.path),
+        model_name=str(loaded.path), prefer=prefer,
     )
+    if verify and not dry_run and report.applied and not report.remaining:
+        from rewriter.isolation import shared_runner  # its worker imports while we confirm
+
+        shared_runner(plugins, memory_limit=(compare_options or {}).get("memory_limit")).start()
     if not dry_run and not report.remaining:
         for target in resolved:
             wants = confirm if confirm is not None else target.wants_confirm(loaded)
             if wants:
                 error = target.confirm(rewritten, loaded.base_dir)
                 report.verification[f"{target.name} load"] = error or "ok"
+    if verify and not dry_run and not report.remaining:
+        from rewriter.comparison import verify_rewrite
+
+        verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
+                       custom_op_libraries=custom_op_libraries, **dict(compare_options or {}))
     if dry_run:
         return RewriteResult(model if not ir_model else ir_model, report)
     # in_place names the input file; an in-memory model has none to write back to

@@ -155,11 +155,22 @@ def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug)
     "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
     help="Register a custom-op shared library with onnxruntime.",
 )
+@click.option(
+    "--prefer", type=click.Choice(["decompose", "kernel"]), default="decompose",
+    show_default=True,
+    help="Which remedy wins for an op that has both: a decomposition (the result needs "
+    "nothing at deployment) or a custom kernel (run the result with 'onnx-rewriter run').",
+)
+@click.option(
+    "--verify/--no-verify", default=True, show_default=True,
+    help="Compare the result with the original on every target that runs models "
+    "(see 'onnx-rewriter compare'); a mismatch fails the rewrite.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
-            libraries, as_json, plugin_specs, debug):
+            libraries, prefer, verify, as_json, plugin_specs, debug):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     Exit 0 when the result runs on every target and passes verification, 1 when findings
@@ -175,6 +186,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
         result = run_rewrite(
             model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
             explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
+            prefer=prefer, verify=verify,
         )
     except UnfixableError as e:
         if as_json:
@@ -187,6 +199,129 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     else:
         render.print_rewrite(report)
     ctx.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--inputs", "inputs_path", type=click.Path(),
+              help="Inputs: an .npz file or an ONNX test_data_set folder (default: seeded "
+              "random inputs from the declared types and shapes).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the outputs to this .npz file.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+              help="Value of a symbolic dimension for random inputs (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random-input seed.")
+@click.option("--provider", "providers", multiple=True, metavar="NAME",
+              help="onnxruntime execution provider (repeatable; default CPU).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_common
+@click.pass_context
+def run(ctx, model, inputs_path, output, dims, seed, providers, as_json, plugin_specs, debug):
+    """Run MODEL once in onnxruntime with every kernel it needs registered."""
+    obj = _state(ctx, plugin_specs, debug)
+    from rewriter import report as render
+    from rewriter import runtime
+    from rewriter.inputs import load_inputs, parse_dims
+
+    plugins = _load_plugins(obj)
+    inputs = None
+    if inputs_path:
+        import onnx
+
+        sets = load_inputs([inputs_path], onnx.load(model, load_external_data=False))
+        inputs = sets[0] if sets else {}
+    providers = [p if p.endswith("ExecutionProvider") else f"{p}ExecutionProvider"
+                 for p in providers] or None
+    outputs, used, generated = runtime.run(
+        model, inputs, dims=parse_dims(dims), seed=seed, providers=providers, plugins=plugins,
+    )
+    if output:
+        runtime.save_outputs(output, outputs)
+    rows = [runtime.describe(name, value) for name, value in outputs.items()]
+    inputs_rows = [runtime.describe(name, value) for name, value in used.items()]
+    if as_json:
+        click.echo(render.dumps({"model": model, "output": output, "generated": generated,
+                                 "inputs": inputs_rows, "outputs": rows}))
+    else:
+        for row in inputs_rows:
+            how = f"random (seed {seed})" if generated else "given"
+            click.echo(f"input {row['name']}: {how} {row['dtype']}{row['shape']}", err=True)
+        for row in rows:
+            click.echo(f"{row['name']}: {row['dtype']}{row['shape']} {row['preview']}")
+    ctx.exit(EXIT_OK)
+
+
+@cli.command()
+@click.argument("original", type=click.Path(dir_okay=False))
+@click.argument("rewritten", type=click.Path(dir_okay=False), required=False)
+@click.option(
+    "-t", "--target", "targets", multiple=True, default=("onnxruntime",), show_default=True,
+    help="Target to run the rewritten model on (repeatable).",
+)
+@click.option("--inputs", "inputs", multiple=True, metavar="PATH",
+              help="Inputs: .npz, .pb files or ONNX test-data folders (default: generated).")
+@click.option("--expected", "expected", multiple=True, metavar="PATH",
+              help="Reference outputs (.npz or test data) instead of running ORIGINAL; with "
+              "one model argument, that model is the one compared.")
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Generated input sets (seeds SEED, SEED+1, ...).")
+@click.option("--seed", type=int, default=0, show_default=True, help="First seed.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+              help="Value of a symbolic dimension for generated inputs (repeatable).")
+@click.option("--atol", "atol", multiple=True, metavar="[OUTPUT=]VALUE",
+              help="Absolute tolerance, for every output or one (repeatable).")
+@click.option("--rtol", "rtol", multiple=True, metavar="[OUTPUT=]VALUE",
+              help="Relative tolerance, for every output or one (repeatable).")
+@click.option("--original-target", metavar="TARGET",
+              help="Where to evaluate ORIGINAL (default: a requested target that runs it as "
+              "it is, else the reference evaluator with the plugins' kernels).")
+@click.option("--timeout", type=float, default=300.0, show_default=True,
+              help="Seconds each run may take (in a child process).")
+@click.option("--memory-limit", type=click.IntRange(min=1), metavar="MIB",
+              help="Address space each run may use, in MiB.")
+@click.option("--no-localize", is_flag=True,
+              help="Do not look for the first diverging rewritten region on a mismatch.")
+@click.option(
+    "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
+    help="Register a custom-op shared library with onnxruntime.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_common
+@click.pass_context
+def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dims, atol, rtol,
+            original_target, timeout, memory_limit, no_localize, libraries, as_json,
+            plugin_specs, debug):
+    """Prove REWRITTEN computes what ORIGINAL did, on every target.
+
+    Exit 0 when every output agrees within tolerance on every target, 1 on a mismatch (the
+    first diverging rewritten region and its rule are named), 2 when something could not run
+    (the report says why).
+    """
+    obj = _state(ctx, plugin_specs, debug)
+    from rewriter import report as render
+    from rewriter.comparison import compare as run_compare
+    from rewriter.comparison import parse_tolerances
+    from rewriter.inputs import parse_dims
+
+    if rewritten is None and not expected:
+        raise click.UsageError("give REWRITTEN, or --expected outputs for ORIGINAL")
+    plugins = _load_plugins(obj)
+    result = run_compare(
+        original, rewritten, targets, expected=list(expected) or None,
+        inputs=list(inputs) or None, runs=runs, seed=seed, dims=parse_dims(dims),
+        atol=parse_tolerances(atol, "--atol") or None,
+        rtol=parse_tolerances(rtol, "--rtol") or None, original_target=original_target,
+        plugins=plugins, custom_op_libraries=libraries, timeout=timeout,
+        memory_limit=memory_limit * 2**20 if memory_limit else None,
+        localize=not no_localize,
+    )
+    if as_json:
+        click.echo(render.dumps(result.as_dict()))
+    else:
+        render.print_compare(result)
+    if result.exit_code == EXIT_BAD_INPUT and not as_json:
+        click.echo(f"error: could not compare: {one_line(result.why_not_run())}", err=True)
+    ctx.exit(result.exit_code)
 
 
 @cli.command()

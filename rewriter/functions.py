@@ -20,6 +20,7 @@ from rewriter.walk import normalize_domain, opset_map
 REMEDY_DOMAIN = "rewriter.remedy"
 PROVENANCE_PLUGIN = "rewriter.plugin"
 PROVENANCE_RULE = "rewriter.rule"
+PROVENANCE_OP = "rewriter.op"  # the op the stamped node helps replace ("com.acme::Gelu")
 
 
 @dataclass
@@ -85,11 +86,12 @@ def build_function(builder: Any, ctx: DecompositionContext) -> FunctionProto | N
 
 
 def specialise(
-    fn: FunctionProto, name: str, opsets: Mapping[str, int], plugin: str, rule: str
+    fn: FunctionProto, name: str, opsets: Mapping[str, int], plugin: str, rule: str,
+    op: str = "",
 ) -> FunctionProto:
     """A copy of ``fn`` named ``REMEDY_DOMAIN:name``, importing the model's opset versions
     for every domain the model also imports (the inliner insists they agree), with every
-    body node stamped with provenance."""
+    body node stamped with provenance (``op``: the replaced op, ``domain::op_type``)."""
     out = FunctionProto()
     out.CopyFrom(fn)
     out.domain = REMEDY_DOMAIN
@@ -106,24 +108,27 @@ def specialise(
         entry = out.opset_import.add()
         entry.domain = domain
         entry.version = version
-    _stamp(out.node, plugin, rule)
+    _stamp(out.node, plugin, rule, op)
     return out
 
 
-def _stamp(nodes, plugin: str, rule: str) -> None:
+def _stamp(nodes, plugin: str, rule: str, op: str = "") -> None:
     from rewriter.walk import subgraphs
 
+    stamp = [(PROVENANCE_PLUGIN, plugin), (PROVENANCE_RULE, rule)]
+    if op:
+        stamp.append((PROVENANCE_OP, op))
     for node in nodes:
         keys = {p.key for p in node.metadata_props}
-        if PROVENANCE_RULE not in keys:
-            for key, value in ((PROVENANCE_PLUGIN, plugin), (PROVENANCE_RULE, rule)):
+        if PROVENANCE_RULE not in keys:  # a nested remedy's nodes keep their own stamp
+            for key, value in stamp:
                 entry = node.metadata_props.add()
                 entry.key = key
                 entry.value = value
         if not node.name:
             node.name = rule
         for _, g in subgraphs(node):
-            _stamp(g.node, plugin, rule)
+            _stamp(g.node, plugin, rule, op)
 
 
 def retarget(node: NodeProto, fn: FunctionProto) -> None:

@@ -60,11 +60,15 @@ def register_decompositions(registry: DecompositionRegistry) -> None:
 
 @hookspec
 def register_kernels(registry: KernelRegistry) -> None:
-    """Register custom kernels (Python callables over numpy arrays).
+    """Register custom kernels: what runs an op that cannot be decomposed.
 
     Args:
-        registry: call ``registry.add(domain, op_type, "module:attr", ...)``; the kernel is
-            imported only when a model needs it.
+        registry: call ``registry.add(domain, op_type, "module:attr", description=...)``
+            for a Python kernel (a :class:`rewriter.kernels.Kernel`, made with
+            :func:`rewriter.kernels.kernel`), imported only when a model needs it; or
+            ``registry.add_native(domain, op_type, library="extensions", target=None,
+            attributes=None)`` for an op a custom-op library implements natively with the
+            same semantics. One kernel and one native mapping per op, across all plugins.
     """
 
 

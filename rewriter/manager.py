@@ -52,6 +52,9 @@ class Plugins:
 
     manager: pluggy.PluginManager
     registry: Registry
+    # how they were loaded, so a child process (compare's isolated runs) can load the same
+    specs: tuple[str, ...] = ()
+    autoload: bool = True
 
 
 def _autoload_disabled() -> bool:
@@ -181,7 +184,14 @@ def load_plugins(
         raise registry.plugin_error(plugin_name, _validation_message(e)) from e
 
     _collect(pm, registry)
-    return Plugins(pm, registry)
+    return Plugins(pm, registry, tuple(_replayable(p) for p in plugins), autoload)
+
+
+def _replayable(spec: str) -> str:
+    """A ``-p`` value that loads the same plugin from any working directory."""
+    if not spec.startswith("no:") and (spec.endswith(".py") or Path(spec).is_file()):
+        return str(Path(spec).absolute())
+    return spec
 
 
 def _register(pm: pluggy.PluginManager, registry: Registry, module, info: PluginInfo) -> None:

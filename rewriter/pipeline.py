@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from onnx import FunctionProto, ModelProto
+from onnx import FunctionProto, ModelProto, NodeProto
 
 from rewriter.detect import find_unsupported
 from rewriter.errors import EXIT_FINDINGS, RewriterError
@@ -32,6 +32,8 @@ from rewriter.typeinfer import infer_node_outputs
 from rewriter.walk import iter_scopes, normalize_domain, opset_map
 
 MAX_ROUNDS = 8
+PREFER = ("decompose", "kernel")  # --prefer: which remedy wins when both exist
+CONTRIB_DOMAIN = "ai.onnx.contrib"
 _LOWERING_DOMAIN = "rewriter.lowering"
 MAX_DEPTH = 4
 
@@ -74,6 +76,7 @@ class Candidate:
     rewrite_pass: RewritePass | None = None
     relevant: bool = False  # a pass this kind of finding is about: its "why" is the one shown
     nested: list[tuple[str, str, str, str]] = field(default_factory=list)  # lowered inside
+    kernel: Any = None  # a rewriter.targets.KernelRemedy (kind "kernel")
 
 
 @dataclass
@@ -103,6 +106,8 @@ class RewriteReport:
     explain: list[dict] = field(default_factory=list)
     verification: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
+    kernels: dict[str, Any] = field(default_factory=dict)  # what the result needs to run
+    comparison: Any = None  # rewriter.comparison.CompareReport when numerics were verified
 
     @property
     def ok(self) -> bool:
@@ -128,6 +133,8 @@ class RewriteReport:
             if self.after else None,
             "remaining": [f.as_dict() for f in self.remaining],
             "verification": self.verification,
+            "kernels": self.kernels,
+            "compare": self.comparison.as_dict() if self.comparison is not None else None,
             "explain": self.explain,
         }
 
@@ -141,7 +148,11 @@ class RewriteResult:
 class _Planner:
     """Chooses one remedy per finding, deterministically, and builds its function."""
 
-    def __init__(self, targets: Sequence[Target], plugins: Plugins, passes, ctx) -> None:
+    def __init__(self, targets: Sequence[Target], plugins: Plugins, passes, ctx,
+                 prefer: str = "decompose") -> None:
+        if prefer not in PREFER:
+            raise RewriterError(f"--prefer must be one of {', '.join(PREFER)}, not {prefer!r}")
+        self.prefer = prefer
         self.targets = targets
         self.registry = plugins.registry
         self.passes = passes
@@ -169,11 +180,14 @@ class _Planner:
         """Every remedy considered for ``finding``, the chosen one (if any) first accepted."""
         if finding.node is None:
             return self._pass_candidates(finding)
+        if finding.reason == "invalid-node":  # the model is wrong; no remedy makes it right
+            return [Candidate("decomposition", "-", "-", False,
+                              f"the node itself is invalid ({finding.detail}); fix the export")]
         opsets = dict(finding.scope_opsets or {})
         key = self.signature(finding.node, opsets, finding.input_types)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._decomposition_candidates(finding, opsets, constants, depth)
+            plan = self._remedy_candidates(finding, opsets, constants, depth)
             self._plans[key] = plan
         if not any(c.accepted for c in plan):
             # passes are asked per finding: their answer may depend on more than the plan
@@ -194,6 +208,118 @@ class _Planner:
             out.append(Candidate("pass", p.plugin, p.name, offers, why, rewrite_pass=p,
                                  relevant=p.handles(finding, self.pass_ctx)))
         return out
+
+    def _remedy_candidates(self, finding, opsets, constants, depth) -> list[Candidate]:
+        """Decompositions and kernels, in the order ``prefer`` says; the second kind is only
+        tried when the first offers nothing (a kernel costs a registration and a probe)."""
+        key = (normalize_domain(finding.node.domain), finding.node.op_type)
+        has_kernel = key in self.registry.kernels or key in self.registry.natives
+        kinds = [self._decomposition_candidates, self._kernel_candidates]
+        if self.prefer == "kernel":
+            kinds.reverse()
+        first = kinds[0](finding, opsets, constants, depth)
+        if any(c.accepted for c in first):
+            if self.prefer == "decompose" and has_kernel:
+                first.append(Candidate("kernel", "-", "-", False,
+                                       "not tried: a decomposition applies (--prefer decompose)"))
+            elif self.prefer == "kernel" and key in self._by_op:
+                first.append(Candidate("decomposition", "-", "-", False,
+                                       "not tried: a kernel applies (--prefer kernel)"))
+            return first
+        return first + kinds[1](finding, opsets, constants, depth)
+
+    def _kernel_candidates(self, finding, opsets, constants=None, depth=0) -> list[Candidate]:
+        """A native library op first (no Python needed at run time), then a Python kernel;
+        each accepted only when every target says it can run the retargeted node."""
+        from rewriter.errors import RewriterError
+        from rewriter.functions import resolve_reference
+        from rewriter.kernels import (
+            KernelUse,
+            NativeUse,
+            attribute_problem,
+            element_type,
+            load_kernel,
+            op_name,
+            retarget_node,
+        )
+        from rewriter.targets import KernelRemedy
+
+        node = finding.node
+        domain, op_type = normalize_domain(node.domain), node.op_type
+        label = f"{domain or 'ai.onnx'}::{op_type}"
+        out: list[Candidate] = []
+
+        def ask(remedy) -> str:
+            return "; ".join(f"{t.name}: {p}" for t in self.targets
+                             if (p := t.kernel_problem(remedy)))
+
+        native = self.registry.natives.get((domain, op_type))
+        if native is not None:
+            t_domain, t_op = native.target
+            rule = f"native {native.library} {t_domain or 'ai.onnx'}::{t_op}"
+            try:
+                attrs = None
+                if native.attributes:
+                    attrs = resolve_reference(native.attributes)(node)
+                    if attrs is None:
+                        raise RewriterError("declined this node (attributes or types)")
+                new = NodeProto()
+                new.CopyFrom(node)
+                new.domain, new.op_type = t_domain, t_op
+                if attrs is not None:
+                    from onnx import helper
+
+                    del new.attribute[:]
+                    new.attribute.extend(helper.make_attribute(k, v)
+                                         for k, v in sorted(attrs.items()))
+                use = NativeUse(t_domain, t_op, native.library, native.plugin, label,
+                                self._distribution(native.plugin))
+                remedy = KernelRemedy("native", new, use, None, tuple(finding.input_types),
+                                      {**opsets, t_domain: opsets.get(t_domain, 1)})
+                why = ask(remedy)
+            except Exception as e:  # noqa: BLE001 - a plugin's mapping failing is its bug
+                why, remedy = (str(e) if isinstance(e, RewriterError)
+                               else f"mapping failed: {type(e).__name__}: {e}"), None
+            out.append(Candidate("kernel", native.plugin, rule, not why, why, kernel=remedy))
+            if not why:
+                return out
+        entry = self.registry.kernels.get((domain, op_type))
+        if entry is not None:
+            rule = f"python {entry.reference}"
+            why, remedy = "", None
+            try:
+                k = load_kernel(entry, self.registry)
+                types = [element_type(t) for t in finding.input_types]
+                signature = k.match(types)
+                if any(not n for n in node.input):
+                    why = "the node leaves an optional input empty (kernels take no gaps)"
+                elif signature is None:
+                    shown = ", ".join(t or "?" for t in types)
+                    why = (f"no signature takes ({shown}); the kernel has "
+                           + "; ".join(f"({s.label})" for s in k.signatures))
+                else:
+                    why = attribute_problem(node, k) or ""
+                if not why:
+                    use = KernelUse(op_name(domain, op_type, signature), domain, op_type,
+                                    entry.reference, entry.plugin, signature,
+                                    self._distribution(entry.plugin))
+                    new = NodeProto()
+                    new.CopyFrom(node)
+                    retarget_node(new, use, k)
+                    remedy = KernelRemedy("python", new, use, k, tuple(finding.input_types),
+                                          {**opsets, CONTRIB_DOMAIN: 1})
+                    why = ask(remedy)
+            except RewriterError as e:
+                why = str(e)
+            out.append(Candidate("kernel", entry.plugin, rule, not why, why, kernel=remedy))
+        if not out:
+            out.append(Candidate("kernel", "-", "-", False,
+                                 "no installed plugin registers a kernel for this op"))
+        return out
+
+    def _distribution(self, plugin: str) -> str | None:
+        info = self.registry.plugins.get(plugin)
+        return info.distribution if info and info.distribution else None
 
     def _decomposition_candidates(self, finding, opsets, constants, depth) -> list[Candidate]:
         node = finding.node
@@ -290,7 +416,7 @@ class _Planner:
             if name not in inner_functions:
                 inner_functions[name] = specialise(
                     choice.function, name, dict(inner_finding.scope_opsets or {}),
-                    choice.plugin, choice.rule,
+                    choice.plugin, choice.rule, replaced_op(inner_finding),
                 )
             retarget(fn.node[i], inner_functions[name])
         outer = FunctionProto()
@@ -332,6 +458,11 @@ class _Planner:
         return name
 
 
+def replaced_op(finding: Finding) -> str:
+    """``domain::op_type`` of a finding's node, as stamped on the nodes replacing it."""
+    return f"{finding.domain or 'ai.onnx'}::{finding.op_type}"
+
+
 def target_schema(targets, domain, op_type, opset):
     for t in targets:
         s = t.schemas.resolve(domain, op_type, opset) if opset else None
@@ -363,13 +494,54 @@ def _detect(model: ModelProto, targets: Sequence[Target]) -> list[Finding]:
     return findings
 
 
-def apply_decompositions(
+def apply_kernels(
     model: ModelProto, findings: list[Finding], planner: _Planner, ctx: PassContext
+) -> set[int]:
+    """Retarget, in place, every node whose chosen remedy is a kernel; record what the model
+    needs in its metadata. Returns the ids of the nodes changed."""
+    from rewriter.kernels import Needs, write_needs
+
+    constants = _constants(model)
+    needs = Needs()
+    changed: dict[int, Any] = {}
+    for f in findings:
+        if f.node is None or id(f.node) in changed:
+            continue
+        choice = planner.chosen(f, constants)
+        if choice is None or choice.kind != "kernel":
+            continue
+        remedy = choice.kernel
+        changed[id(f.node)] = (f.node, remedy)
+        ctx.record("kernel", choice.plugin, choice.rule, f.op_label)
+        if remedy.kind == "python":
+            needs.python[remedy.use.op_name] = remedy.use
+        else:
+            needs.native[remedy.use.key] = remedy.use
+    # retarget after every choice is made: plans are keyed by the node as it was
+    for node, remedy in changed.values():
+        node.CopyFrom(remedy.node)
+    if not changed:
+        return set()
+    domains = {node.domain for node, _ in changed.values()}
+    for container in [model, *[fn for fn in model.functions
+                               if any(id(n) in changed for n in fn.node)]]:
+        have = opset_map(container.opset_import)
+        for domain in sorted(domains):
+            if normalize_domain(domain) not in have:
+                entry = container.opset_import.add()
+                entry.domain, entry.version = domain, 1
+    write_needs(model, needs)
+    return set(changed)
+
+
+def apply_decompositions(
+    model: ModelProto, findings: list[Finding], planner: _Planner, ctx: PassContext,
+    skip: set[int] | frozenset = frozenset(),
 ) -> tuple[ModelProto, bool]:
     """Retarget every node with an accepted decomposition, then inline them all at once."""
     constants = _constants(model)
     functions: dict[str, FunctionProto] = {}
-    seen: set[int] = set()
+    seen: set[int] = set(skip)  # nodes already given a kernel
     for f in findings:
         if f.node is None or id(f.node) in seen:
             continue
@@ -380,7 +552,8 @@ def apply_decompositions(
         name = planner.function_name(f)
         if name not in functions:
             functions[name] = specialise(
-                choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule
+                choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule,
+                replaced_op(f),
             )
         ctx.record("decomposition", choice.plugin, choice.rule, f.op_label)
         for kind, plugin, rule, op_label in choice.nested:
@@ -488,8 +661,12 @@ def rewrite_proto(
     explain: bool = False,
     dry_run: bool = False,
     model_name: str = "<model>",
+    prefer: str = "decompose",
 ) -> tuple[ModelProto, RewriteReport]:
-    """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is)."""
+    """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
+
+    ``prefer``: ``"decompose"`` (default: a decomposed model needs nothing at deployment) or
+    ``"kernel"``, for ops that have both remedies."""
     work = ModelProto()
     work.CopyFrom(model)
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
@@ -498,7 +675,7 @@ def rewrite_proto(
     passes = instantiate(plugins.registry)
     for p in passes:
         p.prepare(work, ctx)
-    planner = _Planner(targets, plugins, passes, ctx)
+    planner = _Planner(targets, plugins, passes, ctx, prefer)
 
     findings = _detect(work, targets)
     constants = _constants(work)
@@ -517,7 +694,10 @@ def rewrite_proto(
             })
         if not any(c.accepted for c in candidates):
             unfixable.append(f)
-            declined = [c.why for c in candidates if c.why]
+            # a plugin's own reason beats the placeholder of a kind nobody registered
+            declined = ([c.why for c in candidates
+                         if c.why and c.plugin != "-" and c.kind != "pass"]
+                        or [c.why for c in candidates if c.why])
             own = [c.why for c in candidates if c.why and c.relevant]
             why[id(f)] = (own or declined or [f.detail])[0]
     if unfixable and not partial:
@@ -542,7 +722,9 @@ def rewrite_proto(
         if not findings:
             break
         for_passes = [f for f in findings if not _decomposed(f, planner)]
-        work, changed = apply_decompositions(work, findings, planner, ctx)
+        retargeted = apply_kernels(work, findings, planner, ctx)
+        work, changed = apply_decompositions(work, findings, planner, ctx, retargeted)
+        changed = changed or bool(retargeted)
         for p in passes:
             if any(p.offers(f, ctx)[0] for f in for_passes):
                 result = p.run(work, ctx)
@@ -555,6 +737,7 @@ def rewrite_proto(
     report.applied = ctx.applied
     report.remaining = findings
     report.after = ModelStats.of(work)
+    report.kernels = _kernel_summary(work)
     report.verification = verify(work, model)
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
@@ -567,4 +750,16 @@ def _decomposed(f: Finding, planner: _Planner) -> bool:
     plan = planner._plans.get(
         planner.signature(f.node, dict(f.scope_opsets or {}), f.input_types), []
     )
-    return any(c.accepted and c.kind == "decomposition" for c in plan)
+    return any(c.accepted and c.kind in ("decomposition", "kernel") for c in plan)
+
+
+def _kernel_summary(model: ModelProto) -> dict[str, Any]:
+    """What the rewritten model needs at run time (from its metadata), for the report."""
+    import json
+
+    from rewriter.kernels import read_needs
+
+    needs = read_needs(model)
+    if not needs:
+        return {}
+    return json.loads(needs.to_json())

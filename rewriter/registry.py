@@ -66,6 +66,20 @@ class KernelEntry:
 
 
 @dataclass(frozen=True)
+class NativeEntry:
+    """An op a custom-op library implements natively: a node of ``(domain, op_type)`` runs as
+    ``target`` (its own op by default) once the library is registered."""
+
+    domain: str
+    op_type: str
+    library: str  # "extensions": onnxruntime-extensions
+    target: tuple[str, str]
+    attributes: str | None  # "module:attr": node -> attributes for the native op, or None
+    description: str
+    plugin: str
+
+
+@dataclass(frozen=True)
 class PassEntry:
     name: str
     factory: Callable[..., Any]
@@ -81,6 +95,7 @@ class Registry:
     targets: dict[str, TargetEntry] = field(default_factory=dict)
     decompositions: list[DecompositionEntry] = field(default_factory=list)
     kernels: dict[tuple[str, str], KernelEntry] = field(default_factory=dict)
+    natives: dict[tuple[str, str], NativeEntry] = field(default_factory=dict)
     passes: dict[str, PassEntry] = field(default_factory=dict)
 
     def plugin_error(self, plugin: str, message: str) -> PluginError:
@@ -110,6 +125,9 @@ class Registry:
             for d in self.decompositions
             if d.domain == domain and d.op_type == op_type and d.covers(onnx_opset)
         ]
+        native = self.natives.get((domain, op_type))
+        if native:
+            found.append(f"native {native.library} kernel ({native.plugin})")
         kernel = self.kernels.get((domain, op_type))
         if kernel:
             found.append(f"kernel ({kernel.plugin})")
@@ -128,6 +146,12 @@ class Registry:
         out["kernels"] = sorted(
             f"{k.domain or 'ai.onnx'}::{k.op_type}"
             for k in self.kernels.values()
+            if k.plugin == plugin
+        )
+        out["native_kernels"] = sorted(
+            f"{k.domain or 'ai.onnx'}::{k.op_type} -> {k.library} "
+            f"{k.target[0] or 'ai.onnx'}::{k.target[1]}"
+            for k in self.natives.values()
             if k.plugin == plugin
         )
         out["passes"] = sorted(
@@ -241,6 +265,47 @@ class KernelRegistry(_Bound):
             )
         self._registry.kernels[key] = KernelEntry(
             key[0], op_type, reference, description, self.plugin
+        )
+
+    def add_native(
+        self,
+        domain: str,
+        op_type: str,
+        *,
+        library: str = "extensions",
+        target: tuple[str, str] | None = None,
+        attributes: str | None = None,
+        description: str = "",
+    ) -> None:
+        """Declare that custom-op ``library`` implements ``(domain, op_type)`` natively, with
+        the same semantics, as op ``target`` (default: the same op).
+
+        ``attributes``: optional ``"module:attr"`` naming ``f(node) -> dict | None`` that
+        gives the native op's attributes for a node (None: this node cannot be mapped).
+        """
+        if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
+            raise self._fail(f"native kernel key must be (domain, op_type) strings, got "
+                             f"({domain!r}, {op_type!r})")
+        if not isinstance(library, str) or not library:
+            raise self._fail(f"native kernel {op_type!r}: library must be a name")
+        if attributes is not None and (not isinstance(attributes, str)
+                                       or not _LAZY_REF.match(attributes)):
+            raise self._fail(f"native kernel {op_type!r}: {attributes!r} is not 'module:attr'")
+        key = (normalize_domain(domain), op_type)
+        if target is None:
+            target = key
+        elif (not isinstance(target, tuple | list) or len(target) != 2
+              or not all(isinstance(x, str) for x in target) or not target[1]):
+            raise self._fail(f"native kernel {op_type!r}: target must be (domain, op_type)")
+        existing = self._registry.natives.get(key)
+        if existing:
+            raise self._fail(
+                f"native kernel {domain or 'ai.onnx'}::{op_type} is already registered by "
+                f"plugin {existing.plugin!r}"
+            )
+        self._registry.natives[key] = NativeEntry(
+            key[0], op_type, library, (normalize_domain(target[0]), target[1]), attributes,
+            description, self.plugin,
         )
 
 

@@ -161,6 +161,18 @@ def print_rewrite(report, stream=None) -> None:
         for (kind, plugin, rule, op), n in sorted(report.applied.items()):
             table.add_row(escape(op), escape(f"{kind} {rule}"), escape(plugin), str(n))
         console.print(table)
+    needs = getattr(report, "kernels", None) or {}
+    if needs.get("native"):
+        console.print("runs natively in onnxruntime-extensions (no Python at run time): "
+                      + escape(", ".join(f"{v['op']}" + (f" as {k}" if k != v["op"] else "")
+                                         for k, v in sorted(needs["native"].items()))))
+    if needs.get("python"):
+        console.print("runs Python kernels: " + escape(", ".join(
+            f"{v['op']} ({', '.join(v['inputs'])}) → ai.onnx.contrib::{k} [{v['plugin']}]"
+            for k, v in sorted(needs["python"].items()))))
+    if needs:
+        console.print("run it with `onnx-rewriter run` or rewriter.session(): they register "
+                      "what the model's metadata lists")
     if report.before and report.after:
         console.print(
             f"nodes: {report.before.nodes:,} → {report.after.nodes:,}; "
@@ -170,7 +182,11 @@ def print_rewrite(report, stream=None) -> None:
         mark = "[green]✓[/green]" if verdict == "ok" else "[yellow]![/yellow]"
         if not (verdict == "ok" or verdict.startswith(("pre-existing", "skipped"))):
             mark = "[red]✗[/red]"
-        console.print(f"{mark} {escape(name)}: {escape(one_line(verdict))}")
+        shown = verdict
+        comparison = getattr(report, "comparison", None)
+        if name == "compare" and verdict == "ok" and comparison is not None:
+            shown = comparison.summary()
+        console.print(f"{mark} {escape(name)}: {escape(one_line(shown))}")
     if report.remaining:
         console.print(f"[red]✗[/red] {len(report.remaining)} finding(s) not fixed:")
         for g in group_findings(report.remaining):
@@ -185,3 +201,77 @@ def print_rewrite(report, stream=None) -> None:
             verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
             console.print(f"    {escape(c['kind'])} {escape(c['rule'])} "
                           f"[{escape(c['plugin'])}] — {escape(one_line(verdict))}")
+
+
+def _num(x, fmt: str = ".3g") -> str:
+    if x is None:
+        return "-"
+    return format(x, fmt) if x == x and abs(x) != float("inf") else str(x)
+
+
+def print_compare(report, stream=None) -> None:
+    """``onnx-rewriter compare``: a verdict per target, a row per output, the localization."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = _console(stream)
+    head = escape(report.rewritten)
+    if report.original:
+        head = f"{escape(report.original)} → {head}"
+    console.print(f"[bold]{head}[/bold]")
+    inputs = report.inputs or {}
+    if inputs:
+        how = inputs.get("source", "")
+        if how == "generated":
+            seeds = inputs.get("seeds", [])
+            how = f"generated (seed{'s' if len(seeds) > 1 else ''} " \
+                  f"{', '.join(map(str, seeds))})"
+        shapes = ", ".join(f"{k}: {v}" for k, v in inputs.get("shapes", {}).items())
+        console.print(f"inputs: {inputs.get('sets', 0)} set(s), {escape(how)}; "
+                      f"{escape(shapes)}")
+    if report.oracle == "expected":
+        console.print("reference outputs: given (expected)")
+    elif report.oracle:
+        console.print(f"original evaluated on: {escape(report.oracle)}")
+    for attempt in report.oracle_attempts:
+        if attempt["status"] != "ok":
+            console.print(f"  (not on {escape(attempt['target'])}: "
+                          f"{escape(one_line(attempt['error']))})")
+    if report.error or report.oracle_error:
+        console.print(f"[red]✗[/red] could not compare: {escape(one_line(report.why_not_run()))}")
+        return
+    for t in report.targets:
+        if t.status == "error":
+            console.print(f"[red]✗[/red] {escape(t.target)}: could not run "
+                          f"({t.error_kind}): {escape(one_line(t.error))}")
+            continue
+        mark = "[green]✓[/green]" if t.status == "equal" else "[red]✗[/red]"
+        verdict = "equal within tolerance" if t.status == "equal" else "mismatch"
+        console.print(f"{mark} {escape(t.target)}: {verdict} (max abs error {_num(t.max_abs)})")
+        table = Table(show_edge=False, pad_edge=False, box=None)
+        for col in ("output", "shape", "dtype", "max abs", "max rel", "mismatch", "cosine", ""):
+            table.add_column(col, justify="right" if col in (
+                "max abs", "max rel", "mismatch", "cosine") else "left")
+        for c in t.outputs:
+            shape = str(list(c.actual_shape)) if c.actual_shape is not None else "-"
+            dtype = c.actual_dtype or "-"
+            table.add_row(escape(c.name), shape, escape(dtype), _num(c.max_abs),
+                          _num(c.max_rel), f"{c.mismatch_fraction:.2%}",
+                          _num(c.cosine, ".6f"), "ok" if c.ok else "[red]differs[/red]")
+        console.print(table)
+        for c in t.outputs:
+            if not c.ok:
+                console.print(f"  {escape(c.name)}: {escape(one_line(c.detail or 'differs'))}")
+        loc = t.localization
+        if loc is not None:
+            console.print(f"  localization: {escape(one_line(loc.message))}")
+            for check in loc.checks:
+                r = check.region
+                s = r.stamp
+                rule = f"{s.rule} [{s.plugin}]" if s else "no provenance"
+                errors = [c.max_abs for c in check.outputs if c.max_abs is not None]
+                worst = max(errors) if errors else None
+                state = "diverges" if check.diverges else "agrees"
+                console.print(f"    {escape(r.label)} — {escape(rule)}: {state} "
+                              f"(max abs {_num(worst)})")
+    console.print(escape(report.summary()))

@@ -6,9 +6,9 @@ interface; onnxruntime, the reference evaluator and ``opset:N`` are built-in plu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnx import ModelProto, NodeProto, TypeProto
 
@@ -110,6 +110,26 @@ class TargetOptions:
 
     custom_op_libraries: tuple[str, ...] = ()
     confirm: bool | None = None  # None: the target decides (e.g. only small models)
+    # Python kernels (onnx.reference.op_run.OpRun subclasses) for ops the reference
+    # evaluator lacks, e.g. the proprietary ops of an original model being compared
+    reference_ops: tuple[type, ...] = ()
+    # The run's loaded plugins (rewriter.manager.Plugins): targets that run custom kernels
+    # look up the kernels a rewritten model's metadata lists in plugins.registry.
+    plugins: Any = None
+
+
+@dataclass
+class KernelRemedy:
+    """A kernel remedy the planner asks a target about: ``node`` as it would be after the
+    retarget (a copy), and what it needs."""
+
+    kind: str  # "python": a rewriter.kernels.KernelUse; "native": a NativeUse
+    node: NodeProto
+    use: Any
+    kernel: Any = None  # the resolved rewriter.kernels.Kernel ("python")
+    input_types: tuple[str | None, ...] = ()
+    opsets: Mapping[str, int] = field(default_factory=dict)
+    declared: Mapping[str, TypeProto] = field(default_factory=dict)
 
 
 class Target:
@@ -120,6 +140,9 @@ class Target:
     # Highest opset version of each domain the runtime implements ({"": 13} for ai.onnx up
     # to 13), when it has such a ceiling; an opset-conversion pass lowers models to it.
     max_opsets: Mapping[str, int] | None = None
+    # Lowest opset version of each domain it runs models of ({"": 7} for onnxruntime); an
+    # opset-conversion pass raises older models to it.
+    min_opsets: Mapping[str, int] | None = None
 
     @property
     def schemas(self) -> SchemaIndex:
@@ -138,11 +161,42 @@ class Target:
         """Whether to confirm by default (e.g. only for small models)."""
         return False
 
+    def kernel_problem(self, remedy: KernelRemedy) -> str | None:
+        """Why this target cannot run a node retargeted to a custom kernel (None: it can).
+        Targets that run no custom kernels keep this default."""
+        return f"{self.name} cannot run custom kernels"
+
     def confirm(self, model: ModelProto, base_dir) -> str | None:
         """Really load ``model`` (external data relative to ``base_dir``) in the runtime;
         return the runtime's error, or None if it loads. Targets that cannot confirm return
         None."""
         return None
+
+    # -- running models (used by ``compare``, always in a child process) -----------------
+
+    def prepare(self, model: ModelProto, base_dir) -> Callable[[Mapping[str, Any]], dict]:
+        """Load ``model`` (external data relative to ``base_dir``) in the runtime and return
+        a function that runs it on one set of feeds (input name -> value) and returns its
+        outputs by name. A target implements this or :meth:`run`; one that implements
+        neither only answers capability questions (``opset:N``).
+
+        ``compare`` calls it only in a child process with a time limit, so a runtime that
+        crashes, hangs or runs out of memory is a result, never the tool's crash."""
+        if type(self).run is Target.run:
+            raise NotImplementedError(f"target {self.name!r} cannot run models")
+        return lambda feeds: self.run(model, base_dir, feeds)
+
+    def run(self, model: ModelProto, base_dir, feeds: Mapping[str, Any]) -> dict:
+        """Run ``model`` once on ``feeds``; outputs by name (see :meth:`prepare`)."""
+        if type(self).prepare is Target.prepare:
+            raise NotImplementedError(f"target {self.name!r} cannot run models")
+        return self.prepare(model, base_dir)(feeds)
+
+    @property
+    def runs_models(self) -> bool:
+        """Whether the target implements :meth:`prepare` or :meth:`run`."""
+        cls = type(self)
+        return cls.prepare is not Target.prepare or cls.run is not Target.run
 
     def finding(self, query: NodeQuery, reason: str, detail: str, version: int | None = None):
         node = query.node

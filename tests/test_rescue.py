@@ -1,7 +1,8 @@
 """``rewrite --target onnxruntime`` over every ONNX backend node case shipped inside the onnx
 package: the cases onnxruntime refuses for lack of a kernel or schema that the rewrite makes
-run and match their expected outputs must not become fewer, and no case onnxruntime already
-runs may be changed by it. (The whole suite takes ~10 s on 2 cores, so it runs in full.)"""
+run and match their expected outputs must not become fewer, no case onnxruntime already
+runs may be changed by it, and every rewritten model passes ``compare`` against the original
+on the reference evaluator. (The whole suite takes ~10 s on 2 cores, so it runs in full.)"""
 
 from __future__ import annotations
 
@@ -49,3 +50,15 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
     failing = sum(len(v) for v in result.failed.values())
     assert len(result.rescued) + failing == len(result.refused)
     assert all(reason.strip() for reason in result.failed)
+
+    # every model the rewrite produced computes what the original does on the reference
+    # evaluator: on the case's own inputs, and on generated ones unless the original itself
+    # cannot take them (random bytes are no image to decode)
+    assert set(result.rescued) <= set(result.compared)
+    for name, verdicts in result.compared.items():
+        assert verdicts["case inputs"] == "equal", (name, verdicts)
+        generated = verdicts["generated inputs"]
+        assert generated == "equal" or generated.startswith(
+            "error: could not evaluate the original"), (name, verdicts)
+    for name in result.rescued:
+        assert result.compared[name]["generated inputs"] == "equal", name

@@ -208,7 +208,7 @@ def test_spec_function_op_is_lowered_and_runs_on_onnxruntime(container, plugins)
     assert report.ok, report.as_dict()
     assert model.SerializeToString() == original, "the input model must not be changed"
     assert report.verification == {
-        "checker": "ok", "shape_inference": "ok", "onnxruntime load": "ok"}
+        "checker": "ok", "shape_inference": "ok", "onnxruntime load": "ok", "compare": "ok"}
     applied = {(k, p, op) for (k, p, _rule, op) in report.applied}
     assert applied == {("decomposition", "onnx-functions", "ai.onnx::SwiGLU(28)"),
                        ("decomposition", "onnx-functions", "ai.onnx::Swish(24)")}

@@ -1,0 +1,381 @@
+"""Inputs for running a model: generated from its declared types, or loaded from files.
+
+Generated inputs are seeded (the same seed gives the same arrays), take symbolic dimensions
+from ``dims`` (``--dim batch=2``; others get :data:`DEFAULT_DIM`), and keep values where the
+operators consuming them are meaningful: an input read by ``Log``, ``Sqrt``, ``Reciprocal``,
+``Pow`` (base) or used as a divisor is positive, one read by ``Asin``/``Acos``/``Atanh`` lies
+in (-1, 1), and so on (looked through ``Cast``, ``Reshape``, ``Transpose`` and the like).
+
+Loaded inputs come from ``.npz`` files (arrays by input name) or ONNX test data: a
+``test_data_set_N`` folder of ``input_K.pb`` files, a folder holding such folders, or single
+``.pb`` files (a ``TensorProto`` named after its input, or taken in the model's input order).
+Expected outputs load the same way (``output_K.pb``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto, TensorProto, TypeProto, helper
+
+from rewriter.errors import RewriterError
+
+DEFAULT_DIM = 3
+FLOAT_RANGE = (-3.0, 3.0)
+INT_RANGE = (0, 3)  # small and non-negative: indices, counts and axes stay in range
+
+_POSITIVE = (0.5, 2.0)
+_UNIT = (-0.9, 0.9)
+_ABOVE_ONE = (1.1, 3.0)
+# (domain, op) -> {input index: range} where the op is only meaningful on that range
+_DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
+    ("", "Log"): {0: _POSITIVE},
+    ("", "Sqrt"): {0: _POSITIVE},
+    ("", "Reciprocal"): {0: _POSITIVE},
+    ("", "Pow"): {0: _POSITIVE},
+    ("", "Div"): {1: _POSITIVE},
+    ("", "Mod"): {1: _POSITIVE},
+    ("", "Asin"): {0: _UNIT},
+    ("", "Acos"): {0: _UNIT},
+    ("", "Atanh"): {0: _UNIT},
+    ("", "Acosh"): {0: _ABOVE_ONE},
+}
+# ops whose output holds (some of) the values of these inputs, so a range carries through
+_PASS_THROUGH: dict[str, tuple[int, ...] | None] = {  # None: every input
+    "Identity": (0,), "Cast": (0,), "CastLike": (0,), "Reshape": (0,), "Transpose": (0,),
+    "Flatten": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Expand": (0,), "Slice": (0,),
+    "Gather": (0,), "GatherElements": (0,), "GatherND": (0,), "Tile": (0,), "Split": (0,),
+    "Concat": None, "Max": None, "Min": None, "ReduceMax": (0,), "ReduceMin": (0,),
+    "ReduceMean": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,), "Pad": (0,),
+}
+
+
+class InputError(RewriterError):
+    """Inputs could not be generated or loaded (exit 2: could not run)."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: its name and declared type."""
+
+    name: str
+    type: TypeProto
+
+    @property
+    def kind(self) -> str:
+        return self.type.WhichOneof("value") or "unknown"
+
+    def describe(self) -> str:
+        from rewriter.typeinfer import type_string
+
+        shape = _shape_of(self.type)
+        dims = "" if shape is None else "[" + ", ".join(
+            "?" if d is None else str(d) for d in shape) + "]"
+        return f"{type_string(self.type) or self.kind}{dims}"
+
+
+def input_specs(model: ModelProto) -> list[InputSpec]:
+    """The inputs a caller must feed (inputs with an initializer of the same name are
+    optional defaults and left out)."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [InputSpec(i.name, i.type) for i in model.graph.input if i.name not in initializers]
+
+
+def _shape_of(tp: TypeProto) -> list[int | str | None] | None:
+    inner = tp.tensor_type if tp.HasField("tensor_type") else (
+        tp.sparse_tensor_type if tp.HasField("sparse_tensor_type") else None)
+    if inner is None or not inner.HasField("shape"):
+        return None
+    out: list[int | str | None] = []
+    for d in inner.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(d.dim_value)
+        elif d.HasField("dim_param") and d.dim_param:
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
+def parse_dims(items: Sequence[str]) -> dict[str, int]:
+    """``["batch=2", "seq=7"]`` -> ``{"batch": 2, "seq": 7}``."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise InputError(f"--dim {item!r}: expected NAME=VALUE")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise InputError(f"--dim {item!r}: {value!r} is not an integer") from None
+        if out[name.strip()] < 0:
+            raise InputError(f"--dim {item!r}: a dimension cannot be negative")
+    return out
+
+
+# -- value ranges --------------------------------------------------------------------------
+
+
+def value_ranges(models: Sequence[ModelProto]) -> dict[str, tuple[float, float]]:
+    """For each graph input read (directly or through shape-only ops) where an operator is
+    only meaningful on part of the real line, that range. Several models (the original and
+    its rewrite) are read together: a decomposition may reveal a Log that a custom op hid."""
+    from rewriter.walk import iter_scopes, normalize_domain
+
+    ranges: dict[str, tuple[float, float]] = {}
+    for model in models:
+        consumers: dict[str, list[tuple[Any, int]]] = {}
+        for scope in iter_scopes(model):
+            for node in scope.nodes:
+                for i, name in enumerate(node.input):
+                    if name:
+                        consumers.setdefault(name, []).append((node, i))
+        for spec in input_specs(model):
+            seen, frontier = {spec.name}, [spec.name]
+            while frontier:
+                value = frontier.pop()
+                for node, i in consumers.get(value, []):
+                    domain = normalize_domain(node.domain)
+                    wanted = _DOMAINS.get((domain, node.op_type), {}).get(i)
+                    if wanted is not None:
+                        ranges[spec.name] = _intersect(ranges.get(spec.name), wanted)
+                    through = _PASS_THROUGH.get(node.op_type, ()) if domain == "" else ()
+                    if through is None or i in through:
+                        for out in node.output:
+                            if out and out not in seen:
+                                seen.add(out)
+                                frontier.append(out)
+    return ranges
+
+
+def _intersect(a: tuple[float, float] | None, b: tuple[float, float]) -> tuple[float, float]:
+    if a is None:
+        return b
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    return (lo, hi) if lo < hi else b  # contradictory needs: the later one wins
+
+
+# -- generation ----------------------------------------------------------------------------
+
+
+def generate_inputs(
+    model: ModelProto,
+    *,
+    seed: int = 0,
+    dims: Mapping[str, int] | None = None,
+    default_dim: int = DEFAULT_DIM,
+    also: Sequence[ModelProto] = (),
+) -> dict[str, Any]:
+    """One set of feeds for ``model``'s inputs, from their declared types.
+
+    Args:
+        seed: the same seed gives the same values.
+        dims: values of symbolic dimensions by name; other unknown dimensions get
+            ``default_dim``.
+        also: more models whose operators inform the value ranges (e.g. the rewrite).
+
+    Raises:
+        InputError: an input's type or rank is not declared, or is a kind (map) that cannot
+            be generated.
+    """
+    dims = dict(dims or {})
+    rng = np.random.default_rng(seed)
+    ranges = value_ranges([model, *also])
+    return {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
+                                 ranges.get(spec.name))
+            for spec in input_specs(model)}
+
+
+def _generate(name, tp: TypeProto, rng, dims, default_dim, value_range):
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        shape = _shape_of(tp)
+        if shape is None:
+            raise InputError(f"input {name!r} declares no shape (its rank is unknown), so it "
+                             "cannot be generated: give --inputs")
+        concrete = [d if isinstance(d, int) else
+                    dims.get(d, default_dim) if isinstance(d, str) else default_dim
+                    for d in shape]
+        return _tensor(name, tp.tensor_type.elem_type, concrete, rng, value_range)
+    if kind == "sequence_type":
+        elem = tp.sequence_type.elem_type
+        return [_generate(name, elem, rng, dims, default_dim, value_range) for _ in range(2)]
+    if kind == "optional_type":
+        return _generate(name, tp.optional_type.elem_type, rng, dims, default_dim, value_range)
+    raise InputError(f"input {name!r} is a {kind or 'value of undeclared type'}, which cannot "
+                     "be generated: give --inputs")
+
+
+def _tensor(name: str, elem_type: int, shape: list[int], rng, value_range):
+    if elem_type == TensorProto.UNDEFINED:
+        raise InputError(f"input {name!r} declares no element type: give --inputs")
+    if elem_type == TensorProto.STRING:
+        words = np.array(["alpha", "Beta", "gamma", "DELTA", "epsilon", ""], dtype=object)
+        return words[rng.integers(0, len(words), size=shape)].astype(object)
+    try:
+        dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, ValueError, TypeError):
+        raise InputError(f"input {name!r}: element type "
+                         f"{TensorProto.DataType.Name(elem_type)} cannot be generated") from None
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.kind in "iu":
+        lo, hi = INT_RANGE
+        if value_range is not None:  # a divisor or log argument: at least 1
+            lo, hi = max(1, int(np.ceil(value_range[0]))), max(2, int(np.floor(value_range[1])) + 1)
+        return rng.integers(lo, hi, size=shape).astype(dtype)
+    lo, hi = value_range or FLOAT_RANGE
+    if dtype.kind == "c":
+        values = rng.uniform(lo, hi, size=shape) + 1j * rng.uniform(lo, hi, size=shape)
+        return values.astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(np.float32).astype(dtype)
+
+
+# -- loading -------------------------------------------------------------------------------
+
+_NUMBERED = re.compile(r"^(input|output)_(\d+)\.pb$")
+
+
+def load_inputs(paths: Sequence[str | os.PathLike], model: ModelProto) -> list[dict[str, Any]]:
+    """Input sets from files (see the module's docstring); each ``.npz`` or test-data folder
+    is one set, loose ``.pb`` files together form one set."""
+    return _load(paths, model, "input")
+
+
+def load_outputs(paths: Sequence[str | os.PathLike], model: ModelProto) -> list[dict[str, Any]]:
+    """Expected output sets, read like :func:`load_inputs` (``output_K.pb`` files)."""
+    return _load(paths, model, "output")
+
+
+def _load(paths, model: ModelProto, kind: str) -> list[dict[str, Any]]:
+    declared = ([(s.name, s.type) for s in input_specs(model)] if kind == "input"
+                else [(o.name, o.type) for o in model.graph.output])
+    sets: list[dict[str, Any]] = []
+    loose: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            own = sorted(p for p in path.iterdir() if _matches(p, kind))
+            nested = sorted(p for p in path.iterdir() if p.is_dir()
+                            and p.name.startswith("test_data_set"))
+            if own:
+                sets.append(_read_numbered(own, declared, kind))
+            elif nested:
+                for folder in nested:
+                    files = sorted(p for p in folder.iterdir() if _matches(p, kind))
+                    if files:
+                        sets.append(_read_numbered(files, declared, kind))
+            else:
+                raise InputError(f"{path}: no {kind}_N.pb files or test_data_set_N folders")
+        elif path.suffix == ".npz":
+            sets.append(_read_npz(path))
+        elif path.suffix == ".pb":
+            loose.append(path)
+        elif not path.exists():
+            raise InputError(f"{path}: no such file")
+        else:
+            raise InputError(f"{path}: expected a .npz file, a .pb file or a test-data folder")
+    if loose:
+        sets.append(_read_loose(loose, declared, kind))
+    if not sets:
+        raise InputError(f"no {kind}s found in {', '.join(map(str, paths))}")
+    return sets
+
+
+def _matches(path: Path, kind: str) -> bool:
+    m = _NUMBERED.match(path.name)
+    return bool(m) and m.group(1) == kind
+
+
+def _read_numbered(files: list[Path], declared, kind: str) -> dict[str, Any]:
+    files = sorted(files, key=lambda p: int(_NUMBERED.match(p.name).group(2)))
+    if len(files) > len(declared):
+        raise InputError(f"{files[0].parent}: {len(files)} {kind} files, the model has "
+                         f"{len(declared)} {kind}s")
+    out = {}
+    for path, (name, tp) in zip(files, declared):
+        out[name] = _read_pb(path, tp)
+    return out
+
+
+def _read_loose(files: list[Path], declared, kind: str) -> dict[str, Any]:
+    by_name = dict(declared)
+    out, position = {}, 0
+    for path in files:
+        tensor_name = _proto_name(path)
+        if tensor_name in by_name:
+            out[tensor_name] = _read_pb(path, by_name[tensor_name])
+            continue
+        while position < len(declared) and declared[position][0] in out:
+            position += 1
+        if position >= len(declared):
+            raise InputError(f"{path}: more {kind}s than the model has")
+        name, tp = declared[position]
+        out[name] = _read_pb(path, tp)
+    return out
+
+
+def _proto_name(path: Path) -> str:
+    tensor = TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+    except Exception:  # noqa: BLE001 - not a tensor: named by position
+        return ""
+    return tensor.name
+
+
+def _read_pb(path: Path, tp: TypeProto | None) -> Any:
+    from onnx import MapProto, OptionalProto, SequenceProto, numpy_helper
+
+    data = path.read_bytes()
+    kind = tp.WhichOneof("value") if tp is not None else "tensor_type"
+    try:
+        if kind == "sequence_type":
+            proto = SequenceProto()
+            proto.ParseFromString(data)
+            return numpy_helper.to_list(proto)
+        if kind == "optional_type":
+            proto = OptionalProto()
+            proto.ParseFromString(data)
+            return numpy_helper.to_optional(proto)
+        if kind == "map_type":
+            proto = MapProto()
+            proto.ParseFromString(data)
+            return numpy_helper.to_dict(proto)
+        proto = TensorProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_array(proto)
+    except Exception as e:  # noqa: BLE001 - any decoding failure is the file's
+        raise InputError(f"{path}: cannot read it as a {kind}: {e}") from e
+
+
+def _read_npz(path: Path) -> dict[str, Any]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            # strings are stored as fixed-width unicode; ONNX string tensors are objects
+            return {name: data[name].astype(object) if data[name].dtype.kind in "US"
+                    else data[name] for name in data.files}
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"{path}: cannot read it as .npz: {e}") from e
+
+
+def check_feeds(feeds: Mapping[str, Any], model: ModelProto, where: str = "inputs") -> None:
+    """An InputError naming missing and unknown input names."""
+    wanted = [s.name for s in input_specs(model)]
+    optional = {t.name for t in model.graph.initializer}
+    missing = [n for n in wanted if n not in feeds]
+    unknown = [n for n in feeds if n not in wanted and n not in optional]
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(map(repr, missing))}")
+    if unknown:
+        problems.append(f"the model has no input {', '.join(map(repr, unknown))}")
+    if problems:
+        raise InputError(f"{where}: {'; '.join(problems)} (the model's inputs: "
+                         f"{', '.join(wanted) or 'none'})")

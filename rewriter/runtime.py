@@ -1,0 +1,194 @@
+"""Run rewritten models: an onnxruntime session with every kernel the model needs.
+
+``rewriter.session(path_or_model)`` reads the kernels a rewrite recorded in the model's
+metadata (``rewriter.kernels``), resolves them through the installed plugins, registers the
+Python ones with onnxruntime-extensions (lazily, once per process) and registers the custom-op
+libraries the model needs. ``onnx-rewriter run`` does the same from the shell.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnx import ModelProto
+
+from rewriter.kernels import (
+    KernelRunError,
+    library_path,
+    read_needs,
+    register_onnxruntime,
+    resolve_needs,
+    take_kernel_errors,
+)
+
+
+class KernelSession(ort.InferenceSession):
+    """An InferenceSession whose ``run`` re-raises what a Python kernel raised (an exception
+    cannot cross onnxruntime-extensions' boundary: the kernel returns empty outputs and the
+    error is recorded instead)."""
+
+    def run(self, output_names, input_feed, run_options=None):
+        take_kernel_errors()
+        try:
+            result = super().run(output_names, input_feed, run_options)
+        except Exception as e:
+            errors = take_kernel_errors()
+            if errors:
+                raise _kernel_error(errors) from e
+            raise
+        errors = take_kernel_errors()
+        if errors:
+            raise _kernel_error(errors)
+        return result
+
+
+def _kernel_error(errors) -> KernelRunError:
+    name, e = errors[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    err = KernelRunError(f"kernel ai.onnx.contrib::{name} raised {type(e).__name__}: {e}{more}")
+    err.__cause__ = e
+    return err
+
+
+def prepare_kernels(model: ModelProto, registry) -> list[str]:
+    """Register every kernel ``model`` needs; return the custom-op library paths a session
+    must register. Raises KernelError naming each op no installed plugin provides."""
+    needs = read_needs(model)
+    if not needs:
+        return []
+    kernels = resolve_needs(needs, registry)
+    if needs.python:
+        register_onnxruntime(needs.python.values(), kernels)
+    return [library_path(lib) for lib in needs.libraries]
+
+
+def _load(model) -> tuple[ModelProto, Path | None]:
+    if isinstance(model, ModelProto):
+        return model, None
+    from rewriter.io import load_model
+
+    loaded = load_model(model)
+    return loaded.model, loaded.base_dir
+
+
+def session(
+    model: str | os.PathLike | ModelProto,
+    providers: Sequence[str] | None = None,
+    *,
+    plugins: Any = None,
+    sess_options: ort.SessionOptions | None = None,
+    custom_op_libraries: Sequence[str] = (),
+) -> KernelSession:
+    """An onnxruntime InferenceSession for ``model`` with every kernel it needs registered.
+
+    Args:
+        model: a path or a ModelProto (external data is read relative to the file).
+        providers: onnxruntime execution providers (default: CPU).
+        plugins: loaded plugins (:func:`rewriter.manager.load_plugins`), or ``-p`` values to
+            load (default: the installed plugins).
+        sess_options: session options to start from (libraries are added to them).
+        custom_op_libraries: extra custom-op libraries (``"extensions"`` allowed).
+
+    Raises:
+        KernelError: the model needs a kernel no installed plugin provides (the message names
+            the op and the plugin to install).
+    """
+    from rewriter.manager import Plugins, load_plugins
+
+    if not isinstance(plugins, Plugins):
+        plugins = load_plugins(tuple(plugins or ()))
+    proto, base_dir = _load(model)
+    libraries = prepare_kernels(proto, plugins.registry)
+    libraries += [library_path(x) for x in custom_op_libraries]
+    so = sess_options
+    if so is None:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # declared-vs-actual shape warnings are noise here
+    for lib in dict.fromkeys(libraries):
+        so.register_custom_ops_library(lib)
+    if base_dir is not None:
+        so.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(base_dir))
+    source: Any = proto.SerializeToString()
+    if base_dir is not None and not isinstance(model, ModelProto):
+        source = str(model)
+    return KernelSession(source, so, providers=list(providers or ["CPUExecutionProvider"]))
+
+
+# -- running once ---------------------------------------------------------------------------
+# Inputs are generated or loaded by rewriter.inputs (shared with compare).
+
+
+def save_outputs(path: str | os.PathLike, outputs: Mapping[str, np.ndarray]) -> None:
+    """Outputs to an .npz file (object string arrays stored as unicode arrays)."""
+    arrays = {k: (np.asarray(v).astype(str) if np.asarray(v).dtype == object else v)
+              for k, v in outputs.items()}
+    np.savez(path, **arrays)
+
+
+def run(
+    model: str | os.PathLike | ModelProto,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    providers: Sequence[str] | None = None,
+    plugins: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """Run ``model`` once: (outputs by name, the inputs used, whether they were generated).
+    Without ``inputs``, seeded random ones are made from the declared types and shapes
+    (symbolic dimensions from ``dims``)."""
+    from rewriter.inputs import check_feeds, generate_inputs
+
+    proto, _ = _load(model)
+    sess = session(proto if isinstance(model, ModelProto) else model, providers,
+                   plugins=plugins)
+    generated = inputs is None
+    if generated:
+        inputs = generate_inputs(proto, seed=seed, dims=dims)
+    check_feeds(inputs, proto)
+    feeds = {k: (v.astype(object) if isinstance(v, np.ndarray) and v.dtype.kind == "U" else v)
+             for k, v in inputs.items()}
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds))), dict(inputs), generated
+
+
+def confirm_child(provider: str, base_dir: str, specs: Sequence[str], autoload: bool,
+                  libraries: Sequence[str], model_bytes: bytes) -> str | None:
+    """Build a session for a model that needs kernels (run in the confirming child)."""
+    import onnx
+
+    from rewriter.manager import load_plugins
+
+    plugins = load_plugins(tuple(specs), autoload=autoload)
+    model = onnx.load_from_string(model_bytes)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                base_dir)
+    try:
+        libs = prepare_kernels(model, plugins.registry) + list(libraries)
+        for lib in dict.fromkeys(libs):
+            so.register_custom_ops_library(lib)
+        ort.InferenceSession(model_bytes, so, providers=[provider])
+    except Exception as e:  # noqa: BLE001 - the refusal is the answer
+        text = str(e).strip()
+        return text.splitlines()[0] if text else type(e).__name__
+    return None
+
+
+def describe(name: str, value: Any) -> dict[str, Any]:
+    """A short, JSON-friendly description of one array."""
+    arr = np.asarray(value)
+    flat = arr.reshape(-1)[:6]
+    preview = [v if isinstance(v, str) else (v.item() if hasattr(v, "item") else v)
+               for v in flat]
+    if arr.dtype.kind == "f":
+        preview = [round(float(v), 6) for v in flat]
+    return {"name": name, "dtype": "string" if arr.dtype == object else arr.dtype.name,
+            "shape": list(arr.shape), "preview": preview}
