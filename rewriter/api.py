@@ -164,6 +164,7 @@ def rewrite(
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
         model_name=str(loaded.path), prefer=prefer,
+        base_dir=loaded.base_dir if is_path else None,
     )
     if verify and not dry_run and report.applied and not report.remaining:
         from rewriter.isolation import shared_runner  # its worker imports while we confirm

@@ -7,6 +7,9 @@ inliner (``rewriter.functions``); passes handle whole-model changes such as opse
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -250,12 +253,23 @@ class _Planner:
         out: list[Candidate] = []
 
         def ask(remedy) -> str:
+            # the retargeted node carries provenance, as the nodes of a decomposition do
+            from rewriter.functions import PROVENANCE_OP, PROVENANCE_PLUGIN, PROVENANCE_RULE
+
+            stamp = {PROVENANCE_PLUGIN: plugin, PROVENANCE_RULE: rule, PROVENANCE_OP: label}
+            kept = [p for p in remedy.node.metadata_props if p.key not in stamp]
+            del remedy.node.metadata_props[:]
+            remedy.node.metadata_props.extend(kept)
+            for key, value in stamp.items():
+                entry = remedy.node.metadata_props.add()
+                entry.key, entry.value = key, value
             return "; ".join(f"{t.name}: {p}" for t in self.targets
                              if (p := t.kernel_problem(remedy)))
 
         native = self.registry.natives.get((domain, op_type))
         if native is not None:
             t_domain, t_op = native.target
+            plugin = native.plugin
             rule = f"native {native.library} {t_domain or 'ai.onnx'}::{t_op}"
             try:
                 attrs = None
@@ -285,6 +299,7 @@ class _Planner:
                 return out
         entry = self.registry.kernels.get((domain, op_type))
         if entry is not None:
+            plugin = entry.plugin
             rule = f"python {entry.reference}"
             why, remedy = "", None
             try:
@@ -619,12 +634,36 @@ def cleanup(model: ModelProto, original: ModelProto | None = None) -> None:
             container.opset_import.extend(imports)
 
 
-def verify(model: ModelProto, original: ModelProto) -> dict[str, str]:
+_CWD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _external_data_folder(model: ModelProto, base_dir):
+    """onnx's checker resolves external-data locations of an in-memory model against the
+    current directory: run it from the model's folder (reading no weights; it only checks
+    that the files are there)."""
+    from rewriter.io import uses_external_data
+    from rewriter.walk import iter_tensors
+
+    if base_dir is None or not any(uses_external_data(t) for _, t in iter_tensors(model)):
+        yield
+        return
+    with _CWD_LOCK:
+        previous = os.getcwd()
+        os.chdir(base_dir)
+        try:
+            yield
+        finally:
+            os.chdir(previous)
+
+
+def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, str]:
     """The full checker and strict, type-checking shape inference; a failure the original
     shares is noted as pre-existing rather than blamed on the rewrite.
 
     ``check_model(full_check=True)`` runs both in one call (its shape inference is strict and
-    checks types), so that is all the happy path costs.
+    checks types), so that is all the happy path costs. ``base_dir``: the folder external
+    data is relative to.
     """
     import onnx
 
@@ -632,6 +671,10 @@ def verify(model: ModelProto, original: ModelProto) -> dict[str, str]:
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
     def run(m: ModelProto) -> dict[str, str]:
+        with _external_data_folder(m, base_dir):
+            return check(m)
+
+    def check(m: ModelProto) -> dict[str, str]:
         try:
             onnx.checker.check_model(m, full_check=True)
             return {"checker": "ok", "shape_inference": "ok"}
@@ -662,6 +705,7 @@ def rewrite_proto(
     dry_run: bool = False,
     model_name: str = "<model>",
     prefer: str = "decompose",
+    base_dir=None,
 ) -> tuple[ModelProto, RewriteReport]:
     """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
 
@@ -738,7 +782,7 @@ def rewrite_proto(
     report.remaining = findings
     report.after = ModelStats.of(work)
     report.kernels = _kernel_summary(work)
-    report.verification = verify(work, model)
+    report.verification = verify(work, model, base_dir)
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report

@@ -630,3 +630,38 @@ def test_corpus_layernorm_declared_at_opset_12_is_left_alone(corpus, plugins, tm
     message = str(info.value)
     assert "LayerNormalization" in message
     assert "valid for ai.onnx opsets 17.." in message and "the model is at 12" in message
+
+
+def test_verification_runs_on_models_with_external_data(plugins, tmp_path, monkeypatch):
+    """onnx's checker resolves external data against the current directory; the engine must
+    verify from the model's folder, wherever it is called from."""
+    import os
+
+    import onnx as _onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rewriter.api import rewrite
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["h"]),
+         helper.make_node("Swish", ["h"], ["Y"], alpha=1.0)],
+        "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4])], [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    model.ir_version = 10
+    src = tmp_path / "src"
+    src.mkdir()
+    _onnx.save(model, src / "m.onnx", save_as_external_data=True, location="m.data",
+               size_threshold=0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "out.onnx"
+    result = rewrite(src / "m.onnx", ["onnxruntime"], output=out, plugins=plugins,
+                     confirm=False)
+    assert result.report.verification["checker"] == "ok"
+    assert result.report.verification["shape_inference"] == "ok"
+    assert (tmp_path / "out.onnx.data").is_file()
+    assert os.getcwd() == str(elsewhere)
