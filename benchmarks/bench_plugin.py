@@ -26,8 +26,6 @@ from onnx import FunctionProto, TensorProto, helper, numpy_helper
 
 from rewriter import hookimpl
 
-PLUGIN_NAME = "bench_plugin"
-
 # ai.onnx opsets the bodies are valid at: CastLike (15) for the generic-dtype bodies,
 # LayerNormalization (17) for SkipLayerNormalization.
 FASTGELU_OPSETS = (15, None)

@@ -200,7 +200,7 @@ def print_rewrite(report, stream=None) -> None:
         for c in item["candidates"]:
             verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
             console.print(f"    {escape(c['kind'])} {escape(c['rule'])} "
-                          f"[{escape(c['plugin'])}] — {escape(one_line(verdict))}")
+                          f"{escape('[' + c['plugin'] + ']')} — {escape(one_line(verdict))}")
 
 
 def _num(x, fmt: str = ".3g") -> str:

@@ -147,6 +147,9 @@ def test_kernel_remedy_runs_in_graphs_subgraphs_and_functions(container, acme):
     assert kinds == {("kernel", "acme_kernels", "com.acme::FusedSwish(1)")}
     retargeted = [n for n in all_nodes(rewritten) if n.domain == CONTRIB_DOMAIN]
     assert [(n.op_type, n.name) for n in retargeted] == [(ACME_OP, "orig_bad")]
+    assert {p.key: p.value for p in retargeted[0].metadata_props} == {
+        "rewriter.plugin": "acme_kernels", "rewriter.op": "com.acme::FusedSwish",
+        "rewriter.rule": "python rewriter_custom_ops.fused_swish:kernel"}
     # float attributes travel as exact text (onnxruntime-extensions prints floats with 6
     # significant digits otherwise)
     assert {a.name: a.s for a in retargeted[0].attribute} == {"alpha": b"0.75"}
@@ -696,3 +699,33 @@ def test_kernel_benchmark_runs(tmp_path):
     results = bench_kernel.bench(size=1000, repeat=2)
     assert set(results) == {"fastgelu", "identity", "swish"}
     assert all(r["python_kernel_s"] > 0 and r["native_s"] > 0 for r in results.values())
+
+
+def test_the_native_table_matches_the_installed_library(plugins, capsys):
+    """Every op the ortx-native table maps is one the installed onnxruntime-extensions
+    registers on CPU (FastGelu excepted: CUDA-only, which the planner's probe handles)."""
+    import onnxruntime as ort
+    import onnxruntime_extensions
+
+    missing = []
+    for (domain, op), entry in sorted(plugins.registry.natives.items()):
+        assert entry.plugin == "ortx-native" and entry.target == (domain, op)
+        node = helper.make_node(op, ["x"], ["y"], domain=domain)
+        model = helper.make_model(helper.make_graph(
+            [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+            [helper.make_value_info("y", onnx.TypeProto())]),
+            opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(domain, 1)])
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        so.register_custom_ops_library(onnxruntime_extensions.get_library_path())
+        try:
+            ort.InferenceSession(model.SerializeToString(), so)
+        except Exception as e:  # noqa: BLE001 - a type error still proves the op exists
+            if "is not a registered function/op" in str(e):
+                missing.append(f"{domain}::{op}")
+    assert missing == ["ai.onnx.contrib::FastGelu"]
+    code, out, _ = run_cli(["plugins", "--json"], capsys)
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert "ai.onnx.contrib::StringLower -> extensions ai.onnx.contrib::StringLower" in \
+        rows["ortx-native"]["registered"]["native_kernels"]
+    assert "ai.onnx::ImageDecoder" in rows["custom-ops"]["registered"]["kernels"]
