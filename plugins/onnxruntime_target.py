@@ -504,7 +504,8 @@ class OnnxRuntimeTarget(Target):
             session = KernelSession(model.SerializeToString(), so, providers=[self.provider])
         except Exception as e:  # noqa: BLE001 - say it without onnxruntime's boilerplate
             raise RuntimeError(_clean_ort_message(str(e).strip().splitlines()[0]
-                                                  if str(e).strip() else type(e).__name__))
+                                                  if str(e).strip() else type(e).__name__)
+                               ) from None
         inputs = [i.name for i in session.get_inputs()]
         outputs = [o.name for o in session.get_outputs()]
 

@@ -211,8 +211,7 @@ class Runner:
                 message = f"the worker failed to start: {message}"
             self._kill()
             self._cleanup()
-            return RunResult(kind, error=f"{job.target}: {message}",
-                             seconds=time.perf_counter() - start)
+            return RunResult(kind, error=message, seconds=time.perf_counter() - start)
         accepted = False
         try:
             self._send(payload)
@@ -224,15 +223,13 @@ class Runner:
         except TimeoutError:
             self._kill()
             self._cleanup()
-            message = (f"{job.target} took longer than {timeout:g}s (killed)" if accepted else
-                       f"{job.target}: loading the plugins took longer than "
-                       f"{STARTUP_TIMEOUT_S:g}s (killed)")
+            message = (f"took longer than {timeout:g}s (killed)" if accepted else
+                       f"loading the plugins took longer than {STARTUP_TIMEOUT_S:g}s (killed)")
             return RunResult("timeout", error=message, seconds=time.perf_counter() - start)
         except _Died:
             kind, message = self._death()
             self._cleanup()
-            return RunResult(kind, error=f"{job.target}: {message}",
-                             seconds=time.perf_counter() - start)
+            return RunResult(kind, error=message, seconds=time.perf_counter() - start)
         result = pickle.loads(raw)
         result.seconds = time.perf_counter() - start
         return result
@@ -423,7 +420,7 @@ class _Worker:
             return RunResult("unsupported", error=_first_line(e))
         except Exception as e:  # noqa: BLE001 - the runtime's refusal is the answer
             kind = "oom" if _is_oom(e) else "error"
-            return RunResult(kind, error=f"{target.name} could not load the model: "
+            return RunResult(kind, error="could not load the model: "
                              f"{_first_line(e)}")
         outputs = []
         for i, feeds in enumerate(job.feeds):
@@ -432,7 +429,7 @@ class _Worker:
             except Exception as e:  # noqa: BLE001
                 kind = "oom" if _is_oom(e) else "error"
                 where = f" on input set {i}" if len(job.feeds) > 1 else ""
-                return RunResult(kind, error=f"{target.name} failed{where}: {_first_line(e)}")
+                return RunResult(kind, error=f"failed{where}: {_first_line(e)}")
         return RunResult("ok", outputs=outputs)
 
 
@@ -494,7 +491,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
             try:
                 result = worker.handle(job)
             except MemoryError:
-                result = RunResult("oom", error=f"{job.target}: out of memory")
+                result = RunResult("oom", error="out of memory")
         try:
             data = pickle.dumps(result)
         except Exception as e:  # noqa: BLE001 - outputs numpy cannot pickle
