@@ -168,7 +168,8 @@ def evaluate(item: tuple, opset: int) -> dict:
     base, _ = _run_on_ort(model, data, rtol, atol)
     result["baseline"] = base
     try:
-        converted = rewrite(model, [f"opset:{opset}"], plugins=_plugins(), confirm=False).model
+        converted = rewrite(model, [f"opset:{opset}"], plugins=_plugins(), confirm=False,
+                            verify=False).model  # numerics are checked below, per case
     except UnfixableError as e:
         groups = getattr(e, "groups", None) or []
         result["stage"] = "unfixable"

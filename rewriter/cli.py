@@ -1,4 +1,4 @@
-"""``onnx-rewriter``: inspect | check | plugins.
+"""``onnx-rewriter``: inspect | check | rewrite | compare | run | plugins.
 
 Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stderr; pass
 ``--debug`` for a traceback. Heavy imports happen inside commands so ``--help`` stays fast.
