@@ -468,21 +468,9 @@ class OnnxRuntimeTarget(Target):
             "    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)\n"
             "    sys.exit(3)\n"
         )
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", script, self.provider, str(base_dir), *self.libraries],
-                input=model.SerializeToString(), capture_output=True,
-                timeout=CONFIRM_TIMEOUT_S, cwd=str(base_dir),
-            )
-        except subprocess.TimeoutExpired:
-            return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
-        if proc.returncode == 0:
-            return None
-        if proc.returncode == 3:
-            return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
-        return f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
-
-    # -- running ---------------------------------------------------------------------------
+        return _confirm_in_child(
+            [script, self.provider, str(base_dir), *self.libraries], model, base_dir
+        )
 
     def prepare(self, model, base_dir):
         """An onnxruntime session (custom-op libraries registered) as a run function."""
@@ -543,21 +531,26 @@ class OnnxRuntimeTarget(Target):
             "    print(error)\n"
             "    sys.exit(3)\n"
         )
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", script, json.dumps(args)],
-                input=model.SerializeToString(), capture_output=True,
-                timeout=CONFIRM_TIMEOUT_S, cwd=str(base_dir),
-            )
-        except subprocess.TimeoutExpired:
-            return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
-        if proc.returncode == 0:
-            return None
-        if proc.returncode == 3:
-            return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-        return (f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
-                + (f": {tail[0]}" if tail else ""))
+        return _confirm_in_child([script, json.dumps(args)], model, base_dir)
+
+
+def _confirm_in_child(argv: list[str], model, base_dir) -> str | None:
+    """Run ``python -c argv[0] argv[1:]`` with the model on stdin: None if the session was
+    built, else onnxruntime's error (exit code 3) or what the crash left behind."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", *argv], input=model.SerializeToString(),
+            capture_output=True, timeout=CONFIRM_TIMEOUT_S, cwd=str(base_dir),
+        )
+    except subprocess.TimeoutExpired:
+        return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
+    if proc.returncode == 0:
+        return None
+    if proc.returncode == 3:
+        return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
+    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+    return (f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
+            + (f": {tail[0]}" if tail else ""))
 
 
 _OPEN_END = 2**31 - 1
