@@ -70,7 +70,13 @@ def _run(model_bytes: bytes, feeds: list[dict]) -> dict:
     so = ort.SessionOptions()
     so.log_severity_level = 4
     try:
-        session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        model = _kernel_model(model_bytes)
+        if model is not None:  # rewritten to Python/native kernels: register them first
+            from rewriter.runtime import session as kernel_session
+
+            session = kernel_session(model, plugins=_worker_plugins(), sess_options=so)
+        else:
+            session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001
         return {"session": (str(e).strip().splitlines() or [type(e).__name__])[0]}
     results = []
@@ -80,6 +86,28 @@ def _run(model_bytes: bytes, feeds: list[dict]) -> dict:
         except Exception as e:  # noqa: BLE001
             return {"run": (str(e).strip().splitlines() or [type(e).__name__])[0], "index": i}
     return {"outputs": results}
+
+
+def _kernel_model(model_bytes: bytes):
+    """The model, if it needs kernels registered (the rewrite retargeted nodes to them)."""
+    from onnx import ModelProto
+
+    from rewriter.kernels import read_needs
+
+    model = ModelProto.FromString(model_bytes)
+    return model if read_needs(model) else None
+
+
+_PLUGINS = None
+
+
+def _worker_plugins():
+    global _PLUGINS
+    if _PLUGINS is None:
+        from rewriter.manager import load_plugins
+
+        _PLUGINS = load_plugins(autoload=False)
+    return _PLUGINS
 
 
 def _worker(conn) -> None:

@@ -15,7 +15,7 @@ import conformance  # noqa: E402
 
 # Reached with the onnx-functions plugin (SwiGLU-28 lowered, then its Swish-24): raise it
 # when a plugin rescues more; never lower it to make a change pass.
-MIN_RESCUED = 6
+MIN_RESCUED = 15  # 6 SwiGLU cases by decomposition, 9 ImageDecoder cases by kernel
 # The rescued cases named, so that losing one is reported by name.
 MUST_RESCUE = {
     "test_swiglu", "test_swiglu_alpha", "test_swiglu_alpha_expanded", "test_swiglu_expanded",
@@ -60,5 +60,6 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
         generated = verdicts["generated inputs"]
         assert generated == "equal" or generated.startswith(
             "error: could not evaluate the original"), (name, verdicts)
-    for name in result.rescued:
+    decoders = {n for n in result.rescued if n.startswith("test_image_decoder")}
+    for name in set(result.rescued) - decoders:  # random bytes are no image to decode
         assert result.compared[name]["generated inputs"] == "equal", name
