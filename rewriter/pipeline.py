@@ -8,10 +8,11 @@ inliner (``rewriter.functions``); passes handle whole-model changes such as opse
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -486,6 +487,29 @@ def target_schema(targets, domain, op_type, opset):
     return None
 
 
+class _LazyConstants(Mapping):
+    """:func:`_constants`, built on first use: plans are cached per node signature, so most
+    rounds never need the index."""
+
+    def __init__(self, model: ModelProto) -> None:
+        self._model = model
+        self._table: dict | None = None
+
+    def _load(self) -> dict:
+        if self._table is None:
+            self._table = _constants(self._model)
+        return self._table
+
+    def __getitem__(self, name):
+        return self._load()[name]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
 def _constants(model: ModelProto) -> dict:
     """Initializers and Constant(value=...) outputs by name, in every graph (not read from
     external data: those stay on disk)."""
@@ -516,7 +540,7 @@ def apply_kernels(
     needs in its metadata. Returns the ids of the nodes changed."""
     from rewriter.kernels import Needs, write_needs
 
-    constants = _constants(model)
+    constants = _LazyConstants(model)
     needs = Needs()
     changed: dict[int, Any] = {}
     for f in findings:
@@ -554,7 +578,7 @@ def apply_decompositions(
     skip: set[int] | frozenset = frozenset(),
 ) -> tuple[ModelProto, bool]:
     """Retarget every node with an accepted decomposition, then inline them all at once."""
-    constants = _constants(model)
+    constants = _LazyConstants(model)
     functions: dict[str, FunctionProto] = {}
     seen: set[int] = set(skip)  # nodes already given a kernel
     for f in findings:
@@ -695,7 +719,22 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, 
     return results
 
 
-def rewrite_proto(
+def rewrite_proto(model: ModelProto, *args, **kwargs) -> tuple[ModelProto, RewriteReport]:
+    """The engine on a ModelProto; see :func:`_rewrite_proto` for the arguments.
+
+    The cyclic garbage collector is paused meanwhile: a big graph is hundreds of thousands of
+    protobuf wrappers and the collector's passes over them cost ~10% and free nothing.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _rewrite_proto(model, *args, **kwargs)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _rewrite_proto(
     model: ModelProto,
     targets: Sequence[Target],
     plugins: Plugins,
@@ -722,7 +761,7 @@ def rewrite_proto(
     planner = _Planner(targets, plugins, passes, ctx, prefer)
 
     findings = _detect(work, targets)
-    constants = _constants(work)
+    constants = _LazyConstants(work)
     why: dict[int, str] = {}
     unfixable = []
     for f in findings:
