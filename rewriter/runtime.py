@@ -17,6 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto
 
+from rewriter.errors import RewriterError
 from rewriter.kernels import (
     KernelRunError,
     library_path,
@@ -117,7 +118,16 @@ def session(
     source: Any = proto.SerializeToString()
     if base_dir is not None and not isinstance(model, ModelProto):
         source = str(model)
-    return KernelSession(source, so, providers=list(providers or ["CPUExecutionProvider"]))
+    try:
+        return KernelSession(source, so, providers=list(providers or ["CPUExecutionProvider"]))
+    except RewriterError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnxruntime's own exception classes vary
+        name = model if not isinstance(model, ModelProto) else "the model"
+        raise RuntimeFailure(
+            f"onnxruntime cannot load {name}: {_first_line(e)} (`onnx-rewriter check` says "
+            "why; `onnx-rewriter rewrite` fixes what it can)"
+        ) from e
 
 
 # -- running once ---------------------------------------------------------------------------
@@ -155,7 +165,24 @@ def run(
     feeds = {k: (v.astype(object) if isinstance(v, np.ndarray) and v.dtype.kind == "U" else v)
              for k, v in inputs.items()}
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds))), dict(inputs), generated
+    try:
+        results = sess.run(None, feeds)
+    except RewriterError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeFailure(f"onnxruntime failed running {model}: {_first_line(e)}") from e
+    return dict(zip(names, results)), dict(inputs), generated
+
+
+class RuntimeFailure(RewriterError):
+    """onnxruntime refused or failed to run a model (one line; exit 2)."""
+
+
+def _first_line(e: BaseException) -> str:
+    from rewriter.errors import one_line
+
+    text = str(e).strip().splitlines()
+    return one_line(text[0]) if text else type(e).__name__
 
 
 def confirm_child(provider: str, base_dir: str, specs: Sequence[str], autoload: bool,

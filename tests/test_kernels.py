@@ -729,3 +729,13 @@ def test_the_native_table_matches_the_installed_library(plugins, capsys):
     assert "ai.onnx.contrib::StringLower -> extensions ai.onnx.contrib::StringLower" in \
         rows["ortx-native"]["registered"]["native_kernels"]
     assert "ai.onnx::ImageDecoder" in rows["custom-ops"]["registered"]["kernels"]
+
+
+def test_run_of_a_model_onnxruntime_cannot_load_is_one_line(tmp_path, capsys):
+    from rewriter.cli import main
+
+    source = Path(__file__).resolve().parents[1] / "examples" / "new_opset_export.onnx"
+    assert main(["run", str(source), "-o", str(tmp_path / "out.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "onnxruntime cannot load" in err and "Swish(24)" in err
+    assert not (tmp_path / "out.npz").exists()
