@@ -183,6 +183,8 @@ def inline_by_hand(path: Path, out: Path) -> None:
     import onnx
     from onnx import inliner
 
+    from rewriter.functions import retarget
+
     plugin = bench_module()
     builders = {
         ("com.microsoft", "FastGelu"): plugin.build_fast_gelu,
@@ -212,16 +214,7 @@ def inline_by_hand(path: Path, out: Path) -> None:
                         if entry.domain in ("", "ai.onnx"):
                             entry.version = opset
                     functions[key] = fn
-                node.domain, node.op_type = domain, fn.name
-                declared = set(fn.attribute) | {a.name for a in fn.attribute_proto}
-                kept = [a for a in node.attribute if a.name in declared]
-                if len(kept) != len(node.attribute):
-                    del node.attribute[:]
-                    node.attribute.extend(kept)
-                present = {a.name for a in node.attribute}
-                for default in fn.attribute_proto:  # the inliner ignores function defaults
-                    if default.name not in present:
-                        node.attribute.add().CopyFrom(default)
+                retarget(node, fn)  # the engine's own retarget: attributes and defaults bound
             for a in node.attribute:
                 if a.type == a.GRAPH:
                     stack.append(a.g)

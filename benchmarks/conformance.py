@@ -17,6 +17,7 @@ the ONNX reference evaluator, on the case's own inputs and on generated ones (th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -98,16 +99,12 @@ def _kernel_model(model_bytes: bytes):
     return model if read_needs(model) else None
 
 
-_PLUGINS = None
-
-
+@functools.cache
 def _worker_plugins():
-    global _PLUGINS
-    if _PLUGINS is None:
-        from rewriter.manager import load_plugins
+    """The built-in plugins, loaded once per worker process."""
+    from rewriter.manager import load_plugins
 
-        _PLUGINS = load_plugins(autoload=False)
-    return _PLUGINS
+    return load_plugins(autoload=False)
 
 
 def _worker(conn) -> None:

@@ -20,6 +20,7 @@ processes (two by default), so a crash in onnx or onnxruntime is a verdict, not 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -74,16 +75,12 @@ def payload(case) -> tuple:
 
 # -- in the worker -----------------------------------------------------------------------
 
-_PLUGINS = None
-
-
+@functools.cache
 def _plugins():
-    global _PLUGINS
-    if _PLUGINS is None:
-        from rewriter.manager import load_plugins
+    """The built-in plugins, loaded once per worker process."""
+    from rewriter.manager import load_plugins
 
-        _PLUGINS = load_plugins(autoload=False)
-    return _PLUGINS
+    return load_plugins(autoload=False)
 
 
 def _line(e: BaseException) -> str:

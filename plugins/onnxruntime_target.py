@@ -167,13 +167,6 @@ class OnnxRuntimeTarget(Target):
             self._probes.clear()
         return problem
 
-    def _registry(self):
-        if self.plugins is None:
-            from rewriter.manager import load_plugins
-
-            self.plugins = load_plugins()
-        return self.plugins.registry
-
     def kernel_problem(self, remedy) -> str | None:
         """Python kernels run as onnxruntime-extensions Python ops, native ones from its
         library: register what the remedy needs and ask a one-node session."""

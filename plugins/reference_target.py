@@ -62,13 +62,6 @@ class ReferenceTarget(Target):
                        for op in self.extra_ops}
         return problem
 
-    def _registry(self):
-        if self.plugins is None:
-            from rewriter.manager import load_plugins
-
-            self.plugins = load_plugins()
-        return self.plugins.registry
-
     def kernel_problem(self, remedy) -> str | None:
         """Python kernels run as extra ops of the evaluator; native library ops do not."""
         if remedy.kind != "python":

@@ -137,6 +137,16 @@ class Target:
 
     name: str = "target"
     description: str = ""
+    plugins: Any = None  # the run's loaded plugins (TargetOptions.plugins), if given
+
+    def _registry(self):
+        """The registry of the run's plugins (loaded on first use when none were given):
+        targets that run custom kernels look up the kernels a model's metadata lists."""
+        if self.plugins is None:
+            from rewriter.manager import load_plugins
+
+            self.plugins = load_plugins()
+        return self.plugins.registry
     # Highest opset version of each domain the runtime implements ({"": 13} for ai.onnx up
     # to 13), when it has such a ceiling; an opset-conversion pass lowers models to it.
     max_opsets: Mapping[str, int] | None = None

@@ -230,18 +230,13 @@ def bind_type_params(
     _, in_plan, out_plan = _binding_plan(schema, len(inputs), len(outputs))
     binding: dict[str, str] = {}
     get = types.get
-    for i, param in in_plan:
-        name = inputs[i]
-        if name and param not in binding:
-            actual = get(name)
-            if actual:
-                binding[param] = actual
-    for i, param in out_plan:
-        name = outputs[i]
-        if name and param not in binding:
-            actual = get(name)
-            if actual:
-                binding[param] = actual
+    for names, plan in ((inputs, in_plan), (outputs, out_plan)):
+        for i, param in plan:
+            name = names[i]
+            if name and param not in binding:
+                actual = get(name)
+                if actual:
+                    binding[param] = actual
     return binding
 
 
