@@ -309,12 +309,11 @@ def test_kernel_under_onnxruntime(registry, case):
     _compare(sess.run(None, {f"i{i}": v for i, v in enumerate(inputs)}), expected)
 
 
-@pytest.mark.parametrize("case", CASES, ids=_id)
+# standard-domain cases are left out: the reference evaluator implements those ops itself
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != ""], ids=_id)
 def test_kernel_under_reference_evaluator(registry, case):
     """The reference adapter: OpRun classes for the op in its own domain."""
     domain, op, sig, inputs, attrs, expected, _ = case
-    if domain == "":
-        pytest.skip("the reference evaluator implements this standard op itself")
     signature = Signature.parse(sig)
     model = _one_node(domain, op, signature, attrs, len(inputs))
     ops = reference_ops(model, registry)

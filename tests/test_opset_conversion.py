@@ -7,7 +7,6 @@ model must also pass the full checker and import nothing newer than N.
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -554,11 +553,6 @@ def test_negative_axes_are_counted_from_the_front_below_11(plugins):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("ONNX_REWRITER_EXTRA_SLOW"),
-    reason="about 3 minutes per opset; `python benchmarks/downconvert.py` covers it "
-    "(set ONNX_REWRITER_EXTRA_SLOW=1 to run it here)",
-)
 @pytest.mark.parametrize("opset", [9, 11])
 def test_node_suite_below_13_breaks_nothing(opset):
     """Older targets are not the point, but every conversion the pass accepts must still be
