@@ -339,3 +339,7 @@ def register_decompositions(registry):
     add("SkipLayerNormalization", build_skip_layer_norm, SKIPLN_OPSETS)
     add("GemmFastGelu", build_gemm_fast_gelu, GENERIC_OPSETS)
     add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS)
+
+    from rewriter_plugins import com_microsoft_attention
+
+    com_microsoft_attention.register_decompositions(registry)

@@ -48,6 +48,8 @@ class DecompositionEntry:
     opsets: tuple[int, int | None]
     description: str
     plugin: str
+    dtypes: tuple[str, ...] = ()  # element types the body is tested for ("float", ...)
+    exact: bool = True  # False: an approximation of the op (the description says how)
 
     def covers(self, opset: int | None) -> bool:
         """Whether the decomposition applies at ``opset`` of the ai.onnx domain (``None``:
@@ -200,7 +202,13 @@ class DecompositionRegistry(_Bound):
         *,
         opsets: tuple[int, int | None] = (1, None),
         description: str = "",
+        dtypes: tuple[str, ...] | list[str] = (),
+        exact: bool = True,
     ) -> None:
+        """Offer ``builder`` as the decomposition of ``(domain, op_type)`` at ai.onnx opsets
+        ``opsets``. ``dtypes`` lists the element types it is tested for (``"float"``,
+        ``"float16"``, ...; empty: not stated) and ``exact=False`` marks an approximation;
+        both are shown in the operator table (``onnx-rewriter ops``)."""
         if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
             raise self._fail(f"decomposition key must be (domain, op_type) strings, got "
                              f"({domain!r}, {op_type!r})")
@@ -215,6 +223,8 @@ class DecompositionRegistry(_Bound):
         if not _is_range(opsets):
             raise self._fail(f"decomposition {domain}::{op_type}: invalid opset range {opsets!r}"
                              " (want (lo, hi) with 1 <= lo <= hi, hi None for open)")
+        if isinstance(dtypes, str) or not all(isinstance(t, str) for t in dtypes):
+            raise self._fail(f"decomposition {op_type!r}: dtypes must be a list of type names")
         lo, hi = opsets
         domain = normalize_domain(domain)
         # Several plugins may offer the same op (the planner prefers third-party plugins over
@@ -227,7 +237,8 @@ class DecompositionRegistry(_Bound):
                     f"overlaps opsets {d.opsets} this plugin already registered"
                 )
         self._registry.decompositions.append(
-            DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin)
+            DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin,
+                               tuple(dtypes), bool(exact))
         )
 
 

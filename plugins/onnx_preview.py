@@ -1,0 +1,1 @@
+"""Remedies ``onnx-preview``: ``ai.onnx.preview`` and ``ai.onnx.preview.training`` ops."""

@@ -1,0 +1,1 @@
+"""Target ``openvino``: OpenVINO's CPU device (optional dependency)."""

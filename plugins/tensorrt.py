@@ -1,0 +1,1 @@
+"""Remedies ``tensorrt``: TensorRT plugin ops found in exported detectors and transformers."""
