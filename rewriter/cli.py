@@ -1,4 +1,4 @@
-"""``onnx-rewriter``: inspect | check | rewrite | compare | run | plugins.
+"""``onnx-rewriter``: inspect | check | rewrite | compare | run | plugins | ops.
 
 Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stderr; pass
 ``--debug`` for a traceback. Heavy imports happen inside commands so ``--help`` stays fast.
@@ -348,6 +348,28 @@ def plugins(ctx, as_json, plugin_specs, debug):
         click.echo(report.dumps(rows))
     else:
         report.print_plugins(rows)
+    ctx.exit(EXIT_OK)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--markdown", is_flag=True, help="Print the Markdown table of docs/operators.md.")
+@_common
+@click.pass_context
+def ops(ctx, as_json, markdown, plugin_specs, debug):
+    """List every operator the installed plugins remedy, and how."""
+    obj = _state(ctx, plugin_specs, debug)
+    from rewriter import report
+    from rewriter.optable import operator_rows, passes_markdown, to_markdown
+
+    registry = _load_plugins(obj).registry
+    rows = operator_rows(registry)
+    if markdown:
+        click.echo(to_markdown(rows) + passes_markdown(registry), nl=False)
+    elif as_json:
+        click.echo(report.dumps([r.as_dict() for r in rows]))
+    else:
+        report.print_operators([r.as_dict() for r in rows])
     ctx.exit(EXIT_OK)
 
 

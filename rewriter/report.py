@@ -142,6 +142,20 @@ def print_plugins(rows: list[dict[str, Any]], stream=None) -> None:
     _console(stream).print(table)
 
 
+def print_operators(rows: list[dict[str, Any]], stream=None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"operators ({len(rows)})")
+    for col in ("domain", "op", "remedy", "opsets", "dtypes", "accuracy"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(*(escape(x) for x in (
+            r["domain"], r["op_type"], r["remedy"], ", ".join(r["opsets"]) or "any",
+            ", ".join(r["dtypes"]) or "-", r["accuracy"])))
+    _console(stream).print(table)
+
+
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False)
 
