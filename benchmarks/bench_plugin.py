@@ -26,8 +26,8 @@ fewest nodes (FastGelu with bias: 12).
 from __future__ import annotations
 
 from onnx import FunctionProto
+from rewriter_plugins import com_microsoft
 from rewriter_plugins.com_microsoft import (  # noqa: F401 - re-exported for the benchmarks
-    GENERIC_OPSETS,
     SKIPLN_DEFAULT_EPSILON,
     SKIPLN_OPSETS,
     _elem_type,
@@ -41,6 +41,7 @@ from rewriter import hookimpl
 
 # ai.onnx opsets the bodies are valid at: CastLike (15) for the generic-dtype bodies,
 # LayerNormalization (17) for SkipLayerNormalization.
+GENERIC_OPSETS = getattr(com_microsoft, "ELEMENTWISE_OPSETS", None) or (15, None)
 FASTGELU_OPSETS = GENERIC_OPSETS
 SWISH_OPSETS = (15, None)
 

@@ -16,6 +16,13 @@ each model (best of several runs, ``gc.collect()`` before each, GC enabled durin
                      save (external data copied). TARGET (``reference``) has neither
                      com.microsoft nor com.acme, so every custom op is a finding; the output
                      is checked to have none left.
+* ``rewrite (regions)`` - where ``rewrite`` verified with the whole-model full check (the
+                     result has at most ``rewriter.pipeline.FULL_CHECK_MAX_NODES`` nodes),
+                     ``rewrite`` again with the big-model verification (full checker per
+                     rewritten region): the like-for-like figure for per-node growth
+* ``rewrite before`` - with ``--before DIR``: ``rewrite`` of the ``rewriter`` package in
+                     DIR (a copy of an earlier version), in a child process, so that
+                     before/after ratios come from one run
 * ``rewrite-copy`` - ``rewrite`` minus ``copy data``
 * ``floor of output`` - the floor measured on the rewritten model (larger than the input:
                      each decomposition adds nodes), for scale
@@ -162,28 +169,12 @@ def bench_module():
 # --------------------------------------------------------------- onnx's inliner alone
 
 
-class _Ctx:
-    """The part of ``rewriter.functions.DecompositionContext`` the bench builders read."""
-
-    def __init__(self, node, input_types) -> None:
-        self.node = node
-        self.input_types = input_types
-
-    def attribute(self, name, default=None):
-        from onnx import helper
-
-        for a in self.node.attribute:
-            if a.name == name:
-                return helper.get_attribute_value(a)
-        return default
-
-
 def inline_by_hand(path: Path, out: Path) -> None:
     """``onnx.load`` + point every custom node at the plugin's function + inline + save."""
     import onnx
     from onnx import inliner
 
-    from rewriter.functions import retarget
+    from rewriter.functions import DecompositionContext, retarget
 
     plugin = bench_module()
     builders = {
@@ -206,7 +197,9 @@ def inline_by_hand(path: Path, out: Path) -> None:
                              if a.name == "alpha"))
                 fn = functions.get(key)
                 if fn is None:
-                    body = builders[node.domain, node.op_type](_Ctx(node, ["tensor(float)"]))
+                    ctx = DecompositionContext(node, opset, {"": opset},
+                                               ["tensor(float)"] * len(node.input))
+                    body = builders[node.domain, node.op_type](ctx)
                     fn = onnx.FunctionProto()
                     fn.CopyFrom(body)
                     fn.domain, fn.name = domain, f"{node.op_type}_{len(functions)}"
@@ -298,7 +291,7 @@ def onnxscript_rewrite(path: Path, out: Path, rules) -> None:
 
 
 def measure_model(path: Path, meta: dict, repeats: int, plugins, *, with_onnxscript: bool,
-                  onnxscript_repeats: int, rules) -> dict:
+                  onnxscript_repeats: int, rules, before: Path | None = None) -> dict:
     import onnx
 
     from rewriter.api import check, rewrite
@@ -331,12 +324,32 @@ def measure_model(path: Path, meta: dict, repeats: int, plugins, *, with_onnxscr
         timings["floor of output"] = best_of(
             lambda: onnx.save(onnx.load(out, load_external_data=False), floor_out), repeats)
         report = holder["result"].report
+        if report.verification_scope == "whole model":
+            # small enough for the whole-model full check: also time the big-model policy
+            # (regions), for a like-for-like per-node comparison with the big sizes
+            import rewriter.pipeline as pipeline
+
+            limit = pipeline.FULL_CHECK_MAX_NODES
+            pipeline.FULL_CHECK_MAX_NODES = 0
+            try:
+                timings["rewrite (regions)"] = best_of(run_rewrite, repeats,
+                                                       setup=lambda: _clear(tmp))
+            finally:
+                pipeline.FULL_CHECK_MAX_NODES = limit
+        if before is not None:
+            earlier = time_before(before, path, tmp / "before.onnx", repeats)
+            if earlier is not None:
+                results["rewrite before"] = {"nodes_after": earlier.pop("nodes_after"),
+                                             "ok": earlier.pop("ok")}
+                timings["rewrite before"] = earlier
         applied = sum(report.applied.values())
         left = check(out, [TARGET], plugins=plugins, confirm=False)
         rewritten = onnx.load(out, load_external_data=False)
         results["rewrite"] = {
             "ok": report.ok,
             "verification": dict(report.verification),
+            "verification_scope": report.verification_scope,
+            "recheck_scope": report.recheck_scope,
             "applied": applied,
             "nodes_after": report.after.nodes if report.after else None,
             "findings_after": sum(len(r.findings) for r in left.results),
@@ -366,6 +379,48 @@ def measure_model(path: Path, meta: dict, repeats: int, plugins, *, with_onnxscr
             del ox
     return {"model": meta | {"path": str(path)}, "repeats": repeats, "timings": timings,
             "results": results}
+
+
+# ------------------------------------------------- an earlier engine, in the same run
+
+_BEFORE = r"""
+import gc, json, sys, time
+engine, path, out, plugin, target, repeats = sys.argv[1:7]
+sys.path.insert(0, engine)  # that folder's `rewriter` package, not the installed one
+import rewriter
+assert rewriter.__file__.startswith(engine), rewriter.__file__
+from rewriter.api import rewrite
+from rewriter.manager import load_plugins
+plugins = load_plugins([plugin], autoload=False)
+run = lambda: rewrite(path, [target], output=out, plugins=plugins, confirm=False,
+                      verify=False)
+report = run().report  # and one-off costs (imports, bodies)
+times, cpu = [], []
+for _ in range(int(repeats)):
+    gc.collect()
+    start, start_cpu = time.perf_counter(), time.process_time()
+    run()
+    cpu.append(time.process_time() - start_cpu)
+    times.append(time.perf_counter() - start)
+print(json.dumps({"best": min(times), "runs": times, "cpu_best": min(cpu), "cpu_runs": cpu,
+                  "nodes_after": report.after.nodes, "ok": report.ok}))
+"""
+
+
+def time_before(engine: Path, path: Path, out: Path, repeats: int) -> dict:
+    """``rewrite`` of the ``rewriter`` package in folder ``engine`` (e.g. a copy of an
+    earlier version; with the ``rewriter_plugins`` and ``rewriter_custom_ops`` of its time
+    beside it when today's plugins no longer load in it), timed like ``rewrite`` in a child
+    process: the before/after figure, divided by the floor measured in this run. A failure
+    is recorded, not raised."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _BEFORE, str(engine), str(path), str(out), str(PLUGIN), TARGET,
+         str(repeats)], capture_output=True, text=True, cwd=str(engine),
+    )
+    if proc.returncode:
+        print(f"the engine in {engine} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # -------------------------------------------------------------------------- memory
@@ -485,17 +540,20 @@ PHASES = (
     ("  validate_structure", "validate_structure", "rewriter/io.py"),
     ("  validate_external_data", "validate_external_data", "rewriter/io.py"),
     ("rewrite_proto", "rewrite_proto", "rewriter/pipeline.py"),
-    ("  find_unsupported (detect)", "find_unsupported", "rewriter/detect.py"),
+    ("  detect (first walk)", "detect", "rewriter/detect.py"),
+    ("  recheck (target re-check)", "recheck", "rewriter/detect.py"),
+    ("  find_unsupported (whole walk)", "find_unsupported", "rewriter/detect.py"),
     ("  apply_decompositions", "apply_decompositions", "rewriter/pipeline.py"),
     ("    inline_selected_functions", "inline_selected_functions", "onnx/inliner.py"),
     ("  _constants", "_constants", "rewriter/pipeline.py"),
-    ("  cleanup", "cleanup", "rewriter/pipeline.py"),
-    ("  ModelStats.of", "of", "rewriter/pipeline.py"),
-    ("  verify", "verify", "rewriter/pipeline.py"),
+    ("  op_counts (stats, cleanup)", "op_counts", "rewriter/walk.py"),
+    ("  verify (whole model)", "verify", "rewriter/pipeline.py"),
+    ("  verify_regions", "verify_regions", "rewriter/pipeline.py"),
+    ("    region_problem", "region_problem", "rewriter/pipeline.py"),
     ("    onnx.checker.check_model", "check_model", "onnx/checker.py"),
     ("    onnx.shape_inference.infer_shapes", "infer_shapes", "onnx/shape_inference.py"),
     ("save_model", "save_model", "rewriter/io.py"),
-    ("  _with_locations", "_with_locations", "rewriter/io.py"),
+    ("  _location_entries", "_location_entries", "rewriter/io.py"),
     ("  copy external data", "_copy_into", "rewriter/io.py"),
     ("iter_scopes (all callers)", "iter_scopes", "rewriter/walk.py"),
     ("iter_tensors (all callers)", "iter_tensors", "rewriter/walk.py"),
@@ -579,6 +637,13 @@ def summarize(cases: dict) -> dict:
             v = {"rewrite_over_floor": {"value": r, "limit": REWRITE_OVER_FLOOR,
                                         "ok": r <= REWRITE_OVER_FLOOR,
                                         "cpu": rows["rewrite"][nodes]["cpu_over_floor"]}}
+            if "rewrite before" in rows and nodes in rows["rewrite before"]:
+                b = rows["rewrite before"][nodes]
+                v["speedup_over_before"] = {
+                    "value": b["seconds"] / rows["rewrite"][nodes]["seconds"],
+                    "cpu": b["cpu_seconds"] / rows["rewrite"][nodes]["cpu_seconds"],
+                    "before_over_floor": b["over_floor"], "before_cpu_over_floor":
+                    b["cpu_over_floor"]}
             if "onnxscript" in rows and nodes in rows["onnxscript"]:
                 speedup = rows["onnxscript"][nodes]["seconds"] / rows["rewrite"][nodes]["seconds"]
                 cpu = (rows["onnxscript"][nodes]["cpu_seconds"]
@@ -599,6 +664,14 @@ def summarize(cases: dict) -> dict:
                 "sizes": [small, big], "cpu": cpu_growth[fraction]["rewrite"],
                 "floor_growth": growth[fraction]["floor"],
                 "ratio_to_floor_growth": growth_vs_floor[fraction]["rewrite"]}
+            regions = rows.get("rewrite (regions)", {})
+            if small in regions and big not in regions:
+                # the small size verified like the big one (regions, not whole model)
+                like = rows["rewrite"][big]["us_per_node"] / regions[small]["us_per_node"]
+                verdicts[f"c{fraction:g}/per_node_growth"]["like_for_like"] = {
+                    "value": like, "ok": like <= PER_NODE_GROWTH,
+                    "cpu": rows["rewrite"][big]["cpu_us_per_node"]
+                    / regions[small]["cpu_us_per_node"]}
     return {"table": table, "per_node_growth": growth, "ratio_growth": growth_vs_floor,
             "cpu_per_node_growth": cpu_growth,
             "verdicts": verdicts}
@@ -678,6 +751,10 @@ def main(argv=None) -> int:
     parser.add_argument("--big-gib", type=float, default=1.0)
     parser.add_argument("--profile", action="store_true",
                         help="cProfile one rewrite per fraction at 100k nodes")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a folder holding another `rewriter` package (e.g. a copy of "
+                             "an earlier version): its rewrite is timed too, in a child "
+                             "process, as 'rewrite before'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--regenerate", action="store_true")
     args = parser.parse_args(argv)
@@ -711,7 +788,8 @@ def main(argv=None) -> int:
                   f"{repeats} runs) ...", file=sys.stderr, flush=True)
             cases.setdefault(fraction, {})[nodes] = measure_model(
                 path, meta, repeats, plugins, with_onnxscript=with_ox,
-                onnxscript_repeats=1 if nodes > 100_000 else min(repeats, 2), rules=rules)
+                onnxscript_repeats=1 if nodes > 100_000 else min(repeats, 2), rules=rules,
+                before=args.before)
 
     report = summarize(cases)
     report["cases"] = cases

@@ -258,9 +258,14 @@ def node_testcases():
 
 
 def _feeds(model, data_sets) -> list[dict]:
+    import numpy as np
+
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
-    return [dict(zip(names, inputs)) for inputs, _ in data_sets]
+    # a case written with a numpy scalar (np.float32(2)) is a 0-d tensor in its .pb files;
+    # onnxruntime takes only arrays
+    return [{n: np.asarray(x) if isinstance(x, np.generic) else x for n, x in zip(names, inputs)}
+            for inputs, _ in data_sets]
 
 
 def _short(message: str, limit: int = 160) -> str:

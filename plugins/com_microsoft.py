@@ -1,43 +1,102 @@
-"""Decompositions ``com-microsoft``: onnxruntime contrib ops (domain ``com.microsoft``) in
+"""Decompositions ``com-microsoft``: onnxruntime contrib ops (domain ``com.microsoft``, and
+``SimplifiedLayerNormalization``, which onnxruntime registers in the ai.onnx domain) in
 standard ONNX, for targets without onnxruntime's contrib kernels (or ops onnxruntime has no
 CPU kernel for).
 
-* ``FastGelu(X[, bias])``: the tanh approximation
-  ``y = x * (0.5 + 0.5 * tanh(x * (c + b * x * x)))``, ``x = X + bias``, ``c = sqrt(2/pi)``,
-  ``b = 0.044715 * c``.
-* ``Gelu(X)``: the exact (erf) form ``y = 0.5 * x * (1 + erf(x / sqrt(2)))``.
-* ``BiasGelu(A, B)``: ``Gelu(A + B)``.
-* ``QuickGelu(X)`` (attribute ``alpha``, default 1.702): ``y = x * sigmoid(alpha * x)``.
-* ``SkipLayerNormalization(input, skip, gamma[, beta[, bias]])`` (attribute ``epsilon``,
-  default 1e-12): ``s = input + skip (+ bias)``, ``output = LayerNormalization(s, gamma,
-  beta, axis=-1, epsilon)``; ``mean`` and ``inv_std_var`` are LayerNormalization's own,
-  ``input_skip_bias_sum`` is ``s``.
-* ``GemmFastGelu(X, W[, bias])``: ``FastGelu(MatMul(X, W) + bias)``.
-* ``NhwcConv(X, W[, B])``: ``Conv`` on ``X`` transposed from channels-last to channels-first
-  (``W`` is ``M x C/group x k...`` as for ``Conv``), transposed back; the spatial rank comes
-  from ``kernel_shape`` or the constant weight's shape (declines when neither is known).
+Activations and elementwise fusions:
 
-Every builder picks the body variant the node needs (which optional inputs are present,
-which outputs are used) and, when the input's element type is known, folds the ``CastLike``
-of each literal into a constant of that type. ``tests/test_com_microsoft.py`` checks each
-against onnxruntime's contrib kernels, or numpy where onnxruntime has no CPU kernel.
+* ``FastGelu(X[, bias])``: ``x = X + bias``, ``y = x * (0.5 + 0.5 * tanh(x * (c + b*x*x)))``,
+  ``c = sqrt(2/pi)``, ``b = 0.044715 * c``.
+* ``Gelu(X)``: ``0.5 * x * (1 + erf(x / sqrt(2)))``; ``BiasGelu(A, B)``: ``Gelu(A + B)``.
+* ``QuickGelu(X)`` (``alpha`` = 1.702): ``x * sigmoid(alpha * x)``.
+* ``GemmFastGelu(X, W[, bias])``: ``FastGelu(MatMul(X, W) + bias)``.
+* ``BiasAdd(X, bias, skip)``: ``X + bias + skip``.
+* ``BiasSoftmax(data, bias)`` (``axis`` = 1, ``is_inner_broadcast``): Softmax-1 semantics
+  (coerced to 2-D at ``axis``) of ``data + bias``; bias broadcast numpy-style (only
+  ``is_inner_broadcast = 0``, where that is the op's rule).
+
+Normalizations (``s = input + skip (+ bias)``, statistics over the last axis, in float32
+for float16/bfloat16 inputs as onnxruntime does):
+
+* ``SkipLayerNormalization(input, skip, gamma[, beta[, bias]])`` (``epsilon`` = 1e-12):
+  ``y = (s - mean) / sqrt(var + eps) * gamma + beta``; outputs ``y, mean, inv_std_var, s``.
+  ``LayerNormalization`` at opset >= 17, the formula below that.
+* ``SkipSimplifiedLayerNormalization(input, skip, gamma[, bias])`` (``epsilon`` = 1e-12):
+  RMS norm ``y = s / sqrt(mean(s^2) + eps) * gamma``; outputs ``y, -, inv_std_var, s``.
+* ``SimplifiedLayerNormalization(X, scale)`` (ai.onnx and com.microsoft domains; ``axis`` =
+  -1, ``epsilon`` = 1e-5, ``stash_type`` = 1): RMS norm over axes ``axis..``; outputs
+  ``Y, inv_std_var``.
+
+Matrix products and convolutions:
+
+* ``FusedMatMul`` / ``TransposeMatMul(A, B)`` (``alpha``, ``transA``, ``transB``,
+  ``transBatchA``, ``transBatchB``): ``alpha * MatMul(A', B')``; ``transBatch`` moves the
+  first axis behind the other batch axes (``A'[b1.., b0, i, j] = A[b0, b1.., i, j]``),
+  ``trans`` swaps the last two (both: ``A'[b1.., j, b0] ... = A[b0, b1.., j]``).
+* ``FusedGemm(A, B[, C])``: ``act(Gemm(A, B, C))``, activation ``activation`` with
+  parameters ``activation_alpha/beta/gamma`` (Relu, Tanh, Sigmoid, LeakyRelu, Elu, Selu,
+  HardSigmoid, ThresholdedRelu, Softplus, Softsign, ScaledTanh, ParametricSoftplus).
+* ``FusedConv(X, W[, B[, Z]])``: ``act(Conv(X, W, B) + Z)``, activation ``activation`` with
+  ``activation_params`` (Relu, Tanh, Sigmoid, LeakyRelu [alpha], Clip [min, max],
+  HardSigmoid [alpha, beta]).
+* ``NhwcConv(X, W[, B])`` / ``NhwcFusedConv(X, W[, B[, Z]])``: the same on channels-last
+  ``X`` (transposed to channels-first and back); the spatial rank comes from
+  ``kernel_shape``, the constant weight's shape or declared types (declines otherwise).
+* ``Trilu(X[, k])`` (``upper`` = 1): ai.onnx ``Trilu`` at opset >= 14, else a
+  ``Range``-built mask.
+
+Quantization:
+
+* ``MatMulNBits(A, B, scales[, zero_points][, -][, bias])`` (``K``, ``N``, ``bits`` 2/4/8,
+  ``block_size``): ``W[k, n] = (q[n, k] - zp[n, k // block]) * scales[n, k // block]``, ``q``
+  unpacked from ``B`` (``N x blocks x blob``, low bits first), default ``zp = 2^(bits-1)``,
+  packed (uint8) or unpacked (float) zero points; ``Y = A @ W + bias``. ``g_idx`` declines.
+* ``GatherBlockQuantized(data, indices, scales[, zero_points])`` (``bits``, ``block_size``,
+  ``gather_axis``, ``quantize_axis``): ``Gather`` of ``(q - zp) * scale`` with each scale
+  repeated over its block; int4/uint4 data, or uint8 data packed along the last axis (``bits``
+  2/4/8, default ``zp = 2^(bits-1)``); indices out of range give zeros.
+* ``DequantizeLinear`` / ``QuantizeLinear`` (``axis``): the ai.onnx ops of the opset that
+  takes the types (13 for 8-bit with float scales, 19 for float16 scales, 21 for 16/4-bit).
+
+Every builder picks the body the node needs (which optional inputs are present, which
+outputs are used, the model's ai.onnx opset) and writes literals in the input's element type
+when that is known (a ``CastLike`` otherwise, opset >= 15). ``tests/test_com_microsoft.py``
+checks each against onnxruntime's contrib kernels, or numpy where onnxruntime has none.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
+import numpy as np
 from onnx import AttributeProto, FunctionProto, TensorProto, helper, numpy_helper
 
 from rewriter import hookimpl
+from rewriter.kernels import kernel
 
 DOMAIN = "com.microsoft"
-# ai.onnx opsets the bodies are valid at: CastLike (15) for the generic-dtype bodies,
-# LayerNormalization (17) for SkipLayerNormalization.
-GENERIC_OPSETS = (15, None)
-SKIPLN_OPSETS = (17, None)
+# The oldest ai.onnx opset each family of bodies is written for (the builders emit the
+# opset-specific forms of ReduceMean, Unsqueeze, Clip, ... for the model's opset).
+ELEMENTWISE_OPSETS = (9, None)  # literals need a known element type below opset 15
+SKIPLN_OPSETS = (9, None)  # LayerNormalization itself at >= 17
+NORM_OPSETS = (9, None)
 NHWCCONV_OPSETS = (11, None)
+CONV_OPSETS = (11, None)
+MATMUL_OPSETS = (12, None)  # Einsum
+GEMM_OPSETS = (11, None)
+TRILU_OPSETS = (11, None)
+MATMULNBITS_OPSETS = (13, None)
+GATHER_BLOCK_OPSETS = (13, None)  # int4/uint4 data exist only at >= 21
+QDQ_OPSETS = (13, None)
+# Body opset for a model that imports no ai.onnx opset (its body brings the import along).
+NO_IMPORT_OPSET = 17
 
 QUICKGELU_DEFAULT_ALPHA = 1.702
 SKIPLN_DEFAULT_EPSILON = 1e-12  # onnxruntime's kDefaultSkipLayerNormEpsilon
+SIMPLIFIED_LN_DEFAULT_EPSILON = 1e-5
+FAST_GELU_C = 0.7978845608028654  # sqrt(2 / pi)
+FAST_GELU_B = 0.035677408136300125  # 0.044715 * sqrt(2 / pi)
 
 _FLOAT_TYPES = {
     "tensor(float)": TensorProto.FLOAT,
@@ -45,105 +104,10 @@ _FLOAT_TYPES = {
     "tensor(double)": TensorProto.DOUBLE,
     "tensor(bfloat16)": TensorProto.BFLOAT16,
 }
+_LOW_PRECISION = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
-_BODIES = None
 
-
-def _bodies():
-    """The onnxscript functions (built on first use: importing onnxscript takes a while)."""
-    global _BODIES
-    if _BODIES is not None:
-        return _BODIES
-    from onnxscript import opset17 as op
-    from onnxscript import script
-
-    @script(default_opset=op)
-    def fast_gelu(X):
-        b = op.CastLike(0.035677408136300125, X)
-        c = op.CastLike(0.7978845608028654, X)
-        half = op.CastLike(0.5, X)
-        inner = op.Mul(X, op.Add(c, op.Mul(b, op.Mul(X, X))))
-        return op.Mul(X, op.Add(half, op.Mul(half, op.Tanh(inner))))
-
-    @script(default_opset=op)
-    def fast_gelu_bias(X, bias):
-        x = op.Add(X, bias)
-        b = op.CastLike(0.035677408136300125, x)
-        c = op.CastLike(0.7978845608028654, x)
-        half = op.CastLike(0.5, x)
-        inner = op.Mul(x, op.Add(c, op.Mul(b, op.Mul(x, x))))
-        return op.Mul(x, op.Add(half, op.Mul(half, op.Tanh(inner))))
-
-    @script(default_opset=op)
-    def gemm_fast_gelu(X, W):
-        x = op.MatMul(X, W)
-        b = op.CastLike(0.035677408136300125, x)
-        c = op.CastLike(0.7978845608028654, x)
-        half = op.CastLike(0.5, x)
-        inner = op.Mul(x, op.Add(c, op.Mul(b, op.Mul(x, x))))
-        return op.Mul(x, op.Add(half, op.Mul(half, op.Tanh(inner))))
-
-    @script(default_opset=op)
-    def gemm_fast_gelu_bias(X, W, bias):
-        x = op.Add(op.MatMul(X, W), bias)
-        b = op.CastLike(0.035677408136300125, x)
-        c = op.CastLike(0.7978845608028654, x)
-        half = op.CastLike(0.5, x)
-        inner = op.Mul(x, op.Add(c, op.Mul(b, op.Mul(x, x))))
-        return op.Mul(x, op.Add(half, op.Mul(half, op.Tanh(inner))))
-
-    @script(default_opset=op)
-    def gelu(X):
-        half = op.CastLike(0.5, X)
-        one = op.CastLike(1.0, X)
-        inv_sqrt2 = op.CastLike(0.7071067811865476, X)
-        return op.Mul(op.Mul(half, X), op.Add(one, op.Erf(op.Mul(X, inv_sqrt2))))
-
-    @script(default_opset=op)
-    def bias_gelu(A, B):
-        x = op.Add(A, B)
-        half = op.CastLike(0.5, x)
-        one = op.CastLike(1.0, x)
-        inv_sqrt2 = op.CastLike(0.7071067811865476, x)
-        return op.Mul(op.Mul(half, x), op.Add(one, op.Erf(op.Mul(x, inv_sqrt2))))
-
-    @script(default_opset=op)
-    def quick_gelu(X, alpha: float = 1.702):
-        a = op.CastLike(op.Constant(value_float=alpha), X)
-        return op.Mul(X, op.Sigmoid(op.Mul(a, X)))
-
-    # Every variant takes all five inputs, so a node's inputs bind by position whichever
-    # optional ones it leaves out; an absent one is never read. (An absent beta is not passed
-    # on as "" to LayerNormalization: onnxruntime 1.32's CPU kernel crashes on that.)
-    @script(default_opset=op)
-    def skip_layer_norm(input, skip, gamma, beta, bias, epsilon: float = 1e-12):
-        s = op.Add(input, skip)
-        y, mean, inv_std_var = op.LayerNormalization(s, gamma, axis=-1, epsilon=epsilon)
-        return y, mean, inv_std_var, s
-
-    @script(default_opset=op)
-    def skip_layer_norm_beta(input, skip, gamma, beta, bias, epsilon: float = 1e-12):
-        s = op.Add(input, skip)
-        y, mean, inv_std_var = op.LayerNormalization(s, gamma, beta, axis=-1, epsilon=epsilon)
-        return y, mean, inv_std_var, s
-
-    @script(default_opset=op)
-    def skip_layer_norm_bias(input, skip, gamma, beta, bias, epsilon: float = 1e-12):
-        s = op.Add(op.Add(input, skip), bias)
-        y, mean, inv_std_var = op.LayerNormalization(s, gamma, axis=-1, epsilon=epsilon)
-        return y, mean, inv_std_var, s
-
-    @script(default_opset=op)
-    def skip_layer_norm_beta_bias(input, skip, gamma, beta, bias, epsilon: float = 1e-12):
-        s = op.Add(op.Add(input, skip), bias)
-        y, mean, inv_std_var = op.LayerNormalization(s, gamma, beta, axis=-1, epsilon=epsilon)
-        return y, mean, inv_std_var, s
-
-    _BODIES = {f.name: f for f in (
-        fast_gelu, fast_gelu_bias, gemm_fast_gelu, gemm_fast_gelu_bias, gelu, bias_gelu,
-        quick_gelu, skip_layer_norm, skip_layer_norm_beta, skip_layer_norm_bias,
-        skip_layer_norm_beta_bias)}
-    return _BODIES
+# -- helpers shared with com_microsoft_attention -----------------------------------------
 
 
 def _present(names, index: int) -> bool:
@@ -165,16 +129,11 @@ def fold_literal_casts(fn: FunctionProto, elem_type: int | None) -> FunctionProt
                 literals[node.output[0]] = numpy_helper.to_array(attr.t)
     if not literals:
         return fn
-    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
     new_nodes = []
     for node in fn.node:
         if (node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
                 and node.input[0] in literals):
-            value = literals[node.input[0]].astype(dtype)
-            tensor = numpy_helper.from_array(value, node.output[0])
-            if elem_type == TensorProto.BFLOAT16:
-                tensor = helper.make_tensor(node.output[0], elem_type, value.shape,
-                                            value.astype("float32").ravel().tolist())
+            tensor = _tensor(literals[node.input[0]], elem_type, node.output[0])
             new_nodes.append(helper.make_node("Constant", [], list(node.output), value=tensor))
         else:
             new_nodes.append(node)
@@ -206,67 +165,450 @@ def _trim_outputs(fn: FunctionProto, used: list[bool]) -> FunctionProto:
     return out
 
 
-def _elem_type(ctx) -> int | None:
+def _tensor(value, elem_type: int, name: str = "") -> TensorProto:
+    """``value`` as a tensor of ``elem_type`` (bfloat16 and the 4-bit types included)."""
+    array = np.asarray(value)
+    if elem_type in (TensorProto.BFLOAT16, TensorProto.INT4, TensorProto.UINT4):
+        return helper.make_tensor(name, elem_type, array.shape,
+                                  array.astype(np.float32).ravel().tolist())
+    return numpy_helper.from_array(array.astype(helper.tensor_dtype_to_np_dtype(elem_type)),
+                                   name)
+
+
+# -- body builder -------------------------------------------------------------------------
+
+
+class Declined(Exception):
+    """Raised inside a builder for a node form the body cannot express."""
+
+
+class Body:
+    """Builds one FunctionProto node by node, in the forms of ai.onnx ``opset``."""
+
+    def __init__(self, opset: int, elem_type: int | None = None):
+        self.opset = opset
+        self.elem_type = elem_type  # element type of the float literals, if known
+        self.nodes: list = []
+        self._count = 0
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
+        """Append a node; returns its output name (a list for ``outputs > 1``)."""
+        names = []
+        for _ in range(outputs):
+            self._count += 1
+            names.append(f"{op_type[:1].lower()}{op_type[1:]}_{self._count}")
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
+        return names[0] if outputs == 1 else names
+
+    def constant(self, value, elem_type: int | None = None) -> str:
+        """A Constant (``elem_type`` default: the array's own)."""
+        array = np.asarray(value)
+        if elem_type is None:
+            tensor = numpy_helper.from_array(array)
+        else:
+            tensor = _tensor(array, elem_type)
+        return self.op("Constant", value=tensor)
+
+    def ints(self, values: Sequence[int]) -> str:
+        return self.constant(np.asarray(values, dtype=np.int64))
+
+    def literal(self, value: float, like: str, elem_type: int | None = None) -> str:
+        """A float scalar in the element type of ``like`` (``elem_type``, else the body's;
+        a ``CastLike`` when neither is known, which needs opset 15)."""
+        elem_type = elem_type or self.elem_type
+        if elem_type is not None:
+            return self.constant(np.array(value), elem_type)
+        if self.opset < 15:
+            raise Declined("element type unknown below opset 15")
+        return self.op("CastLike", self.constant(np.array(value, np.float32)), like)
+
+    def cast(self, x: str, elem_type: int) -> str:
+        return self.op("Cast", x, to=elem_type)
+
+    def reduce(self, op_type: str, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
+        """``Reduce*`` over ``axes``: an input from opset 18 (``ReduceSum``: 13)."""
+        if self.opset >= (13 if op_type == "ReduceSum" else 18):
+            return self.op(op_type, x, self.ints(axes), keepdims=keepdims)
+        return self.op(op_type, x, axes=list(axes), keepdims=keepdims)
+
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", x, self.ints(axes))
+        return self.op("Unsqueeze", x, axes=list(axes))
+
+    def slice(self, x: str, starts, ends, axes) -> str:
+        """``Slice``; ``starts``/``ends`` are int lists or names of int64 tensors."""
+        def tensor(v):
+            return v if isinstance(v, str) else self.ints(v)
+        return self.op("Slice", x, tensor(starts), tensor(ends), self.ints(axes))
+
+    def shape_part(self, x: str, start: int, end: int | None = None) -> str:
+        """``Shape(x)[start:end]`` as an int64 vector."""
+        shape = self.op("Shape", x)
+        return self.slice(shape, [start], [end if end is not None else 2 ** 62], [0])
+
+    def clip(self, x: str, low: float | None, high: float | None) -> str:
+        if self.opset >= 11:
+            bounds = ["" if v is None else self.literal(v, x) for v in (low, high)]
+            while bounds and not bounds[-1]:
+                bounds.pop()
+            return self.op("Clip", x, *bounds)
+        return self.op("Clip", x, min=low, max=high)
+
+    def function(self, name: str, inputs: Sequence[str], outputs: Sequence[str],
+                 attributes: Sequence[str] = ()) -> FunctionProto:
+        produced = {o for n in self.nodes for o in n.output}
+        final = []
+        for out in outputs:
+            if out not in produced or out in final:  # an input passed through, or a repeat
+                out = self.op("Identity", out)
+            final.append(out)
+        return helper.make_function(DOMAIN, name, list(inputs), final, self.nodes,
+                                    [helper.make_opsetid("", self.opset)],
+                                    attributes=list(attributes))
+
+
+def _body_opset(ctx) -> int:
+    """The ai.onnx opset a body is written for: the model's, or a default when the model
+    imports none (the engine then keeps the body's own import)."""
+    if "" not in (ctx.opsets or {}) and "ai.onnx" not in (ctx.opsets or {}):
+        return NO_IMPORT_OPSET
+    return ctx.opset
+
+
+def _elem_type(ctx, index: int = 0) -> int | None:
     types = list(ctx.input_types or [])
-    return _FLOAT_TYPES.get(types[0]) if types and types[0] else None
+    return _FLOAT_TYPES.get(types[index]) if len(types) > index and types[index] else None
 
 
-def _proto(name: str) -> FunctionProto:
-    return _bodies()[name].to_function_proto()
+def _any_elem_type(ctx, index: int) -> int | None:
+    """The element type of input ``index`` (any tensor type), if known."""
+    types = list(ctx.input_types or [])
+    if len(types) > index and types[index] and types[index].startswith("tensor("):
+        return getattr(TensorProto, types[index][7:-1].upper(), None)
+    return None
 
 
 def _single_output(node) -> bool:
     return len(node.output) == 1 and bool(node.output[0])
 
 
+def _inputs(node, formal: Sequence[str]) -> list[str]:
+    """The formal input names the node binds: up to its last present input."""
+    return list(formal[:len(node.input)])
+
+
+def _declining(builder):
+    """Wrap a builder so that ``Declined`` means None."""
+    def wrapper(ctx) -> FunctionProto | None:
+        try:
+            return builder(ctx)
+        except Declined:
+            return None
+    wrapper.__name__ = builder.__name__
+    wrapper.__doc__ = builder.__doc__
+    return wrapper
+
+
+def _unknown_attributes(node, known: Sequence[str]) -> bool:
+    return any(a.name not in known for a in node.attribute)
+
+
+# -- activations --------------------------------------------------------------------------
+
+
+def _fast_gelu(b: Body, x: str) -> str:
+    inner = b.op("Mul", x, b.op("Add", b.literal(FAST_GELU_C, x),
+                                b.op("Mul", b.literal(FAST_GELU_B, x), b.op("Mul", x, x))))
+    half = b.literal(0.5, x)
+    return b.op("Mul", x, b.op("Add", half, b.op("Mul", half, b.op("Tanh", inner))))
+
+
+def _gelu(b: Body, x: str) -> str:
+    erf = b.op("Erf", b.op("Mul", x, b.literal(1 / math.sqrt(2), x)))
+    return b.op("Mul", b.op("Mul", b.literal(0.5, x), x), b.op("Add", b.literal(1.0, x), erf))
+
+
+def _activation(b: Body, x: str, kind: str, alpha=None, beta=None, gamma=None) -> str:
+    """``kind`` applied to ``x`` with standard ops; raises Declined for unknown kinds or
+    missing parameters (onnxruntime requires them too)."""
+    def need(*values):
+        if any(v is None for v in values):
+            raise Declined(f"{kind} needs its parameters")
+    if kind in ("", None):
+        return x
+    if kind in ("Relu", "Tanh", "Sigmoid", "Softsign", "Softplus"):
+        return b.op(kind, x)
+    if kind in ("LeakyRelu", "Elu", "ThresholdedRelu"):
+        need(alpha)
+        if kind == "ThresholdedRelu" and b.opset < 10:
+            raise Declined("ThresholdedRelu is an ai.onnx op from opset 10")
+        return b.op(kind, x, alpha=float(alpha))
+    if kind == "HardSigmoid":
+        need(alpha, beta)
+        return b.op(kind, x, alpha=float(alpha), beta=float(beta))
+    if kind == "Selu":
+        need(alpha, gamma)
+        return b.op(kind, x, alpha=float(alpha), gamma=float(gamma))
+    if kind == "Clip":
+        return b.clip(x, alpha, beta)
+    if kind == "ScaledTanh":  # alpha * tanh(beta * x)
+        need(alpha, beta)
+        return b.op("Mul", b.literal(alpha, x),
+                    b.op("Tanh", b.op("Mul", b.literal(beta, x), x)))
+    if kind == "ParametricSoftplus":  # alpha * ln(1 + exp(beta * x))
+        need(alpha, beta)
+        return b.op("Mul", b.literal(alpha, x),
+                    b.op("Softplus", b.op("Mul", b.literal(beta, x), x)))
+    raise Declined(f"activation {kind!r}")
+
+
+def _conv_activation(b: Body, x: str, kind: str, params: Sequence[float]) -> str:
+    """FusedConv's activations (onnxruntime's MLAS set): parameters by position."""
+    counts = {"": 0, "Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2,
+              "HardSigmoid": 2}
+    if kind not in counts or len(params) != counts[kind]:
+        raise Declined(f"activation {kind!r} with {len(params)} parameter(s)")
+    return _activation(b, x, kind, *params)
+
+
+# -- elementwise builders -----------------------------------------------------------------
+
+
+@_declining
 def build_fast_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
-    if not _present(node.input, 0) or not _single_output(node):
+    if not _present(node.input, 0) or not _single_output(node) or node.attribute:
         return None
-    fn = _proto("fast_gelu_bias" if _present(node.input, 1) else "fast_gelu")
-    return fold_literal_casts(fn, _elem_type(ctx))
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    x = b.op("Add", "X", "bias") if _present(node.input, 1) else "X"
+    return b.function("fast_gelu", _inputs(node, ["X", "bias"]), [_fast_gelu(b, x)])
 
 
+@_declining
 def build_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
-    if not _present(node.input, 0) or not _single_output(node):
+    if not _present(node.input, 0) or not _single_output(node) or node.attribute:
         return None
-    return fold_literal_casts(_proto("gelu"), _elem_type(ctx))
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    return b.function("gelu", ["X"], [_gelu(b, "X")])
 
 
+@_declining
 def build_bias_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node):
         return None
-    return fold_literal_casts(_proto("bias_gelu"), _elem_type(ctx))
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    return b.function("bias_gelu", ["A", "B"], [_gelu(b, b.op("Add", "A", "B"))])
 
 
+@_declining
 def build_quick_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
-    if not _present(node.input, 0) or not _single_output(node):
+    if (not _present(node.input, 0) or not _single_output(node)
+            or _unknown_attributes(node, ["alpha"])):
         return None
-    return _proto("quick_gelu")  # alpha stays an attribute (default 1.702)
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    alpha = b.literal(ctx.attribute("alpha", QUICKGELU_DEFAULT_ALPHA), "X")
+    return b.function("quick_gelu", ["X"], [b.op("Mul", "X", b.op("Sigmoid",
+                                                                  b.op("Mul", alpha, "X")))])
 
 
+@_declining
 def build_gemm_fast_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
-    if not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node):
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
+            or node.attribute):
         return None
-    fn = _proto("gemm_fast_gelu_bias" if _present(node.input, 2) else "gemm_fast_gelu")
-    return fold_literal_casts(fn, _elem_type(ctx))
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    x = b.op("MatMul", "X", "W")
+    if _present(node.input, 2):
+        x = b.op("Add", x, "bias")
+    return b.function("gemm_fast_gelu", _inputs(node, ["X", "W", "bias"]), [_fast_gelu(b, x)])
 
 
-def build_skip_layer_norm(ctx) -> FunctionProto | None:
+@_declining
+def build_bias_add(ctx) -> FunctionProto | None:
     node = ctx.node
-    if not all(_present(node.input, i) for i in range(3)) or not _present(node.output, 0):
+    if not all(_present(node.input, i) for i in range(3)) or not _single_output(node):
         return None
-    name = "skip_layer_norm"
-    if _present(node.input, 3):
-        name += "_beta"
-    if _present(node.input, 4):
-        name += "_bias"
-    fn = _proto(name)
+    b = Body(_body_opset(ctx))
+    y = b.op("Add", b.op("Add", "X", "bias"), "skip")
+    return b.function("bias_add", ["X", "bias", "skip"], [y])
+
+
+def _softmax_flattened(b: Body, x: str, axis: int) -> str:
+    """Softmax-1 semantics: ``x`` coerced to 2-D at ``axis``, softmax over the second."""
+    if b.opset < 13:
+        return b.op("Softmax", x, axis=axis)
+    flat = b.op("Flatten", x, axis=axis)
+    return b.op("Reshape", b.op("Softmax", flat, axis=1), b.op("Shape", x))
+
+
+@_declining
+def build_bias_softmax(ctx) -> FunctionProto | None:
+    node = ctx.node
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
+            or _unknown_attributes(node, ["axis", "is_inner_broadcast"])):
+        return None
+    if ctx.attribute("is_inner_broadcast") != 0:
+        return None  # inner broadcast aligns the bias from the left: not numpy's rule
+    b = Body(_body_opset(ctx))
+    y = _softmax_flattened(b, b.op("Add", "data", "bias"), ctx.attribute("axis", 1))
+    return b.function("bias_softmax", ["data", "bias"], [y])
+
+
+# -- normalizations -----------------------------------------------------------------------
+
+
+def _stash(b: Body, x: str, elem_type: int | None) -> str:
+    """``x`` in float32 when it is float16/bfloat16 (statistics are computed in float)."""
+    return b.cast(x, TensorProto.FLOAT) if elem_type in _LOW_PRECISION else x
+
+
+def _rms_inverse(b: Body, s: str, axes: Sequence[int], epsilon: float) -> str:
+    """``1 / sqrt(mean(s^2 over axes) + epsilon)``, keepdims."""
+    mean_square = b.reduce("ReduceMean", b.op("Mul", s, s), axes)
+    return b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean_square, b.literal(epsilon, s))))
+
+
+def _skip_sum(b: Body, node, bias_index: int) -> str:
+    s = b.op("Add", "input", "skip")
+    return b.op("Add", s, "bias") if _present(node.input, bias_index) else s
+
+
+def _skip_norm_body(ctx, name: str, formal: Sequence[str], bias_index: int,
+                    simplified: bool) -> FunctionProto | None:
+    node = ctx.node
+    if (not all(_present(node.input, i) for i in range(3)) or not _present(node.output, 0)
+            or _unknown_attributes(node, ["epsilon"])):
+        return None
+    if simplified and _present(node.output, 1):
+        return None  # RMS norm has no mean
+    elem = _elem_type(ctx)
+    epsilon = ctx.attribute("epsilon", SKIPLN_DEFAULT_EPSILON)
+    b = Body(_body_opset(ctx), elem)
+    s = _skip_sum(b, node, bias_index)
+    has_beta = not simplified and _present(node.input, 3)
+    if not simplified and b.opset >= 17:
+        extra = ["beta"] if has_beta else []  # an absent beta is not passed on as ""
+        y, mean, inv_std_var = b.op("LayerNormalization", s, "gamma", *extra, outputs=3,
+                                    axis=-1, epsilon=epsilon)
+    else:
+        if elem is None and b.opset < 15:
+            raise Declined("element type unknown")
+        s32 = _stash(b, s, elem)
+        b.elem_type = TensorProto.FLOAT if elem in _LOW_PRECISION else elem  # for epsilon
+        if simplified:
+            centered, mean = s32, ""
+        else:
+            mean = b.reduce("ReduceMean", s32, [-1])
+            centered = b.op("Sub", s32, mean)
+        inv_std_var = _rms_inverse(b, centered, [-1], epsilon)
+        normalized = b.op("Mul", centered, inv_std_var)
+        b.elem_type = elem
+        if elem in _LOW_PRECISION:
+            normalized = b.cast(normalized, elem)
+        y = b.op("Mul", normalized, "gamma")
+        if has_beta:
+            y = b.op("Add", y, "beta")
+    outputs = [y, mean or inv_std_var, inv_std_var, s]
+    fn = b.function(name, _inputs(node, formal), outputs)
     return _trim_outputs(fn, [_present(node.output, i) for i in range(4)])
+
+
+@_declining
+def build_skip_layer_norm(ctx) -> FunctionProto | None:
+    return _skip_norm_body(ctx, "skip_layer_norm",
+                           ["input", "skip", "gamma", "beta", "bias"], 4, simplified=False)
+
+
+@_declining
+def build_skip_simplified_layer_norm(ctx) -> FunctionProto | None:
+    return _skip_norm_body(ctx, "skip_simplified_layer_norm",
+                           ["input", "skip", "gamma", "bias"], 3, simplified=True)
+
+
+@_declining
+def build_simplified_layer_norm(ctx) -> FunctionProto | None:
+    node = ctx.node
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _present(node.output, 0)
+            or _unknown_attributes(node, ["axis", "epsilon", "stash_type"])):
+        return None
+    axis = ctx.attribute("axis", -1)
+    if axis >= 0:
+        return None  # the axes to reduce need the rank, which is not known here
+    elem, scale_elem = _elem_type(ctx, 0), _elem_type(ctx, 1)
+    stash = ctx.attribute("stash_type", 1) == 1 and elem in _LOW_PRECISION
+    b = Body(_body_opset(ctx), TensorProto.FLOAT if stash else elem)
+    x = b.cast("X", TensorProto.FLOAT) if stash else "X"
+    inv_std_var = _rms_inverse(b, x, list(range(axis, 0)),
+                               ctx.attribute("epsilon", SIMPLIFIED_LN_DEFAULT_EPSILON))
+    normalized = b.op("Mul", x, inv_std_var)
+    if scale_elem is not None and scale_elem != (TensorProto.FLOAT if stash else elem):
+        normalized = b.cast(normalized, scale_elem)
+    elif scale_elem is None:
+        if b.opset < 15:
+            raise Declined("scale type unknown")
+        normalized = b.op("CastLike", normalized, "scale")
+    y = b.op("Mul", normalized, "scale")
+    fn = b.function("simplified_layer_norm", ["X", "scale"], [y, inv_std_var])
+    return _trim_outputs(fn, [_present(node.output, i) for i in range(2)])
+
+
+# -- matrix products ----------------------------------------------------------------------
+
+
+def _transposed(b: Body, x: str, trans: int, trans_batch: int) -> str:
+    """FusedMatMul's operand transpositions, rank-free through Einsum."""
+    if trans_batch:
+        return b.op("Einsum", x, equation="a...j->...ja" if trans else "a...j->...aj")
+    if trans:
+        return b.op("Einsum", x, equation="...ij->...ji")
+    return x
+
+
+@_declining
+def build_fused_matmul(ctx) -> FunctionProto | None:
+    node = ctx.node
+    known = ["alpha", "transA", "transB", "transBatchA", "transBatchB"]
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
+            or _unknown_attributes(node, known)):
+        return None
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    a = _transposed(b, "A", ctx.attribute("transA", 0), ctx.attribute("transBatchA", 0))
+    bb = _transposed(b, "B", ctx.attribute("transB", 0), ctx.attribute("transBatchB", 0))
+    y = b.op("MatMul", a, bb)
+    alpha = ctx.attribute("alpha", 1.0)
+    if alpha != 1.0:
+        y = b.op("Mul", y, b.literal(alpha, y))
+    return b.function("fused_matmul", ["A", "B"], [y])
+
+
+@_declining
+def build_fused_gemm(ctx) -> FunctionProto | None:
+    node = ctx.node
+    gemm_attributes = ["alpha", "beta", "transA", "transB"]
+    activation_attributes = ["activation", "activation_alpha", "activation_beta",
+                             "activation_gamma"]
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
+            or _unknown_attributes(node, gemm_attributes + activation_attributes)):
+        return None
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    attrs = {a: ctx.attribute(a) for a in gemm_attributes}
+    y = b.op("Gemm", *_inputs(node, ["A", "B", "C"]), **attrs)
+    kind = ctx.attribute("activation", b"")
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if not kind or kind == "Clip":
+        return None  # onnxruntime rejects a FusedGemm without an activation, or with Clip
+    y = _activation(b, y, kind, ctx.attribute("activation_alpha"),
+                    ctx.attribute("activation_beta"), ctx.attribute("activation_gamma"))
+    return b.function("fused_gemm", _inputs(node, ["A", "B", "C"]), [y])
+
+
+# -- convolutions -------------------------------------------------------------------------
 
 
 _CONV_ATTRIBUTES = {
@@ -277,6 +619,7 @@ _CONV_ATTRIBUTES = {
     "pads": AttributeProto.INTS,
     "strides": AttributeProto.INTS,
 }
+_FUSED_ATTRIBUTES = ("activation", "activation_params")
 
 
 def _spatial_rank(ctx) -> int | None:
@@ -295,50 +638,382 @@ def _spatial_rank(ctx) -> int | None:
     return None
 
 
-def build_nhwc_conv(ctx) -> FunctionProto | None:
+def _conv_body(ctx, name: str, channels_last: bool, fused: bool) -> FunctionProto | None:
+    """Conv (+ Z) (+ activation), optionally on channels-last tensors."""
     node = ctx.node
-    if not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node):
+    allowed = list(_CONV_ATTRIBUTES) + (list(_FUSED_ATTRIBUTES) if fused else [])
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
+            or _unknown_attributes(node, allowed)):
         return None
-    names = [a.name for a in node.attribute]
-    if any(name not in _CONV_ATTRIBUTES for name in names):
-        return None  # an attribute this body would not honour
-    rank = _spatial_rank(ctx)
+    if not fused and len(node.input) > 3:
+        return None
+    has_z = fused and _present(node.input, 3)
+    b = Body(_body_opset(ctx), _elem_type(ctx))
+    x = "X"
+    if channels_last:
+        rank = _spatial_rank(ctx)
+        if rank is None:
+            return None
+        x = b.op("Transpose", "X", perm=[0, rank + 1, *range(1, rank + 1)])
+    weights = ["W", "B"] if _present(node.input, 2) else ["W"]
+    conv_attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
+                  if a.name in _CONV_ATTRIBUTES}
+    y = b.op("Conv", x, *weights, **conv_attrs)
+    if channels_last:
+        y = b.op("Transpose", y, perm=[0, *range(2, rank + 2), 1])
+    if has_z:
+        y = b.op("Add", y, "Z")
+    if fused:
+        kind = ctx.attribute("activation", b"")
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        y = _conv_activation(b, y, kind, list(ctx.attribute("activation_params", [])))
+    return b.function(name, _inputs(node, ["X", "W", "B", "Z"]), [y])
+
+
+@_declining
+def build_nhwc_conv(ctx) -> FunctionProto | None:
+    return _conv_body(ctx, "nhwc_conv", channels_last=True, fused=False)
+
+
+@_declining
+def build_nhwc_fused_conv(ctx) -> FunctionProto | None:
+    return _conv_body(ctx, "nhwc_fused_conv", channels_last=True, fused=True)
+
+
+@_declining
+def build_fused_conv(ctx) -> FunctionProto | None:
+    return _conv_body(ctx, "fused_conv", channels_last=False, fused=True)
+
+
+# -- Trilu --------------------------------------------------------------------------------
+
+
+@_declining
+def build_trilu(ctx) -> FunctionProto | None:
+    node = ctx.node
+    if (not _present(node.input, 0) or not _single_output(node)
+            or _unknown_attributes(node, ["upper"])):
+        return None
+    upper = ctx.attribute("upper", 1)
+    inputs = _inputs(node, ["X", "k"])
+    b = Body(_body_opset(ctx))
+    if b.opset >= 14:
+        return b.function("trilu", inputs, [b.op("Trilu", *inputs, upper=upper)])
+    elem = _any_elem_type(ctx, 0)
+    if elem is None or elem == TensorProto.BFLOAT16:
+        return None
+    # column - row compared with k: upper keeps col - row >= k, lower keeps col - row <= k
+    shape = b.op("Shape", "X")
+    zero, one = b.constant(np.array(0, np.int64)), b.constant(np.array(1, np.int64))
+    rows = b.op("Range", zero, b.op("Gather", shape, b.constant(np.array(-2, np.int64))), one)
+    cols = b.op("Range", zero, b.op("Gather", shape, b.constant(np.array(-1, np.int64))), one)
+    offset = b.op("Sub", b.unsqueeze(cols, [0]), b.unsqueeze(rows, [1]))
+    k = "k" if _present(node.input, 1) else zero
+    keep = (b.op("Not", b.op("Less", offset, k)) if upper
+            else b.op("Not", b.op("Greater", offset, k)))
+    y = b.op("Where", keep, "X", b.constant(np.zeros((), helper.tensor_dtype_to_np_dtype(elem))))
+    return b.function("trilu", inputs, [y])
+
+
+# -- quantization -------------------------------------------------------------------------
+
+
+def _unpack_bits(b: Body, packed: str, bits: int) -> str:
+    """uint8 ``packed[..., n]`` -> int32 ``[..., n * 8 / bits]``, low bits first."""
+    if bits == 8:
+        return b.cast(packed, TensorProto.INT32)
+    wide = b.cast(packed, TensorProto.INT32)
+    parts = []
+    for j in range(8 // bits):
+        shifted = b.op("Div", wide, b.constant(np.array(2 ** (bits * j), np.int32)))
+        parts.append(b.unsqueeze(b.op("Mod", shifted, b.constant(np.array(2 ** bits,
+                                                                        np.int32))), [-1]))
+    stacked = b.op("Concat", *parts, axis=-1)
+    merged_shape = b.op("Concat", b.shape_part(packed, 0, -1), b.ints([-1]), axis=0)
+    return b.op("Reshape", stacked, merged_shape)
+
+
+@_declining
+def build_matmul_nbits(ctx) -> FunctionProto | None:
+    node = ctx.node
+    known = ["K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"]
+    if (not all(_present(node.input, i) for i in range(3)) or not _single_output(node)
+            or _unknown_attributes(node, known) or _present(node.input, 4)
+            or ctx.attribute("weight_prepacked", 0)):
+        return None
+    k, n = ctx.attribute("K"), ctx.attribute("N")
+    bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size")
+    if bits not in (2, 4, 8) or not k or not n or not block:
+        return None
+    elem = _elem_type(ctx)
+    if elem is None:
+        return None
+    blocks = -(-k // block)
+    b = Body(_body_opset(ctx), elem)
+    q = b.op("Reshape", _unpack_bits(b, "B", bits), b.ints([n, blocks, block]))
+    q = b.cast(q, elem)
+    if _present(node.input, 3):
+        zp_type = _any_elem_type(ctx, 3)
+        if zp_type == TensorProto.UINT8:  # packed like B: N x ceil(blocks * bits / 8)
+            packed = b.op("Reshape", "zero_points", b.ints([n, -1]))
+            zp = b.cast(b.slice(_unpack_bits(b, packed, bits), [0], [blocks], [1]), elem)
+        elif zp_type == elem:
+            zp = "zero_points"
+        else:
+            return None
+        zp = b.op("Reshape", zp, b.ints([n, blocks, 1]))
+    else:
+        zp = b.constant(np.array(2 ** (bits - 1)), elem)
+    scales = b.op("Reshape", "scales", b.ints([n, blocks, 1]))
+    weight = b.op("Mul", b.op("Sub", q, zp), scales)
+    weight = b.op("Reshape", weight, b.ints([n, blocks * block]))
+    if blocks * block != k:
+        weight = b.slice(weight, [0], [k], [1])
+    y = b.op("MatMul", "A", b.op("Transpose", weight, perm=[1, 0]))
+    if _present(node.input, 5):
+        y = b.op("Add", y, "bias")
+    inputs = _inputs(node, ["A", "B", "scales", "zero_points", "g_idx", "bias"])
+    return b.function("matmul_nbits", inputs, [y])
+
+
+def _repeat_blocks(b: Body, scales: str, axis: int, block: int, like: str) -> str:
+    """Each entry of ``scales`` along ``axis`` repeated ``block`` times, cut to the size of
+    ``like`` along that axis (``axis`` >= 0, or -1)."""
+    last = axis == -1
+    prefix = b.shape_part(scales, 0, -1 if last else axis)
+    count = b.shape_part(scales, axis, None if last else axis + 1)
+    suffix = [] if last else [b.shape_part(scales, axis + 1)]
+    expanded = b.op("Expand", b.unsqueeze(scales, [-1 if last else axis + 1]),
+                    b.op("Concat", prefix, count, b.ints([block]), *suffix, axis=0))
+    merged = b.op("Reshape", expanded, b.op("Concat", prefix, b.ints([-1]), *suffix, axis=0))
+    size = b.shape_part(like, axis, None if last else axis + 1)
+    return b.slice(merged, [0], size, [axis])
+
+
+@_declining
+def build_gather_block_quantized(ctx) -> FunctionProto | None:
+    node = ctx.node
+    known = ["bits", "block_size", "gather_axis", "quantize_axis"]
+    if (not all(_present(node.input, i) for i in range(3)) or not _single_output(node)
+            or _unknown_attributes(node, known)):
+        return None
+    data_type, out_type = _any_elem_type(ctx, 0), _elem_type(ctx, 2)
+    bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size", 128)
+    gather_axis, quantize_axis = ctx.attribute("gather_axis", 0), ctx.attribute(
+        "quantize_axis", 1)
+    data = ctx.constant(node.input[0])
+    rank = data.ndim if data is not None else None
+    if out_type is None or not block:
+        return None
     if rank is None:
+        if gather_axis < 0 or quantize_axis < 0:
+            return None
+    else:
+        gather_axis, quantize_axis = gather_axis % rank, quantize_axis % rank
+    if gather_axis == quantize_axis:
         return None
-    to_first = [0, rank + 1, *range(1, rank + 1)]
-    to_last = [0, *range(2, rank + 2), 1]
-    inputs = ["X", "W", "B"] if _present(node.input, 2) else ["X", "W"]
-    conv = helper.make_node("Conv", ["X_nchw", *inputs[1:]], ["Y_nchw"])
-    for name in names:
-        ref = AttributeProto()
-        ref.name = name
-        ref.ref_attr_name = name
-        ref.type = _CONV_ATTRIBUTES[name]
-        conv.attribute.append(ref)
-    body = [
-        helper.make_node("Transpose", ["X"], ["X_nchw"], perm=to_first),
-        conv,
-        helper.make_node("Transpose", ["Y_nchw"], ["Y"], perm=to_last),
-    ]
-    return helper.make_function(
-        DOMAIN, "nhwc_conv", inputs, ["Y"], body,
-        [helper.make_opsetid("", max(ctx.opset, NHWCCONV_OPSETS[0]))], attributes=names,
-    )
+    b = Body(_body_opset(ctx), out_type)
+    if data_type in (TensorProto.INT4, TensorProto.UINT4):
+        q = b.cast("data", TensorProto.INT32)
+        zp = b.cast("zero_points", TensorProto.INT32) if _present(node.input, 3) else None
+        default_zp = 0
+    elif data_type == TensorProto.UINT8 and bits in (2, 4, 8):
+        if gather_axis != 0 or (rank is None and bits != 8):
+            return None
+        q = _unpack_bits(b, "data", bits)
+        zp = _unpack_bits(b, "zero_points", bits) if _present(node.input, 3) else None
+        default_zp = 2 ** (bits - 1)
+    else:
+        return None
+    if zp is not None and data_type == TensorProto.UINT8 and bits != 8:
+        # packed zero points carry padding up to a whole byte along the last axis
+        zp = b.slice(zp, [0], b.shape_part("scales", -1), [-1])
+    # out-of-range indices give zeros: gather index 0 for them, and mask the result
+    size = b.shape_part("data", gather_axis, gather_axis + 1)
+    indices = b.cast("indices", TensorProto.INT64)
+    valid = b.op("And", b.op("Less", indices, size),
+                 b.op("Not", b.op("Less", indices, b.op("Neg", size))))
+    indices = b.op("Where", valid, indices, b.constant(np.array(0, np.int64)))
+    # gather first (the table stays quantized), then dequantize the rows taken
+    rows = b.op("Gather", q, indices, axis=gather_axis)
+    scales = b.op("Gather", "scales", indices, axis=gather_axis)
+    if zp is not None:
+        zp = b.op("Gather", zp, indices, axis=gather_axis)
+    # where the quantized axis lands in the output: before the gathered axis it keeps its
+    # index; behind it, count from the back
+    if quantize_axis < gather_axis:
+        out_axis = quantize_axis
+    elif rank is not None and quantize_axis == rank - 1:
+        out_axis = -1
+    else:
+        return None
+    scales = _repeat_blocks(b, scales, out_axis, block, rows)
+    values = b.cast(rows, out_type)
+    if zp is not None:
+        values = b.op("Sub", values, b.cast(_repeat_blocks(b, zp, out_axis, block, rows),
+                                            out_type))
+    elif default_zp:
+        values = b.op("Sub", values, b.constant(np.array(default_zp), out_type))
+    y = b.op("Mul", values, scales)
+    # the mask (shape of indices) gets a 1 for each data axis behind the gathered one
+    trailing = b.op("Sub", b.op("Size", b.op("Shape", "data")),
+                    b.ints([gather_axis + 1]))
+    ones = b.op("ConstantOfShape", trailing, value=_tensor(np.array([1]), TensorProto.INT64))
+    mask = b.op("Reshape", valid, b.op("Concat", b.op("Shape", "indices"), ones, axis=0))
+    y = b.op("Where", mask, y, b.constant(np.array(0), out_type))
+    inputs = _inputs(node, ["data", "indices", "scales", "zero_points"])
+    return b.function("gather_block_quantized", inputs, [y])
+
+
+_QDQ_8BIT = (TensorProto.INT8, TensorProto.UINT8)
+
+
+def _qdq_opset(quantized: int | None, scale: int | None, dequantize: bool) -> int | None:
+    """The first ai.onnx opset whose (De)QuantizeLinear takes these element types."""
+    if quantized is None or scale is None:
+        return None
+    if quantized in _QDQ_8BIT or (dequantize and quantized == TensorProto.INT32):
+        low = 13
+    elif quantized in (TensorProto.INT16, TensorProto.UINT16, TensorProto.INT4,
+                       TensorProto.UINT4):
+        low = 21
+    else:
+        return None
+    if scale == TensorProto.FLOAT16:
+        return max(low, 19)
+    return low if scale == TensorProto.FLOAT else None
+
+
+def _qdq_builder(op_type: str):
+    dequantize = op_type == "DequantizeLinear"
+
+    @_declining
+    def build(ctx) -> FunctionProto | None:
+        node = ctx.node
+        if (not (_present(node.input, 0) and _present(node.input, 1))
+                or not _single_output(node) or _unknown_attributes(node, ["axis"])):
+            return None
+        if dequantize:
+            quantized = _any_elem_type(ctx, 0)
+        elif _present(node.input, 2):
+            quantized = _any_elem_type(ctx, 2)
+        else:
+            quantized = TensorProto.UINT8  # no zero point: uint8, as the standard op
+        needed = _qdq_opset(quantized, _elem_type(ctx, 1), dequantize)
+        b = Body(_body_opset(ctx))
+        if needed is None or b.opset < needed:
+            return None
+        inputs = _inputs(node, ["x", "scale", "zero_point"])
+        axis = ctx.attribute("axis")
+        scale = ctx.constant(node.input[1])
+        if axis is None and (scale is None or scale.ndim != 0):
+            return None  # per-tensor needs a scalar scale; unknown: not sure it is one
+        y = b.op(op_type, *inputs, axis=axis)
+        return b.function(op_type.lower(), inputs, [y])
+
+    build.__name__ = f"build_{op_type.lower()}"
+    return build
+
+
+build_dequantize_linear = _qdq_builder("DequantizeLinear")
+build_quantize_linear = _qdq_builder("QuantizeLinear")
+
+
+# -- kernels: oracles for ops onnxruntime has no CPU kernel for ----------------------------
+# (so that ``compare`` can run an original model on the reference evaluator; the planner
+# prefers the decompositions above)
+
+
+def _fast_gelu_np(x: np.ndarray) -> np.ndarray:
+    return x * (0.5 + 0.5 * np.tanh(x * (FAST_GELU_C + FAST_GELU_B * x * x)))
+
+
+@kernel(signatures=["float, float -> float", "float, float, float -> float",
+                    "float16, float16 -> float16", "float16, float16, float16 -> float16"])
+def gemm_fast_gelu_kernel(x, w, bias=None):
+    """``FastGelu(X @ W + bias)``, in float64."""
+    y = x.astype(np.float64) @ w.astype(np.float64)
+    if bias is not None:
+        y = y + bias
+    return _fast_gelu_np(y).astype(x.dtype)
+
+
+_CONV_KERNEL_ATTRIBUTES = {"auto_pad": "NOTSET", "group": 1,
+                           "dilations": (list[int], []), "kernel_shape": (list[int], []),
+                           "pads": (list[int], []), "strides": (list[int], [])}
+
+
+@kernel(signatures=["float, float -> float", "float, float, float -> float"],
+        attributes=_CONV_KERNEL_ATTRIBUTES)
+def nhwc_conv_kernel(x, w, bias=None, **attributes):
+    """``Conv`` of onnx's reference evaluator on ``X`` transposed to channels-first."""
+    from onnx.reference import ReferenceEvaluator
+
+    attrs = {name: value for name, value in attributes.items() if value != []}  # []: unset
+    rank = x.ndim - 2
+    names = ["X", "W", "B"] if bias is not None else ["X", "W"]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", names, ["Y"], **attrs)], "conv",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"X": np.transpose(x, [0, rank + 1, *range(1, rank + 1)]), "W": w}
+    if bias is not None:
+        feeds["B"] = bias
+    (y,) = ReferenceEvaluator(model).run(None, feeds)
+    return np.ascontiguousarray(np.transpose(y, [0, *range(2, rank + 2), 1]))
+
+
+@hookimpl
+def register_kernels(registry):
+    for op_type, attr in (("GemmFastGelu", "gemm_fast_gelu_kernel"),
+                          ("NhwcConv", "nhwc_conv_kernel")):
+        registry.add(DOMAIN, op_type, f"rewriter_plugins.com_microsoft:{attr}",
+                     description=f"com-microsoft:{op_type} (numpy oracle)")
+
+    from rewriter_plugins import com_microsoft_attention
+
+    com_microsoft_attention.register_kernels(registry)
+
+
+# -- registration -------------------------------------------------------------------------
+
+_F32_F16 = ("float", "float16")
 
 
 @hookimpl
 def register_decompositions(registry):
-    def add(op_type, builder, opsets):
-        registry.add(DOMAIN, op_type, builder, opsets=opsets,
-                     description=f"com-microsoft:{op_type}")
+    def add(op_type, builder, opsets, dtypes=_F32_F16, exact=True, note="", domain=DOMAIN):
+        registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
+                     description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""))
 
-    add("FastGelu", build_fast_gelu, GENERIC_OPSETS)
-    add("Gelu", build_gelu, GENERIC_OPSETS)
-    add("BiasGelu", build_bias_gelu, GENERIC_OPSETS)
-    add("QuickGelu", build_quick_gelu, GENERIC_OPSETS)
+    add("FastGelu", build_fast_gelu, ELEMENTWISE_OPSETS)
+    add("Gelu", build_gelu, ELEMENTWISE_OPSETS)
+    add("BiasGelu", build_bias_gelu, ELEMENTWISE_OPSETS)
+    add("QuickGelu", build_quick_gelu, ELEMENTWISE_OPSETS)
+    add("GemmFastGelu", build_gemm_fast_gelu, ELEMENTWISE_OPSETS)
+    add("BiasAdd", build_bias_add, ELEMENTWISE_OPSETS, dtypes=("float",))
+    add("BiasSoftmax", build_bias_softmax, ELEMENTWISE_OPSETS, dtypes=("float",),
+        note="is_inner_broadcast=0 only")
     add("SkipLayerNormalization", build_skip_layer_norm, SKIPLN_OPSETS)
-    add("GemmFastGelu", build_gemm_fast_gelu, GENERIC_OPSETS)
-    add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS)
+    add("SkipSimplifiedLayerNormalization", build_skip_simplified_layer_norm, NORM_OPSETS)
+    add("SimplifiedLayerNormalization", build_simplified_layer_norm, NORM_OPSETS,
+        domain="", note="negative axis only")
+    add("SimplifiedLayerNormalization", build_simplified_layer_norm, NORM_OPSETS,
+        note="negative axis only")
+    add("FusedMatMul", build_fused_matmul, MATMUL_OPSETS)
+    add("TransposeMatMul", build_fused_matmul, MATMUL_OPSETS, dtypes=("float",))
+    add("FusedGemm", build_fused_gemm, GEMM_OPSETS, dtypes=("float",))
+    add("FusedConv", build_fused_conv, CONV_OPSETS)
+    add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS, dtypes=("float",))
+    add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",))
+    add("Trilu", build_trilu, TRILU_OPSETS)
+    add("MatMulNBits", build_matmul_nbits, MATMULNBITS_OPSETS,
+        note="bits 2/4/8; no g_idx; accuracy_level computes in full precision")
+    add("GatherBlockQuantized", build_gather_block_quantized, GATHER_BLOCK_OPSETS,
+        note="int4/uint4 or packed uint8 data")
+    add("DequantizeLinear", build_dequantize_linear, QDQ_OPSETS)
+    add("QuantizeLinear", build_quantize_linear, QDQ_OPSETS)
 
     from rewriter_plugins import com_microsoft_attention
 

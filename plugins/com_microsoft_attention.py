@@ -1,5 +1,1075 @@
-"""com.microsoft attention-family ops (registered by the ``com-microsoft`` plugin)."""
+"""com.microsoft attention-family ops in standard ONNX (registered by the ``com-microsoft``
+plugin, whose ``register_decompositions`` hook calls this module's).
+
+Notation: ``B`` batch, ``S`` query length, ``P`` past length, ``T = P + L`` total key length,
+``N`` heads, ``H`` head size; ``Qh`` is ``(B, N, S, H)``, ``Kh``/``Vh`` are ``(B, N, T, H)``.
+Every attention op ends in the same core::
+
+    scores = scale * Qh @ Kh^T + mask_bias (+ attention_bias)        # (B, N, S, T)
+    output = Transpose(Softmax(scores, axis=-1) @ Vh) -> (B, S, N * H_v)
+
+``scale`` defaults to ``1/sqrt(H)`` (a ``scale`` attribute of 0 also means the default, as in
+onnxruntime). ``mask_bias`` is additive, as in onnxruntime's CPU kernels: every masked key
+position adds ``mask_filter_value`` (default -10000), and the causal mask
+(``unidirectional``) adds it again to keys ``j > i + P`` — so a fully masked row is softmax
+of the unmasked scores, exactly as onnxruntime computes it.
+
+* ``Attention(input, weights[, bias[, mask_index[, past[, attention_bias]]]])``:
+  ``QKV = input @ weights + bias`` split into ``(hq, hk, hv)`` (``qkv_hidden_sizes``, default
+  three equal parts); ``past`` is ``(2, B, N, P, H)`` concatenated before K and V; ``present``
+  is ``Concat(K, V)`` on a new axis 0. ``mask_index``: ``(B, T)`` or ``(B, S, T)`` raw 0/1
+  masks (0 masked), ``(B)`` right-padding end positions (keys ``>= end`` masked), ``(2B)``
+  ends then starts (keys ``< start`` masked too), and Megatron's ``(B, 1, M, M)`` (rows
+  ``P .. P + S``, columns ``0 .. T``; onnxruntime's CPU kernel refuses it, CUDA reads it so).
+  An unknown mask rank is dispatched at run time (``If`` on the rank); a 1-D mask is read
+  as ``(B)`` or ``(2B)`` (the GPU-only ``(3B + 2)`` form is declined when the shapes are
+  known, misread otherwise). Declined: ``do_rotary``, ``past_present_share_buffer``,
+  ``past_sequence_length``.
+* ``MultiHeadAttention(query, key, value[, bias[, key_padding_mask[, attention_bias[,
+  past_key, past_value]]]])``: ``query``/``key``/``value`` are ``(B, S|L, D)``; ``bias``
+  adds to each; the key padding mask as ``Attention``'s; ``past_key``/``past_value``
+  ``(B, N, P, H)`` concatenated before K/V give ``present_key``/``present_value``. Declined:
+  packed QKV / KV, BNSH key/value, ``past_sequence_length``, ``cache_indirection``, ``qk``.
+* ``RotaryEmbedding(input, position_ids, cos_cache, sin_cache)``: per position ``p``
+  (``position_ids[b, s]``, or ``position_ids[0] + s`` when it has one element), with ``x1``,
+  ``x2`` the two halves of the first ``rotary_embedding_dim`` channels of each head (or its
+  even and odd channels when ``interleaved``): ``x1' = x1 cos - x2 sin``,
+  ``x2' = x2 cos + x1 sin``; the remaining channels pass through. Input ``(B, S, D)`` or
+  ``(B, N, S, H)`` (rank dispatched at run time when unknown). Declined:
+  ``is_packed_batching``, ``scale`` other than 1.
+* ``GroupQueryAttention(query, key, value[, past_key, past_value], seqlens_k[,
+  total_sequence_length][, cos_cache, sin_cache][, position_ids, attention_bias,
+  head_sink])``: ``N`` query heads share ``N_kv`` K/V heads (query head ``h`` reads K/V head
+  ``h // (N / N_kv)``); ``query`` may pack ``(B, S, (N + 2 N_kv) H)``. Per batch entry,
+  ``T_b = seqlens_k[b] + 1`` keys exist after the step and ``P_b = max(T_b - S, 0)`` before
+  it (0: a prompt, possibly right-padded; ``T_b - S``: token generation or a later chunk).
+  ``do_rotary`` rotates Q and the new K at positions ``P_b + s`` (as ``RotaryEmbedding``).
+  ``present`` is ``(B, N_kv, max(total_sequence_length, past length), H)``: the past's
+  first ``P_b`` rows, the ``S`` new rows, then zeros (onnxruntime's CPU kernel). Query row
+  ``s`` sees keys ``j <= P_b + s`` and ``j < T_b`` (and ``j > P_b + s - local_window_size``
+  when set); ``softcap`` maps ``x -> softcap * tanh(x / softcap)`` before
+  ``attention_bias`` is added; ``smooth_softmax`` adds one zero logit, ``head_sink`` one
+  logit per head, to the softmax. Without input 6 (OpenVINO accepts the omission) the
+  total is ``max(max(T_b), S)``. Declined: ``position_ids``, a quantized cache
+  (``k_scale``/``v_scale``), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``,
+  ``causal=0``, ``sliding_window_cache``, ``qk_output``.
+* ``DecoderMaskedMultiHeadAttention(query, key, value[, mask_index, attention_bias],
+  past_key, past_value, past_sequence_length[, beam_width, cache_indirection, bias])``,
+  self-attention on one new token with ``past_present_share_buffer``: ``past_*`` are
+  ``(B, N, M, H)`` buffers of max length ``M``; ``present = past`` with row ``P =
+  past_sequence_length`` replaced by the new K/V; attention reads rows ``0 .. P``, with
+  ``mask_index`` ``(B, P + 1)`` and ``attention_bias`` as ``MultiHeadAttention``'s. With
+  ``beam_width > 1`` and ``cache_indirection`` ``(B / beam, beam, M)``, row ``t < P`` of
+  batch row ``i * beam + j`` is read from row ``i * beam + cache_indirection[i, j, t]``.
+  Declined: cross-attention (no past), packed QKV, separate past and present buffers,
+  ``output_qk``, an ``attention_bias`` together with beams.
+* ``EmbedLayerNormalization``, ``RemovePadding``, ``RestorePadding``: see their builders.
+
+``register_kernels`` adds numpy kernels for ``RemovePadding``, ``RestorePadding`` (no
+onnxruntime CPU kernel) and ``Attention`` without past (the oracle when the original cannot
+run on onnxruntime). ``tests/test_com_microsoft_attention.py`` checks every body against
+onnxruntime's contrib kernels, or these numpy kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper, numpy_helper
+from rewriter_plugins.com_microsoft import _present
+
+from rewriter.kernels import kernel
+
+DOMAIN = "com.microsoft"
+# Range (11) for the causal and padding masks; Unsqueeze/Squeeze/Split switch between
+# attribute and input forms at 13, so the bodies are valid from 11 upward.
+ATTENTION_OPSETS = (11, None)
+
+DEFAULT_MASK_FILTER_VALUE = -10000.0
+
+_FLOAT_TYPES = {
+    "tensor(float)": TensorProto.FLOAT,
+    "tensor(float16)": TensorProto.FLOAT16,
+    "tensor(double)": TensorProto.DOUBLE,
+}
 
 
-def register_decompositions(registry):
-    """Called by ``rewriter_plugins.com_microsoft``."""
+class _Body:
+    """Emits the nodes of a function body (or of a subgraph of it) at one ai.onnx opset."""
+
+    def __init__(self, opset: int, elem: int, prefix: str = "t", counter: list | None = None):
+        self.opset = opset
+        self.elem = elem
+        self.nodes: list[NodeProto] = []
+        self._prefix = prefix
+        self._counter = counter if counter is not None else [0]
+        self.zero = self.filter = ""
+
+    def child(self) -> _Body:
+        """A builder for a subgraph (names stay unique across the whole body)."""
+        child = _Body(self.opset, self.elem, self._prefix, self._counter)
+        child.zero, child.filter = self.zero, self.filter
+        return child
+
+    def set_mask_values(self, mask_filter_value: float) -> None:
+        self.zero = self.scalar(0.0)
+        self.filter = self.scalar(mask_filter_value)
+
+    def fresh(self, hint: str = "") -> str:
+        self._counter[0] += 1
+        return f"{self._prefix}{self._counter[0]}_{hint}" if hint else \
+            f"{self._prefix}{self._counter[0]}"
+
+    def op(self, op_type: str, *inputs: str, outputs: int | list[str] = 1, **attrs) -> str:
+        names = outputs if isinstance(outputs, list) else [
+            self.fresh(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
+        return names[0] if len(names) == 1 else names
+
+    def const(self, value, dtype=None) -> str:
+        array = np.asarray(value, dtype=dtype)
+        name = self.fresh("c")
+        tensor = numpy_helper.from_array(array, name)
+        self.nodes.append(helper.make_node("Constant", [], [name], value=tensor))
+        return name
+
+    def scalar(self, value: float) -> str:
+        """A scalar of the body's float element type."""
+        return self.const(value, helper.tensor_dtype_to_np_dtype(self.elem))
+
+    def ints(self, values: Sequence[int]) -> str:
+        return self.const(list(values), np.int64)
+
+    # -- ops whose form changed across opsets -------------------------------------------
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", x, self.ints(axes))
+        return self.op("Unsqueeze", x, axes=list(axes))
+
+    def squeeze(self, x: str, axes: Sequence[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Squeeze", x, self.ints(axes))
+        return self.op("Squeeze", x, axes=list(axes))
+
+    def split(self, x: str, sizes: Sequence[int] | None, parts: int, axis: int) -> list[str]:
+        if sizes is None:  # equal parts: no split input / attribute at any opset
+            if self.opset >= 18:
+                return self.op("Split", x, outputs=parts, axis=axis, num_outputs=parts)
+            return self.op("Split", x, outputs=parts, axis=axis)
+        if self.opset >= 13:
+            return self.op("Split", x, self.ints(sizes), outputs=len(sizes), axis=axis)
+        return self.op("Split", x, outputs=len(sizes), axis=axis, split=list(sizes))
+
+    def dim(self, x: str, axis: int) -> str:
+        """``Shape(x)[axis]`` as an int64 scalar."""
+        return self.op("Gather", self.op("Shape", x), self.const(axis, np.int64), axis=0)
+
+    def slice(self, x: str, starts, ends, axes) -> str:
+        def vec(v):
+            return v if isinstance(v, str) else self.ints(v)
+        return self.op("Slice", x, vec(starts), vec(ends), vec(axes))
+
+    def where_masked(self, keep: str) -> str:
+        """``0`` where ``keep`` else the mask filter value (set by the caller)."""
+        return self.op("Where", keep, self.zero, self.filter)
+
+
+def _function(name: str, inputs: list[str], outputs: list[str], body: _Body) -> FunctionProto:
+    return helper.make_function(DOMAIN, name, inputs, outputs, body.nodes,
+                                [helper.make_opsetid("", body.opset)])
+
+
+def _elem(ctx, *indices: int) -> int | None:
+    """The float element type of the first input among ``indices`` (default: all) whose
+    type is known (the inputs of the op's type ``T`` share it)."""
+    types = list(ctx.input_types or [])
+    for i in indices or range(len(types)):
+        if i < len(types) and types[i] in _FLOAT_TYPES:
+            return _FLOAT_TYPES[types[i]]
+    return None
+
+
+def _shape(ctx, name: str) -> list | None:
+    """The declared shape of ``name`` (ints, or None per unknown dim), or None."""
+    if not name:
+        return None
+    constant = ctx.constant(name)
+    if constant is not None:
+        return list(constant.shape)
+    declared = (ctx.declared or {}).get(name)
+    if declared is None or not declared.HasField("tensor_type"):
+        return None
+    tensor_type = declared.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+
+
+def _rank(ctx, name: str) -> int | None:
+    shape = _shape(ctx, name)
+    return None if shape is None else len(shape)
+
+
+def _unknown_attributes(node: NodeProto, known: set[str]) -> bool:
+    return any(a.name not in known for a in node.attribute)
+
+
+# -- the shared attention core -------------------------------------------------------------
+
+def _heads(b: _Body, x: str, num_heads: int) -> str:
+    """``(B, S, N*H)`` -> ``(B, N, S, H)``."""
+    return b.op("Transpose", b.op("Reshape", x, b.ints([0, 0, num_heads, -1])),
+                perm=[0, 2, 1, 3])
+
+
+def _causal_bias(b: _Body, s_len: str, t_len: str) -> str:
+    """``(S, T)``: the filter value on keys ``j > i + (T - S)``, else 0."""
+    one, zero = b.const(1, np.int64), b.const(0, np.int64)
+    rows = b.op("Add", b.op("Range", zero, s_len, one), b.op("Sub", t_len, s_len))
+    cols = b.op("Range", zero, t_len, one)
+    future = b.op("Greater", cols, b.unsqueeze(rows, [1]))
+    return b.op("Where", future, b.filter, b.zero)
+
+
+def _mask_bias_of_rank(b: _Body, mask: str, rank: int, s_len: str, t_len: str,
+                       batch: str) -> str:
+    """The additive bias of an int32 ``mask_index`` of known rank, broadcastable to
+    ``(B, N, S, T)``."""
+    zero_i = b.const(0, np.int32)
+    if rank == 1:
+        return _mask_bias_1d(b, mask, batch, t_len)
+    if rank == 2:  # (B, T) raw 0/1
+        return b.unsqueeze(b.where_masked(b.op("Greater", mask, zero_i)), [1, 2])
+    if rank == 3:  # (B, S, T) raw 0/1
+        return b.unsqueeze(b.where_masked(b.op("Greater", mask, zero_i)), [1])
+    # rank 4: (B, 1, M, M) Megatron: rows P .. P+S, columns 0 .. T
+    past_1 = b.unsqueeze(b.op("Sub", t_len, s_len), [0])
+    t_1 = b.unsqueeze(t_len, [0])
+    rows = b.slice(mask, b.op("Concat", past_1, b.ints([0]), axis=0),
+                   b.op("Concat", t_1, t_1, axis=0), [2, 3])
+    return b.where_masked(b.op("Greater", rows, zero_i))
+
+
+def _mask_bias_1d(b: _Body, mask: str, batch: str, t_len: str) -> str:
+    """``(B)`` end positions or ``(2B)`` end then start positions -> ``(B, 1, 1, T)``."""
+    mask64 = b.op("Cast", mask, to=TensorProto.INT64)
+    batch_1 = b.unsqueeze(batch, [0])
+    zeros = b.op("ConstantOfShape", batch_1,
+                 value=numpy_helper.from_array(np.zeros([1], np.int64)))
+    padded = b.op("Concat", mask64, zeros, axis=0)  # (2B) or (3B): [B, 2B) is start or 0
+    ends = b.slice(padded, [0], batch_1, [0])
+    starts = b.slice(padded, batch_1, b.op("Add", batch_1, batch_1), [0])
+    positions = b.op("Range", b.const(0, np.int64), t_len, b.const(1, np.int64))
+    keep = b.op("And", b.op("Less", positions, b.unsqueeze(ends, [1])),
+                b.op("Not", b.op("Less", positions, b.unsqueeze(starts, [1]))))
+    return b.unsqueeze(b.where_masked(keep), [1, 2])
+
+
+def _mask_bias(b: _Body, mask: str, rank: int | None, s_len: str, t_len: str,
+               batch: str) -> str:
+    """The additive bias of ``mask_index`` (int32), broadcastable to ``(B, N, S, T)``;
+    ``rank`` None: dispatched at run time on the mask's rank (nested ``If``)."""
+    if rank is not None:
+        return _mask_bias_of_rank(b, mask, rank, s_len, t_len, batch)
+    rank_value = b.op("Size", b.op("Shape", mask))
+
+    def dispatch(builder: _Body, ranks: list[int]) -> str:
+        if len(ranks) == 1:
+            return _mask_bias_of_rank(builder, _as_rank(builder, mask, ranks[0]), ranks[0],
+                                      s_len, t_len, batch)
+        then_b, else_b = builder.child(), builder.child()
+        then_out = _mask_bias_of_rank(then_b, _as_rank(then_b, mask, ranks[0]), ranks[0],
+                                      s_len, t_len, batch)
+        else_out = dispatch(else_b, ranks[1:])
+        cond = builder.op("Equal", rank_value, builder.const(ranks[0], np.int64))
+        return builder.op("If", cond, then_branch=_graph(then_b, then_out),
+                          else_branch=_graph(else_b, else_out))
+
+    return dispatch(b, [2, 1, 3, 4])
+
+
+def _as_rank(b: _Body, mask: str, rank: int) -> str:
+    """``mask`` reshaped to ``rank`` dimensions (the leading ones kept, the rest folded into
+    the last): the identity in the branch taken, and shape inference of the branches not
+    taken (which still runs when the mask's shape is known) sees the rank it expects."""
+    if rank == 1:
+        return b.op("Reshape", mask, b.ints([-1]))
+    dims = b.op("Concat", b.op("Shape", mask), b.ints([1, 1, 1]), axis=0)
+    leading = b.slice(dims, [0], [rank - 1], [0])
+    return b.op("Reshape", mask, b.op("Concat", leading, b.ints([-1]), axis=0))
+
+
+def _graph(b: _Body, output: str) -> GraphProto:
+    return helper.make_graph(b.nodes, b.fresh("branch"), [],
+                             [helper.make_tensor_value_info(output, b.elem, None)])
+
+
+def _attend(b: _Body, qh: str, kh: str, vh: str, scale: float | None,
+            biases: list[str]) -> str:
+    """The core: ``(B, N, S, H)`` x ``(B, N, T, H)`` x ``(B, N, T, Hv)`` -> ``(B, S, N*Hv)``."""
+    scores = b.op("MatMul", qh, b.op("Transpose", kh, perm=[0, 1, 3, 2]))
+    if scale is None:  # 1/sqrt(H) from the run-time head size
+        head = b.op("Cast", b.dim(qh, 3), to=b.elem)
+        scale_value = b.op("Reciprocal", b.op("Sqrt", head))
+    else:
+        scale_value = b.scalar(scale)
+    scores = b.op("Mul", scores, scale_value)
+    for bias in biases:
+        scores = b.op("Add", scores, bias)
+    probs = b.op("Softmax", scores, axis=-1)  # last axis: the same at every opset
+    context = b.op("Transpose", b.op("MatMul", probs, vh), perm=[0, 2, 1, 3])
+    return b.op("Reshape", context, b.ints([0, 0, -1]))
+
+
+# -- Attention ------------------------------------------------------------------------------
+
+_ATTENTION_ATTRIBUTES = {"num_heads", "unidirectional", "qkv_hidden_sizes", "scale",
+                         "mask_filter_value", "do_rotary", "past_present_share_buffer",
+                         "rotary_embedding_dim"}
+
+
+def _scale(ctx) -> float | None:
+    scale = ctx.attribute("scale", 0.0)
+    return None if not scale else float(scale)
+
+
+def build_attention(ctx) -> FunctionProto | None:
+    """``com.microsoft::Attention`` (see the module docstring)."""
+    node = ctx.node
+    elem = _elem(ctx, 0, 1, 2, 4, 5)
+    if (elem is None or not (_present(node.input, 0) and _present(node.input, 1))
+            or not _present(node.output, 0) or len(node.output) > 2
+            or _present(node.input, 6) or len(node.input) > 7
+            or _unknown_attributes(node, _ATTENTION_ATTRIBUTES)
+            or ctx.attribute("do_rotary", 0) or ctx.attribute("past_present_share_buffer", 0)):
+        return None
+    num_heads = ctx.attribute("num_heads")
+    if not num_heads:
+        return None
+    sizes = ctx.attribute("qkv_hidden_sizes")
+    sizes = [int(v) for v in sizes] if sizes else None
+    if sizes is not None and (len(sizes) != 3 or any(v <= 0 or v % num_heads for v in sizes)):
+        return None
+    mask_rank = _rank(ctx, node.input[3]) if _present(node.input, 3) else None
+    if mask_rank is not None and mask_rank not in (1, 2, 3, 4):
+        return None
+    mask_shape = _shape(ctx, node.input[3]) if _present(node.input, 3) else None
+    batch_dim = (_shape(ctx, node.input[0]) or [None])[0]
+    if mask_rank == 1 and mask_shape[0] and batch_dim and mask_shape[0] not in (
+            batch_dim, 2 * batch_dim):
+        return None  # (3B + 2): cumulative lengths, a GPU-only form
+
+    names = ["input", "weights", "bias", "mask_index", "past", "attention_bias"]
+    inputs = names[:len(node.input)]
+    b = _Body(ctx.opset, elem)
+    if _present(node.input, 3) or ctx.attribute("unidirectional", 0):
+        b.set_mask_values(float(ctx.attribute("mask_filter_value", DEFAULT_MASK_FILTER_VALUE)))
+    qkv = b.op("MatMul", "input", "weights")
+    if _present(node.input, 2):
+        qkv = b.op("Add", qkv, "bias")
+    q, k, v = b.split(qkv, sizes, 3, axis=-1)
+    qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))
+    if _present(node.input, 4):
+        zero, one = b.const(0, np.int64), b.const(1, np.int64)
+        kh = b.op("Concat", b.op("Gather", "past", zero, axis=0), kh, axis=2)
+        vh = b.op("Concat", b.op("Gather", "past", one, axis=0), vh, axis=2)
+    s_len, t_len = b.dim(qh, 2), b.dim(kh, 2)
+    biases = []
+    if _present(node.input, 3):
+        biases.append(_mask_bias(b, "mask_index", mask_rank, s_len, t_len, b.dim("input", 0)))
+    if ctx.attribute("unidirectional", 0):
+        biases.append(_causal_bias(b, s_len, t_len))
+    if _present(node.input, 5):
+        biases.append("attention_bias")
+    outputs = ["output"]
+    b.op("Identity", _attend(b, qh, kh, vh, _scale(ctx), biases), outputs=["output"])
+    if _present(node.output, 1):
+        b.op("Concat", b.unsqueeze(kh, [0]), b.unsqueeze(vh, [0]), axis=0,
+             outputs=["present"])
+        outputs.append("present")
+    elif len(node.output) > 1:
+        return None
+    return _function("attention", inputs, outputs, b)
+
+
+def _dispatch_rank(b: _Body, x: str, ranks: list[int], make) -> str:
+    """``make(builder, x_as_rank, rank)`` for the run-time rank of ``x`` among ``ranks`` (the
+    last one is the fallback), as nested ``If`` nodes."""
+    if len(ranks) == 1:
+        return make(b, _as_rank(b, x, ranks[0]), ranks[0])
+    then_b, else_b = b.child(), b.child()
+    then_out = make(then_b, _as_rank(then_b, x, ranks[0]), ranks[0])
+    else_out = _dispatch_rank(else_b, x, ranks[1:], make)
+    cond = b.op("Equal", b.op("Size", b.op("Shape", x)), b.const(ranks[0], np.int64))
+    return b.op("If", cond, then_branch=_graph(then_b, then_out),
+                else_branch=_graph(else_b, else_out))
+
+
+# -- MultiHeadAttention ---------------------------------------------------------------------
+
+_MHA_ATTRIBUTES = {"num_heads", "unidirectional", "scale", "mask_filter_value"}
+
+
+def build_multi_head_attention(ctx) -> FunctionProto | None:
+    """``com.microsoft::MultiHeadAttention`` (see the module docstring)."""
+    node = ctx.node
+    elem = _elem(ctx, 0, 1, 2, 3, 5, 6, 7)
+    num_heads = ctx.attribute("num_heads")
+    if (elem is None or not num_heads or _unknown_attributes(node, _MHA_ATTRIBUTES)
+            or not all(_present(node.input, i) for i in range(3))
+            or any(_present(node.input, i) for i in (8, 9)) or len(node.input) > 10
+            or _present(node.output, 3) or len(node.output) > 3
+            or _present(node.input, 6) != _present(node.input, 7)):
+        return None
+    for name in node.input[:3]:
+        rank = _rank(ctx, name)
+        if rank is not None and rank != 3:
+            return None  # packed QKV / KV, or BNSH key and value
+    names = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias",
+             "past_key", "past_value"]
+    inputs = names[:len(node.input)]
+    b = _Body(ctx.opset, elem)
+    if _present(node.input, 4) or ctx.attribute("unidirectional", 0):
+        b.set_mask_values(float(ctx.attribute("mask_filter_value", DEFAULT_MASK_FILTER_VALUE)))
+    q, k, v = "query", "key", "value"
+    if _present(node.input, 3):
+        q, k, v = _add_qkv_bias(b, q, k, v, "bias")
+    qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))
+    if _present(node.input, 6):
+        kh = b.op("Concat", "past_key", kh, axis=2)
+        vh = b.op("Concat", "past_value", vh, axis=2)
+    s_len, t_len = b.dim(qh, 2), b.dim(kh, 2)
+    biases = []
+    if _present(node.input, 4):
+        biases.append(_mask_bias(b, "key_padding_mask", _rank(ctx, node.input[4]), s_len,
+                                 t_len, b.dim("query", 0)))
+    if ctx.attribute("unidirectional", 0):
+        biases.append(_causal_bias(b, s_len, t_len))
+    if _present(node.input, 5):
+        biases.append("attention_bias")
+    b.op("Identity", _attend(b, qh, kh, vh, _scale(ctx), biases), outputs=["output"])
+    outputs = ["output"]
+    if len(node.output) > 1:
+        b.op("Identity", kh, outputs=["present_key"])
+        b.op("Identity", vh, outputs=["present_value"])
+        outputs += ["present_key", "present_value"]
+    return _function("multi_head_attention", inputs, outputs, b)
+
+
+def _add_qkv_bias(b: _Body, q: str, k: str, v: str, bias: str) -> tuple[str, str, str]:
+    """``q, k, v`` (B, S, D), (B, L, D), (B, L, D_v) plus the three parts of ``bias``
+    (D + D + D_v)."""
+    q_len, v_len = b.dim(q, 2), b.dim(v, 2)
+    if b.opset >= 13:
+        sizes = b.op("Concat", *(b.unsqueeze(n, [0]) for n in (q_len, q_len, v_len)), axis=0)
+        bq, bk, bv = b.op("Split", bias, sizes, outputs=3, axis=0)
+    else:  # Split-11 takes static sizes only: slice instead
+        end_q = b.unsqueeze(q_len, [0])
+        end_k = b.op("Add", end_q, end_q)
+        bq = b.slice(bias, [0], end_q, [0])
+        bk = b.slice(bias, end_q, end_k, [0])
+        bv = b.slice(bias, end_k, b.ints([np.iinfo(np.int64).max]), [0])
+    return b.op("Add", q, bq), b.op("Add", k, bk), b.op("Add", v, bv)
+
+
+# -- RotaryEmbedding ------------------------------------------------------------------------
+
+_ROTARY_ATTRIBUTES = {"num_heads", "rotary_embedding_dim", "interleaved", "is_packed_batching",
+                      "scale"}
+
+
+def _rotate(b: _Body, x: str, cos: str, sin: str, rot_dim: str, interleaved: bool) -> str:
+    """Rotate the first ``rot_dim`` channels of ``x`` (..., H); ``cos``/``sin`` broadcast to
+    (..., rot_dim / 2)."""
+    rot_1 = b.unsqueeze(rot_dim, [0])
+    big = b.ints([np.iinfo(np.int64).max])
+    rotated = b.slice(x, [0], rot_1, [-1])
+    rest = b.slice(x, rot_1, big, [-1])
+    if interleaved:
+        x1 = b.op("Gather", rotated_pairs := b.op(
+            "Reshape", rotated, b.ints([0, 0, 0, -1, 2])), b.const(0, np.int64), axis=-1)
+        x2 = b.op("Gather", rotated_pairs, b.const(1, np.int64), axis=-1)
+    else:
+        half_1 = b.op("Div", rot_1, b.ints([2]))
+        x1 = b.slice(rotated, [0], half_1, [-1])
+        x2 = b.slice(rotated, half_1, rot_1, [-1])
+    y1 = b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin))
+    y2 = b.op("Add", b.op("Mul", x2, cos), b.op("Mul", x1, sin))
+    if interleaved:
+        pairs = b.op("Concat", b.unsqueeze(y1, [-1]), b.unsqueeze(y2, [-1]), axis=-1)
+        y = b.op("Reshape", pairs, b.ints([0, 0, 0, -1]))
+    else:
+        y = b.op("Concat", y1, y2, axis=-1)
+    return b.op("Concat", y, rest, axis=-1)
+
+
+def _rotary_positions(b: _Body, position_ids: str, s_len: str) -> str:
+    """``(B, S)`` positions, or ``(1, S)`` ``position_ids[0] + [0, S)`` for a single start."""
+    flat = b.op("Reshape", position_ids, b.ints([-1]))
+    single = b.op("Equal", b.op("Size", flat), b.const(1, np.int64))
+    then_b, else_b = b.child(), b.child()
+    start = then_b.op("Reshape", then_b.slice(flat, [0], [1], [0]), then_b.ints([1, 1]))
+    steps = then_b.op("Range", then_b.const(0, np.int64), s_len, then_b.const(1, np.int64))
+    then_out = then_b.op("Add", start, then_b.unsqueeze(steps, [0]))
+    else_out = else_b.op("Identity", position_ids)
+    graph_then = helper.make_graph(then_b.nodes, b.fresh("single"), [], [
+        helper.make_tensor_value_info(then_out, TensorProto.INT64, None)])
+    graph_else = helper.make_graph(else_b.nodes, b.fresh("full"), [], [
+        helper.make_tensor_value_info(else_out, TensorProto.INT64, None)])
+    return b.op("If", single, then_branch=graph_then, else_branch=graph_else)
+
+
+def build_rotary_embedding(ctx) -> FunctionProto | None:
+    """``com.microsoft::RotaryEmbedding`` (see the module docstring)."""
+    node = ctx.node
+    elem = _elem(ctx, 0, 2, 3)
+    if (elem is None or _unknown_attributes(node, _ROTARY_ATTRIBUTES)
+            or ctx.attribute("is_packed_batching", 0) or ctx.attribute("scale", 1.0) != 1.0
+            or not all(_present(node.input, i) for i in range(4)) or len(node.input) > 4
+            or not _single_output(node)):
+        return None
+    num_heads = int(ctx.attribute("num_heads", 0))
+    interleaved = bool(ctx.attribute("interleaved", 0))
+    b = _Body(ctx.opset, elem)
+    rot_dim = b.op("Mul", b.dim("cos_cache", 1), b.const(2, np.int64))
+
+    def make(builder: _Body, x: str, rank: int) -> str:
+        if rank == 4:  # (B, N, S, H) -> (B, S, N, H)
+            bsnh = builder.op("Transpose", x, perm=[0, 2, 1, 3])
+        elif num_heads:
+            bsnh = builder.op("Reshape", x, builder.ints([0, 0, num_heads, -1]))
+        else:  # head size = rotary dim
+            bsnh = builder.op("Reshape", x, builder.op(
+                "Concat", builder.ints([0, 0, -1]), builder.unsqueeze(rot_dim, [0]), axis=0))
+        positions = _rotary_positions(builder, "position_ids", builder.dim(bsnh, 1))
+        cos = builder.unsqueeze(builder.op("Gather", "cos_cache", positions, axis=0), [2])
+        sin = builder.unsqueeze(builder.op("Gather", "sin_cache", positions, axis=0), [2])
+        y = _rotate(builder, bsnh, cos, sin, rot_dim, interleaved)
+        if rank == 4:
+            return builder.op("Transpose", y, perm=[0, 2, 1, 3])
+        return builder.op("Reshape", y, builder.ints([0, 0, -1]))
+
+    rank = _rank(ctx, node.input[0])
+    if rank in (3, 4):
+        out = make(b, "input", rank)
+    elif rank is None:
+        out = _dispatch_rank(b, "input", [4, 3], make)
+    else:
+        return None
+    b.op("Identity", out, outputs=["output"])
+    return _function("rotary_embedding", ["input", "position_ids", "cos_cache", "sin_cache"],
+                     ["output"], b)
+
+
+# -- EmbedLayerNormalization ----------------------------------------------------------------
+
+EMBED_LAYER_NORM_DEFAULT_EPSILON = 1e-12  # onnxruntime's kDefaultEmbedLayerNormEpsilon
+
+
+def _layer_norm(b: _Body, x: str, gamma: str, beta: str, epsilon: float) -> str:
+    """LayerNormalization over the last axis (the op itself from opset 17, else by hand)."""
+    if b.opset >= 17:
+        return b.op("LayerNormalization", x, gamma, beta, axis=-1, epsilon=epsilon)
+
+    def mean(v: str) -> str:
+        if b.opset >= 18:
+            return b.op("ReduceMean", v, b.ints([-1]), keepdims=1)
+        return b.op("ReduceMean", v, axes=[-1], keepdims=1)
+
+    centred = b.op("Sub", x, mean(x))
+    variance = mean(b.op("Mul", centred, centred))
+    std = b.op("Sqrt", b.op("Add", variance, b.scalar(epsilon)))
+    return b.op("Add", b.op("Mul", b.op("Div", centred, std), gamma), beta)
+
+
+def build_embed_layer_norm(ctx) -> FunctionProto | None:
+    """``com.microsoft::EmbedLayerNormalization(input_ids[, segment_ids], word_embedding,
+    position_embedding[, segment_embedding], gamma, beta[, mask[, position_ids]])``:
+    ``embedding_sum = word_embedding[input_ids] + position_embedding[position_ids or
+    0..S-1] (+ segment_embedding[segment_ids])``, ``output = LayerNormalization(
+    embedding_sum, gamma, beta, epsilon)``; ``mask_index[b]`` is the count of ``mask[b, :]
+    == 1`` (zeros without a mask), as onnxruntime's CPU kernel computes it."""
+    node = ctx.node
+    elem = _elem(ctx, 2, 3, 4, 5, 6)
+    if (elem is None or _unknown_attributes(node, {"epsilon", "mask_index_type"})
+            or not all(_present(node.input, i) for i in (0, 2, 3, 5, 6))
+            or _present(node.input, 1) != _present(node.input, 4) or len(node.input) > 9
+            or not _present(node.output, 0) or len(node.output) > 3):
+        return None
+    epsilon = float(ctx.attribute("epsilon", EMBED_LAYER_NORM_DEFAULT_EPSILON))
+    names = ["input_ids", "segment_ids", "word_embedding", "position_embedding",
+             "segment_embedding", "gamma", "beta", "mask", "position_ids"]
+    b = _Body(ctx.opset, elem)
+    total = b.op("Gather", "word_embedding", "input_ids", axis=0)
+    if _present(node.input, 8):
+        positions = "position_ids"
+    else:
+        positions = b.unsqueeze(b.op("Range", b.const(0, np.int64), b.dim("input_ids", 1),
+                                     b.const(1, np.int64)), [0])
+    total = b.op("Add", total, b.op("Gather", "position_embedding", positions, axis=0))
+    if _present(node.input, 1):
+        total = b.op("Add", total, b.op("Gather", "segment_embedding", "segment_ids", axis=0))
+    b.op("Identity", _layer_norm(b, total, "gamma", "beta", epsilon), outputs=["output"])
+    outputs = ["output"]
+    if len(node.output) > 1:
+        if _present(node.input, 7):
+            ones = b.op("Cast", b.op("Equal", "mask", b.const(1, np.int32)), to=TensorProto.INT32)
+            if b.opset >= 13:
+                count = b.op("ReduceSum", ones, b.ints([1]), keepdims=0)
+            else:
+                count = b.op("ReduceSum", ones, axes=[1], keepdims=0)
+        else:
+            count = b.op("ConstantOfShape", b.unsqueeze(b.dim("input_ids", 0), [0]),
+                         value=numpy_helper.from_array(np.zeros([1], np.int32)))
+        b.op("Identity", count, outputs=["mask_index"])
+        outputs.append("mask_index")
+    if len(node.output) > 2:
+        b.op("Identity", total, outputs=["embedding_sum"])
+        outputs.append("embedding_sum")
+    return _function("embed_layer_norm", names[:len(node.input)], outputs, b)
+
+
+# -- RemovePadding / RestorePadding ---------------------------------------------------------
+
+def build_remove_padding(ctx) -> FunctionProto | None:
+    """``com.microsoft::RemovePadding(input (B, S, D), sequence_token_count (B))``: with
+    ``valid[b, s] = s < count[b]``, ``token_offset`` is the flat indices ``b * S + s`` of the
+    valid tokens, then of the padding ones (each in order); ``output = input.reshape(B*S,
+    D)[token_offset[:sum(count)]]``; ``cumulated_seq_len = [0, cumsum(count)]``;
+    ``max_seq_len = [max(count)]``."""
+    node = ctx.node
+    elem = _elem(ctx, 0)
+    if (elem is None or node.attribute or len(node.input) != 2
+            or not all(_present(node.input, i) for i in range(2)) or len(node.output) > 4):
+        return None
+    b = _Body(ctx.opset, elem)
+    batch, seq = b.dim("input", 0), b.dim("input", 1)
+    count = b.op("Cast", "sequence_token_count", to=TensorProto.INT64)
+    steps = b.op("Range", b.const(0, np.int64), seq, b.const(1, np.int64))
+    padding = b.op("Cast", b.op("Not", b.op("Less", b.unsqueeze(steps, [0]),
+                                             b.unsqueeze(count, [1]))), to=TensorProto.INT64)
+    n_tokens = b.op("Mul", batch, seq)
+    flat_index = b.op("Reshape", b.op("Range", b.const(0, np.int64), n_tokens,
+                                      b.const(1, np.int64)), b.op("Concat", b.unsqueeze(
+                                          batch, [0]), b.unsqueeze(seq, [0]), axis=0))
+    # valid tokens sort before padding ones, each group in index order
+    key = b.op("Reshape", b.op("Add", b.op("Mul", padding, n_tokens), flat_index), b.ints([-1]))
+    _, order = b.op("TopK", key, b.unsqueeze(n_tokens, [0]), outputs=2, largest=0, sorted=1)
+    total_1 = b.op("ReduceSum", count, keepdims=1)  # no axes: all of them, shape (1)
+    flat = b.op("Reshape", "input", b.op("Concat", b.unsqueeze(n_tokens, [0]), b.ints([-1]),
+                                          axis=0))
+    b.op("Gather", flat, b.slice(order, [0], total_1, [0]), axis=0, outputs=["output"])
+    b.op("Cast", b.op("Reshape", order, b.op("Shape", padding)), to=TensorProto.INT32,
+         outputs=["token_offset"])
+    cumsum = b.op("CumSum", "sequence_token_count", b.const(0, np.int32))
+    b.op("Concat", b.const([0], np.int32), cumsum, axis=0, outputs=["cumulated_seq_len"])
+    b.op("ReduceMax", "sequence_token_count", keepdims=1, outputs=["max_seq_len"])
+    outputs = ["output", "token_offset", "cumulated_seq_len", "max_seq_len"]
+    return _function("remove_padding", ["input", "sequence_token_count"],
+                     outputs[:max(len(node.output), 1)], b)
+
+
+def build_restore_padding(ctx) -> FunctionProto | None:
+    """``com.microsoft::RestorePadding(input (T, D), token_offset (B, S))``: ``output``
+    ``(B, S, D)`` zeros, with flat row ``token_offset[i]`` set to ``input[i]`` for
+    ``i < T``."""
+    node = ctx.node
+    elem = _elem(ctx, 0)
+    if (elem is None or node.attribute or len(node.input) != 2
+            or not all(_present(node.input, i) for i in range(2)) or not _single_output(node)):
+        return None
+    b = _Body(ctx.opset, elem)
+    tokens_1 = b.unsqueeze(b.dim("input", 0), [0])
+    offsets = b.op("Cast", b.op("Reshape", "token_offset", b.ints([-1])), to=TensorProto.INT64)
+    indices = b.unsqueeze(b.slice(offsets, [0], tokens_1, [0]), [1])
+    n_flat = b.unsqueeze(b.op("Size", "token_offset"), [0])
+    zeros = b.op("Expand", b.scalar(0.0), b.op("Concat", n_flat, b.unsqueeze(
+        b.dim("input", 1), [0]), axis=0))
+    scattered = b.op("ScatterND", zeros, indices, "input")
+    b.op("Reshape", scattered, b.op("Concat", b.op("Shape", "token_offset"), b.ints([-1]),
+                                    axis=0), outputs=["output"])
+    return _function("restore_padding", ["input", "token_offset"], ["output"], b)
+
+
+# -- GroupQueryAttention --------------------------------------------------------------------
+
+_GQA_ATTRIBUTES = {"num_heads", "kv_num_heads", "scale", "softcap", "do_rotary",
+                   "rotary_interleaved", "local_window_size", "smooth_softmax", "causal",
+                   "qk_output", "sliding_window_cache", "k_quant_type", "v_quant_type",
+                   "kv_cache_bit_width", "qk_norm_epsilon", "q_norm_epsilon", "k_norm_epsilon"}
+_GQA_INPUTS = ["query", "key", "value", "past_key", "past_value", "seqlens_k",
+               "total_sequence_length", "cos_cache", "sin_cache", "position_ids",
+               "attention_bias", "head_sink"]
+
+
+def _gqa_declines(ctx) -> bool:
+    node = ctx.node
+    types = list(ctx.input_types or [])
+    elem_type = types[0] if types else None
+    if (_unknown_attributes(node, _GQA_ATTRIBUTES)
+            or not ctx.attribute("num_heads") or not ctx.attribute("kv_num_heads")
+            or ctx.attribute("num_heads") % ctx.attribute("kv_num_heads")
+            or ctx.attribute("causal", 1) != 1 or ctx.attribute("qk_output", 0)
+            or ctx.attribute("sliding_window_cache", 0)
+            or any(ctx.attribute(name, "NONE") not in ("NONE", b"NONE")
+                   for name in ("k_quant_type", "v_quant_type"))
+            or not _present(node.input, 0) or not _present(node.input, 5)
+            or _present(node.input, 1) != _present(node.input, 2)
+            or _present(node.input, 3) != _present(node.input, 4)
+            or _present(node.input, 7) != _present(node.input, 8)
+            or _present(node.input, 7) != bool(ctx.attribute("do_rotary", 0))
+            or _present(node.input, 9)  # position_ids: declined
+            or any(_present(node.input, i) for i in range(12, 17)) or len(node.input) > 17
+            or not _present(node.output, 0) or len(node.output) > 3):
+        return True
+    if _present(node.input, 11) and ctx.attribute("smooth_softmax", -1) == 1:
+        return True
+    # a quantized cache (uint8 / int8 / float8) is declined: past must have the query's type
+    return any(i < len(types) and types[i] is not None and types[i] != elem_type
+               for i in (1, 2, 3, 4, 7, 8, 10, 11))
+
+
+def build_group_query_attention(ctx) -> FunctionProto | None:
+    """``com.microsoft::GroupQueryAttention`` (see the module docstring)."""
+    node = ctx.node
+    elem = _elem(ctx, 0)
+    if elem is None or _gqa_declines(ctx):
+        return None
+    num_heads, kv_heads = int(ctx.attribute("num_heads")), int(ctx.attribute("kv_num_heads"))
+    window = int(ctx.attribute("local_window_size", -1))
+    softcap = float(ctx.attribute("softcap", 0.0))
+    b = _Body(ctx.opset, elem)
+    zero, one = b.const(0, np.int64), b.const(1, np.int64)
+
+    # (B, S, N, H) query and (B, S, N_kv, H) key and value
+    if _present(node.input, 1):
+        q = b.op("Reshape", "query", b.ints([0, 0, num_heads, -1]))
+        k = b.op("Reshape", "key", b.ints([0, 0, kv_heads, -1]))
+        v = b.op("Reshape", "value", b.ints([0, 0, kv_heads, -1]))
+    else:  # packed QKV: (B, S, (N + 2 N_kv) H)
+        packed = b.op("Reshape", "query", b.ints([0, 0, num_heads + 2 * kv_heads, -1]))
+        q, k, v = b.split(packed, [num_heads, kv_heads, kv_heads], 3, axis=2)
+    seq = b.dim("query", 1)
+    total_b = b.op("Add", b.op("Cast", b.op("Reshape", "seqlens_k", b.ints([-1])),
+                                to=TensorProto.INT64), one)          # (B) keys after the step
+    past_b = b.op("Sub", total_b, seq)                                 # (B) cached before it
+    past_b = b.op("Where", b.op("Greater", past_b, zero), past_b, zero)  # 0 for a first prompt
+    steps = b.op("Range", zero, seq, one)
+    positions = b.op("Add", b.unsqueeze(past_b, [1]), b.unsqueeze(steps, [0]))  # (B, S)
+    if ctx.attribute("do_rotary", 0):
+        interleaved = bool(ctx.attribute("rotary_interleaved", 0))
+        rot_dim = b.op("Mul", b.dim("cos_cache", 1), b.const(2, np.int64))
+        cos = b.unsqueeze(b.op("Gather", "cos_cache", positions, axis=0), [2])
+        sin = b.unsqueeze(b.op("Gather", "sin_cache", positions, axis=0), [2])
+        q = _rotate(b, q, cos, sin, rot_dim, interleaved)
+        k = _rotate(b, k, cos, sin, rot_dim, interleaved)
+    qh, kh, vh = (b.op("Transpose", x, perm=[0, 2, 1, 3]) for x in (q, k, v))
+
+    # the present length: max(total_sequence_length, past buffer length); the total is
+    # max(seqlens_k + 1) (at least S) when input 6 is left out
+    if _present(node.input, 6):
+        total = b.op("Reshape", b.op("Cast", "total_sequence_length", to=TensorProto.INT64),
+                     b.ints([]))
+    else:
+        total = b.op("ReduceMax", total_b, keepdims=0)
+        total = b.op("Where", b.op("Greater", total, seq), total, seq)
+    if _present(node.input, 3):
+        past_len = b.dim("past_key", 2)
+        present_len = b.op("Where", b.op("Greater", total, past_len), total, past_len)
+    else:
+        past_len, present_len = zero, total
+    present_k, present_v = (
+        _gqa_present(b, past, new, past_b, seq, past_len, present_len)
+        for past, new in ((("past_key" if _present(node.input, 3) else None), kh),
+                          (("past_value" if _present(node.input, 4) else None), vh)))
+
+    keys, values = present_k, present_v
+    if num_heads != kv_heads:  # each K/V head serves num_heads / kv_heads query heads
+        group = b.ints([1, 1, num_heads // kv_heads, 1, 1])
+
+        def repeat(x: str) -> str:
+            shape = b.op("Shape", x)
+            target = b.op("Concat", b.slice(shape, [0], [1], [0]), b.ints([num_heads, -1]),
+                          b.slice(shape, [3], [4], [0]), axis=0)
+            return b.op("Reshape", b.op("Expand", b.unsqueeze(x, [2]), group), target)
+        keys, values = repeat(keys), repeat(values)
+
+    scores = b.op("MatMul", qh, b.op("Transpose", keys, perm=[0, 1, 3, 2]))
+    scale = _scale(ctx)
+    if scale is None:
+        head = b.op("Cast", b.dim(qh, 3), to=elem)
+        scale_value = b.op("Reciprocal", b.op("Sqrt", head))
+    else:
+        scale_value = b.scalar(scale)
+    scores = b.op("Mul", scores, scale_value)
+    if softcap > 0:
+        cap = b.scalar(softcap)
+        scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap)
+    if _present(node.input, 10):  # (B|1, N|1, S, total): zero columns up to present_len
+        bias_shape = b.op("Shape", "attention_bias")
+        missing = b.op("Sub", present_len, b.dim("attention_bias", 3))
+        pad_shape = b.op("Concat", b.slice(bias_shape, [0], [3], [0]),
+                         b.unsqueeze(missing, [0]), axis=0)
+        padding = b.op("Expand", b.scalar(0.0), pad_shape)
+        scores = b.op("Add", scores, b.op("Concat", "attention_bias", padding, axis=3))
+
+    # key j is visible to query row s iff j <= past_b + s, j < total_b (and, with a local
+    # window, j > past_b + s - window)
+    key_pos = b.op("Range", zero, present_len, one)               # (T)
+    last = b.unsqueeze(positions, [2])                             # (B, S, 1)
+    visible = b.op("And", b.op("Not", b.op("Greater", key_pos, last)),
+                   b.op("Less", key_pos, b.unsqueeze(total_b, [1, 2])))
+    if window > 0:
+        first = b.op("Sub", last, b.const(window, np.int64))
+        visible = b.op("And", visible, b.op("Greater", key_pos, first))
+    lowest = b.scalar(float(np.finfo(helper.tensor_dtype_to_np_dtype(elem)).min))
+    scores = b.op("Where", b.unsqueeze(visible, [1]), scores, lowest)
+
+    sink = None
+    if _present(node.input, 11):  # one extra logit per head
+        sink = b.op("Reshape", "head_sink", b.ints([1, -1, 1, 1]))
+    elif ctx.attribute("smooth_softmax", -1) == 1:  # one extra zero logit
+        sink = b.scalar(0.0)
+    if sink is not None:
+        scores_shape = b.op("Shape", scores)
+        sink_shape = b.op("Concat", b.slice(scores_shape, [0], [3], [0]), b.ints([1]), axis=0)
+        scores = b.op("Concat", scores, b.op("Expand", sink, sink_shape), axis=3)
+    probs = b.op("Softmax", scores, axis=-1)
+    if sink is not None:
+        probs = b.slice(probs, [0], b.unsqueeze(present_len, [0]), [3])
+    context = b.op("Transpose", b.op("MatMul", probs, values), perm=[0, 2, 1, 3])
+    b.op("Reshape", context, b.ints([0, 0, -1]), outputs=["output"])
+    outputs = ["output"]
+    if len(node.output) > 1:
+        b.op("Identity", present_k, outputs=["present_key"])
+        b.op("Identity", present_v, outputs=["present_value"])
+        outputs += ["present_key", "present_value"]
+    return _function("group_query_attention", _GQA_INPUTS[:len(node.input)], outputs, b)
+
+
+def _gqa_present(b: _Body, past: str | None, new: str, past_b: str, seq: str, past_len: str,
+                 present_len: str) -> str:
+    """``(B, N_kv, present_len, H)``: ``past[:, :, :past_b]`` then ``new`` (B, N_kv, S, H),
+    zeros after (per batch entry), as onnxruntime's CPU kernel fills it."""
+    shape = b.op("Shape", new)
+    lead, head = b.slice(shape, [0], [2], [0]), b.slice(shape, [3], [4], [0])
+
+    def zeros(length: str) -> str:
+        return b.op("Expand", b.scalar(0.0), b.op("Concat", lead, b.unsqueeze(length, [0]),
+                                                    head, axis=0))
+    one = b.const(1, np.int64)
+    parts = ([past, zeros(b.op("Sub", present_len, past_len))] if past
+             else [zeros(present_len)])
+    rows = b.op("Concat", *parts, new, zeros(one), axis=2)         # present_len + S + 1
+    key_pos = b.unsqueeze(b.op("Range", b.const(0, np.int64), present_len, one), [0])
+    start = b.unsqueeze(past_b, [1])
+    offset = b.op("Sub", key_pos, start)                            # (B, T)
+    new_row = b.op("Add", offset, present_len)
+    zero_row = b.op("Add", present_len, seq)
+    index = b.op("Where", b.op("Less", key_pos, start), key_pos,
+                 b.op("Where", b.op("Less", offset, seq), new_row, zero_row))
+    target = b.op("Concat", lead, b.unsqueeze(present_len, [0]), head, axis=0)
+    return b.op("GatherElements", rows, b.op("Expand", b.unsqueeze(index, [1, 3]), target),
+                axis=2)
+
+
+# -- DecoderMaskedMultiHeadAttention --------------------------------------------------------
+
+_DMMHA_ATTRIBUTES = {"num_heads", "scale", "mask_filter_value", "past_present_share_buffer",
+                     "output_qk"}
+_DMMHA_INPUTS = ["query", "key", "value", "mask_index", "attention_bias", "past_key",
+                 "past_value", "past_sequence_length", "beam_width", "cache_indirection",
+                 "bias"]
+
+
+def build_decoder_masked_mha(ctx) -> FunctionProto | None:
+    """``com.microsoft::DecoderMaskedMultiHeadAttention``, self-attention with a shared
+    past/present buffer (see the module docstring)."""
+    node = ctx.node
+    elem = _elem(ctx, 0, 1, 2, 4, 5, 6, 10)
+    num_heads = ctx.attribute("num_heads")
+    beams = _present(node.input, 8) and _present(node.input, 9)
+    if (elem is None or not num_heads or _unknown_attributes(node, _DMMHA_ATTRIBUTES)
+            or not ctx.attribute("past_present_share_buffer", 0) or ctx.attribute("output_qk", 0)
+            or not all(_present(node.input, i) for i in (0, 1, 2, 5, 6, 7))
+            or len(node.input) > 11
+            or (beams and _present(node.input, 4))  # a bias read through the beams: declined
+            or not _present(node.output, 0) or len(node.output) > 3
+            or _present(node.output, 1) != _present(node.output, 2)):
+        return None
+    for i in (0, 1, 2):
+        if _present(node.input, i) and _rank(ctx, node.input[i]) not in (None, 3):
+            return None
+    mask_rank = _rank(ctx, node.input[3]) if _present(node.input, 3) else None
+    if mask_rank not in (None, 2):
+        return None
+    b = _Body(ctx.opset, elem)
+    zero, one = b.const(0, np.int64), b.const(1, np.int64)
+    q, k, v = "query", "key", "value"
+    if _present(node.input, 10):
+        q, k, v = _add_qkv_bias(b, q, k, v, "bias")
+    qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))     # (B, N, 1, H)
+    past_len = b.op("Reshape", b.op("Cast", "past_sequence_length", to=TensorProto.INT64),
+                    b.ints([]))
+    total = b.op("Add", past_len, one)
+    slots = b.op("Range", zero, b.dim("past_key", 2), one)
+    is_new = b.op("Reshape", b.op("Equal", slots, past_len), b.ints([1, 1, -1, 1]))
+    present_k = b.op("Where", is_new, kh, "past_key")
+    present_v = b.op("Where", is_new, vh, "past_value")
+    total_1 = b.unsqueeze(total, [0])
+    keys = b.slice(present_k, [0], total_1, [2])
+    values = b.slice(present_v, [0], total_1, [2])
+    if beams:
+        keys, values = (_through_beams(b, x, past_len, total) for x in (present_k, present_v))
+    biases = []
+    if _present(node.input, 3):
+        b.set_mask_values(float(ctx.attribute("mask_filter_value", DEFAULT_MASK_FILTER_VALUE)))
+        mask = b.slice("mask_index", [0], total_1, [1])
+        biases.append(b.unsqueeze(b.where_masked(b.op("Greater", mask, b.const(0, np.int32))),
+                                  [1, 2]))
+    if _present(node.input, 4):
+        biases.append("attention_bias")
+    b.op("Identity", _attend(b, qh, keys, values, _scale(ctx), biases), outputs=["output"])
+    outputs = ["output"]
+    if len(node.output) > 1:
+        b.op("Identity", present_k, outputs=["present_key"])
+        b.op("Identity", present_v, outputs=["present_value"])
+        outputs += ["present_key", "present_value"]
+    return _function("decoder_masked_mha", _DMMHA_INPUTS[:len(node.input)], outputs, b)
+
+
+def _through_beams(b: _Body, present: str, past_len: str, total: str) -> str:
+    """``(B, N, T, H)``: key ``t < past_len`` of row ``r = i * beam + j`` read from row
+    ``i * beam + cache_indirection[i, j, t]`` of ``present`` (B, N, M, H); the new key
+    (``t = past_len``) and every key when ``beam_width`` is 1 from row ``r`` itself."""
+    zero, one = b.const(0, np.int64), b.const(1, np.int64)
+    batch = b.dim(present, 0)
+    beam = b.op("Reshape", b.op("Cast", "beam_width", to=TensorProto.INT64), b.ints([]))
+    indirection = b.op("Reshape", b.op("Cast", "cache_indirection", to=TensorProto.INT64),
+                       b.op("Concat", b.unsqueeze(batch, [0]), b.ints([-1]), axis=0))
+    indirection = b.slice(indirection, [0], b.unsqueeze(total, [0]), [1])    # (B, T)
+    rows = b.op("Range", zero, batch, one)
+    first_of_group = b.op("Sub", rows, b.op("Mod", rows, beam))
+    source = b.op("Add", b.unsqueeze(first_of_group, [1]), indirection)
+    steps = b.op("Range", zero, total, one)
+    own = b.op("Or", b.unsqueeze(b.op("Equal", steps, past_len), [0]),
+               b.op("Not", b.op("Greater", beam, one)))
+    source = b.op("Where", own, b.unsqueeze(rows, [1]), source)                    # (B, T)
+    steps_2d = b.op("Expand", b.unsqueeze(steps, [0]), b.op("Shape", source))
+    index = b.op("Concat", b.unsqueeze(source, [2]), b.unsqueeze(steps_2d, [2]), axis=2)
+    gathered = b.op("GatherND", b.op("Transpose", present, perm=[0, 2, 1, 3]), index)
+    return b.op("Transpose", gathered, perm=[0, 2, 1, 3])
+
+
+def _single_output(node: NodeProto) -> bool:
+    return len(node.output) == 1 and bool(node.output[0])
+
+
+def register_decompositions(registry) -> None:
+    """Called by ``rewriter_plugins.com_microsoft``'s hook."""
+    def add(op_type, builder, opsets, dtypes=("float", "float16"), exact=True, note=""):
+        registry.add(DOMAIN, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
+                     description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""))
+
+    add("Attention", build_attention, ATTENTION_OPSETS)
+    add("MultiHeadAttention", build_multi_head_attention, ATTENTION_OPSETS)
+    add("RotaryEmbedding", build_rotary_embedding, ATTENTION_OPSETS)
+    add("EmbedLayerNormalization", build_embed_layer_norm, ATTENTION_OPSETS, ("float",))
+    add("RemovePadding", build_remove_padding, ATTENTION_OPSETS)
+    add("RestorePadding", build_restore_padding, ATTENTION_OPSETS)
+    add("GroupQueryAttention", build_group_query_attention, ATTENTION_OPSETS,
+        note="no position_ids, quantized cache, qk norm, query_seqlens or windowed cache")
+    add("DecoderMaskedMultiHeadAttention", build_decoder_masked_mha, ATTENTION_OPSETS,
+        dtypes=("float",), note="self-attention with a shared past/present buffer only")
+
+
+# -- numpy kernels: oracles for the reference evaluator (onnxruntime has no CPU kernel for
+# RemovePadding / RestorePadding, and its CPU Attention refuses Megatron's 4-D mask) -------
+
+@kernel(signatures=["float, int32 -> float, int32, int32, int32"])
+def remove_padding_kernel(x: np.ndarray, counts: np.ndarray):
+    """RemovePadding as documented (right padding)."""
+    batch, seq = x.shape[:2]
+    valid = np.arange(seq)[None, :] < counts[:, None]
+    flat = np.arange(batch * seq).reshape(batch, seq)
+    offsets = np.concatenate([flat[valid], flat[~valid]]).astype(np.int32)
+    output = x.reshape(batch * seq, -1)[offsets[:int(counts.sum())]]
+    cumulated = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return (output, offsets.reshape(batch, seq), cumulated,
+            np.array([counts.max()], np.int32))
+
+
+@kernel(signatures=["float, int32 -> float"])
+def restore_padding_kernel(x: np.ndarray, token_offset: np.ndarray) -> np.ndarray:
+    """RestorePadding: scatter the rows of ``x`` to ``token_offset``'s first positions."""
+    batch, seq = token_offset.shape
+    out = np.zeros((batch * seq, x.shape[1]), x.dtype)
+    out[token_offset.reshape(-1)[:x.shape[0]]] = x
+    return out.reshape(batch, seq, -1)
+
+
+def attention_reference(x, weights, bias=None, mask_index=None, *, num_heads: int,
+                        unidirectional: int = 0, scale: float = 0.0,
+                        mask_filter_value: float = DEFAULT_MASK_FILTER_VALUE,
+                        past=None) -> tuple[np.ndarray, np.ndarray]:
+    """``com.microsoft::Attention`` in float64 numpy (equal ``qkv_hidden_sizes``): the
+    module docstring's formula, mask forms included. Returns (output, present)."""
+    x64 = x.astype(np.float64)
+    qkv = x64 @ weights.astype(np.float64)
+    if bias is not None:
+        qkv = qkv + bias
+    batch, seq = x.shape[:2]
+
+    def heads(t):
+        return t.reshape(batch, t.shape[1], num_heads, -1).transpose(0, 2, 1, 3)
+
+    q, k, v = (heads(t) for t in np.split(qkv, 3, axis=-1))
+    if past is not None:
+        k = np.concatenate([past[0], k], axis=2)
+        v = np.concatenate([past[1], v], axis=2)
+    total = k.shape[2]
+    scores = q @ k.transpose(0, 1, 3, 2) * (scale or 1 / np.sqrt(q.shape[-1]))
+    if mask_index is not None:
+        m = mask_index
+        if m.ndim == 1:
+            positions = np.arange(total)[None, :]
+            keep = positions < m[:batch, None]
+            if m.shape[0] == 2 * batch:
+                keep &= positions >= m[batch:, None]
+            keep = keep[:, None, None, :]
+        elif m.ndim == 2:
+            keep = (m > 0)[:, None, None, :]
+        elif m.ndim == 3:
+            keep = (m > 0)[:, None]
+        else:
+            keep = m[:, :, total - seq:total, :total] > 0
+        scores = scores + np.where(keep, 0.0, mask_filter_value)
+    if unidirectional:
+        future = np.arange(total)[None, :] > np.arange(seq)[:, None] + (total - seq)
+        scores = scores + np.where(future, mask_filter_value, 0.0)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
+    return out.astype(x.dtype), np.stack([k, v]).astype(x.dtype)
+
+
+_ATTENTION_KERNEL_ATTRIBUTES = {"num_heads": int, "unidirectional": 0, "scale": 0.0,
+                                "mask_filter_value": DEFAULT_MASK_FILTER_VALUE}
+
+
+@kernel(signatures=["float, float, float, int32 -> float", "float, float, float -> float",
+                    "float, float -> float"], attributes=_ATTENTION_KERNEL_ATTRIBUTES)
+def attention_kernel(x, weights, bias=None, mask_index=None, **attributes):
+    """Attention without past (see ``attention_reference``)."""
+    return attention_reference(x, weights, bias, mask_index, **attributes)[0]
+
+
+def register_kernels(registry) -> None:
+    """Numpy kernels (the lead calls this from ``com_microsoft``'s ``register_kernels``)."""
+    module = "rewriter_plugins.com_microsoft_attention"
+    for op_type, attr in (("RemovePadding", "remove_padding_kernel"),
+                          ("RestorePadding", "restore_padding_kernel"),
+                          ("Attention", "attention_kernel")):
+        registry.add(DOMAIN, op_type, f"{module}:{attr}",
+                     description=f"com-microsoft:{op_type} (numpy)")

@@ -1,2 +1,687 @@
 """Remedies ``mmdeploy``: OpenMMLab (mmdeploy / mmcv) custom ops and the OpenVINO-named
-detection ops exported next to them."""
+detection ops exported next to them.
+
+Decompositions (domains ``mmdeploy`` and ``mmcv``, each attribute baked into the body):
+
+* ``grid_sampler(input, grid)``, exactly ``torch.nn.functional.grid_sample``:
+  ``interpolation_mode`` 0/1/2 = bilinear/nearest/bicubic, ``padding_mode`` 0/1/2 =
+  zeros/border/reflection, ``align_corners`` 0/1. From ai.onnx 16: ``GridSample`` (modes
+  ``linear``/``nearest``/``cubic`` from opset 20). Opsets 11-15 (bilinear and nearest): the
+  grid is unnormalised (``x = (g + 1) / 2 * (W - 1)`` with ``align_corners``, else ``((g + 1)
+  W - 1) / 2``), clamped to ``[0, W - 1]`` (border) or reflected about ``[0, W - 1]`` /
+  ``[-0.5, W - 0.5]`` then clamped (reflection); nearest rounds half to even, bilinear mixes
+  the four neighbours ``(floor, floor + 1)`` with weights ``(x1 - x)(y1 - y)`` etc.;
+  neighbours outside the input are 0. They are gathered as rows of the ``(N*H*W, C)``
+  transposed input.
+* ``MMCVRoiAlign(input, rois)`` (rois rows ``[batch, x1, y1, x2, y2]``, ``mode="avg"``) ->
+  ``RoiAlign(input, rois[:, 1:5], int64(rois[:, 0]))`` with ``output_height/width``,
+  ``spatial_scale``, ``sampling_ratio``; ``aligned=1`` is
+  ``coordinate_transformation_mode="half_pixel"`` (ai.onnx >= 16), ``aligned=0`` the
+  ``output_half_pixel`` behaviour (ai.onnx >= 10). Both are Caffe2's RoIAlign, as mmcv's.
+  ``mode="max"`` is declined (ONNX's max mode takes the max of the weighted corner values,
+  mmcv the max of the interpolated samples): the kernel runs it.
+* ``MMCVDeformConv2d(input, offset, weight)`` and ``MMCVModulatedDeformConv2d(input, offset,
+  mask, weight[, bias])``: ``stride``/``padding``/``dilation`` (symmetric pads), ``groups``,
+  ``deform_groups`` (also spelled ``group``, ``deformable_group(s)``); ``im2col_step`` only
+  tunes memory. ``y = sum_k w_k * mask_k * x(p + p_k + offset_k)``, bilinear with zero
+  padding (a point with ``-1 < y < H``, ``-1 < x < W`` mixes its in-image neighbours),
+  offsets ``(dy, dx)`` per tap. From ai.onnx 19: ``DeformConv`` (onnxruntime 1.32 has a CPU
+  kernel). Opsets 11-18: the sampled columns are gathered as rows of the ``(N*H*W*dg, C/dg)``
+  transposed input, weighted, masked and multiplied with the ``(groups, O/groups, C/groups *
+  K)`` weight (the kernel size must be known: the weight's declared shape or initializer).
+  Nodes with ``groups > 1`` and ``deform_groups > 1`` together are declined (mmdeploy's
+  onnxruntime kernel assigns offset groups per conv group, unlike mmcv's PyTorch op).
+* ``TRTBatchedNMS(boxes (B, N, 1|C, 4), scores (B, N, C))`` -> ``dets (B, K, 5)`` ``[x1, y1,
+  x2, y2, score]``, ``labels (B, K)``, with ``return_index`` also ``index (B, K)`` (``K =
+  keep_topk``), ai.onnx >= 11: per class != ``background_label_id`` the candidates ``score >
+  score_threshold``, their ``topk`` best (all when ``topk <= 0`` or ``> N``), greedy
+  ``NonMaxSuppression`` at IoU ``> iou_threshold`` (reversed boxes enter as empty ones: the
+  plugin gives them no area), then the ``keep_topk`` best (class, box) pairs per image by
+  ``TopK`` (equal scores: lower class, then lower box), boxes clipped to [0, 1] with
+  ``clip_boxes``; empty slots are 0 / -1 / -1; ``index`` is the box (``class * N + box`` for
+  per-class boxes). ``labels``/``index`` take the integer type the model declares (int64
+  when none, as torch's exporter writes; the plugin's are int32). ``is_normalized`` has no
+  effect (mmdeploy's IoU has no pixel offset). Declined: ``keep_topk <= 0``, ``score_threshold
+  < 0`` (the kernel follows the plugin's arrays there), ``num_classes`` differing from the
+  scores' declared class count. Where the plugin leaves its outputs unwritten
+  (``keep_topk > topk``) the extra slots are empty ones.
+
+Kernels (numpy, ``rewriter_custom_ops.mm_*`` / ``ov_*``, float32):
+
+* ``MMCVRoiAlign`` (both modes), ``MMCVRoIAlignRotated`` (rotated boxes ``[batch, cx, cy, w,
+  h, theta]``), ``NMSMatch(boxes, scores, iou_thr, score_thr)`` (``[batch, class, keeper,
+  suppressed]`` rows): mmdeploy's onnxruntime kernels.
+* ``TRTBatchedNMS``: mmdeploy's TensorRT plugin transcribed step by step (the oracle of the
+  decomposition; it always returns the three outputs, so onnxruntime runs it only for nodes
+  with ``index``, the reference evaluator for all).
+* OpenVINO's ``DeformableConv2D`` (default and ``org.openvinotoolkit`` domains): its
+  ``DeformableConvolution-8`` semantics (samples outside ``[0, H) x [0, W)`` are 0, the last
+  row/column extends to the border: not ``DeformConv``'s, so no decomposition) with
+  ``strides``, ``pads``, ``dilations``, ``group``, ``deformable_groups``; ``auto_pad``
+  other than ``NOTSET`` is declined.
+* OpenVINO's ``ExperimentalDetectronDetectionOutput`` (``org.openvinotoolkit``): box
+  refinement, per-class NMS and the per-image cut exactly as OpenVINO's CPU plugin (see
+  ``rewriter_custom_ops.ov_detectron_detection_output``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import FunctionProto, TensorProto, helper, numpy_helper
+
+from rewriter import hookimpl
+
+DOMAINS = ("mmdeploy", "mmcv")
+OPENVINO = "org.openvinotoolkit"
+
+GRID_SAMPLE_OPSETS = (16, None)
+GRID_GATHER_OPSETS = (11, 15)  # Range, Round; GridSample arrives in 16
+ROI_ALIGN_OPSETS = (10, None)
+ROI_ALIGN_HALF_PIXEL_OPSET = 16
+DEFORM_CONV_OPSETS = (19, None)
+DEFORM_GATHER_OPSETS = (11, 18)  # Range; DeformConv arrives in 19
+BATCHED_NMS_OPSETS = (11, None)  # ScatterND, GatherND, Range, TopK with a k input
+
+_GRID_MODES_16 = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+_GRID_MODES_20 = {0: "linear", 1: "nearest", 2: "cubic"}
+_GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+def _present(names, index: int) -> bool:
+    return len(names) > index and bool(names[index])
+
+
+def _attributes(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _is_float(ctx) -> bool:
+    types = list(ctx.input_types or [])
+    return not types or types[0] in (None, "tensor(float)")
+
+
+def _function(name: str, inputs: list[str], outputs: list[str], nodes, opset: int
+              ) -> FunctionProto:
+    return helper.make_function("mmdeploy", name, inputs, outputs, nodes,
+                                [helper.make_opsetid("", opset)])
+
+
+def build_grid_sampler(ctx) -> FunctionProto | None:
+    """grid_sampler -> GridSample with the integer codes spelled out."""
+    node = ctx.node
+    attrs = _attributes(node)
+    if set(attrs) - {"interpolation_mode", "padding_mode", "align_corners"}:
+        return None
+    if not (_present(node.input, 0) and _present(node.input, 1)) or len(node.output) != 1:
+        return None
+    modes = _GRID_MODES_20 if ctx.opset >= 20 else _GRID_MODES_16
+    mode = modes.get(attrs.get("interpolation_mode", 0))
+    padding = _GRID_PADDING.get(attrs.get("padding_mode", 0))
+    align = attrs.get("align_corners", 0)
+    if mode is None or padding is None or align not in (0, 1):
+        return None
+    body = [helper.make_node("GridSample", ["input", "grid"], ["output"], mode=mode,
+                             padding_mode=padding, align_corners=align)]
+    return _function("grid_sampler", ["input", "grid"], ["output"], body,
+                     max(ctx.opset, GRID_SAMPLE_OPSETS[0]))
+
+
+_ROI_ALIGN_ATTRS = {"output_height", "output_width", "spatial_scale", "sampling_ratio",
+                    "mode", "aligned"}
+
+
+def build_roi_align(ctx) -> FunctionProto | None:
+    """MMCVRoiAlign (avg) -> RoiAlign on the split rois."""
+    node = ctx.node
+    attrs = _attributes(node)
+    if set(attrs) - _ROI_ALIGN_ATTRS or not _is_float(ctx):
+        return None
+    if not (_present(node.input, 0) and _present(node.input, 1)) or len(node.output) != 1:
+        return None
+    mode = attrs.get("mode", b"avg")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "avg":
+        return None
+    aligned = attrs.get("aligned", 1)
+    roi_attrs = dict(output_height=attrs.get("output_height", 1),
+                     output_width=attrs.get("output_width", 1),
+                     spatial_scale=float(attrs.get("spatial_scale", 1.0)),
+                     sampling_ratio=attrs.get("sampling_ratio", 0), mode="avg")
+    if ctx.opset >= ROI_ALIGN_HALF_PIXEL_OPSET:
+        roi_attrs["coordinate_transformation_mode"] = (
+            "half_pixel" if aligned else "output_half_pixel")
+    elif aligned:
+        return None  # RoiAlign before opset 16 has no half_pixel mode
+    body = [
+        helper.make_node("Constant", [], ["zero"],
+                         value=helper.make_tensor("zero", TensorProto.INT64, [], [0])),
+        helper.make_node("Constant", [], ["box_columns"],
+                         value=helper.make_tensor("box_columns", TensorProto.INT64, [4],
+                                                  [1, 2, 3, 4])),
+        helper.make_node("Gather", ["rois", "zero"], ["batch_float"], axis=1),
+        helper.make_node("Cast", ["batch_float"], ["batch_indices"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["rois", "box_columns"], ["boxes"], axis=1),
+        helper.make_node("RoiAlign", ["input", "boxes", "batch_indices"], ["output"],
+                         **roi_attrs),
+    ]
+    return _function("mmcv_roi_align", ["input", "rois"], ["output"], body,
+                     max(ctx.opset, ROI_ALIGN_OPSETS[0]))
+
+
+_DEFORM_ALIASES = {
+    "stride": "stride", "padding": "padding", "dilation": "dilation",
+    "groups": "groups", "group": "groups",
+    "deform_groups": "deform_groups", "deformable_groups": "deform_groups",
+    "deformable_group": "deform_groups", "im2col_step": None,
+}
+
+
+def _deform_conv_attrs(node) -> dict | None:
+    """DeformConv attributes from an mmcv node's, or None for forms it cannot express."""
+    given: dict = {}
+    for name, value in _attributes(node).items():
+        if name not in _DEFORM_ALIASES:
+            return None
+        canonical = _DEFORM_ALIASES[name]
+        if canonical is not None:
+            given[canonical] = value
+    pairs = {}
+    for name in ("stride", "padding", "dilation"):
+        value = list(given.get(name, [0, 0] if name == "padding" else [1, 1]))
+        if len(value) == 1:
+            value = value * 2
+        if len(value) != 2:
+            return None
+        pairs[name] = value
+    groups, deform_groups = given.get("groups", 1), given.get("deform_groups", 1)
+    if groups > 1 and deform_groups > 1:
+        return None
+    return dict(strides=pairs["stride"], pads=pairs["padding"] * 2,
+                dilations=pairs["dilation"], group=groups, offset_group=deform_groups)
+
+
+def build_deform_conv(ctx) -> FunctionProto | None:
+    """MMCVDeformConv2d(input, offset, weight) -> DeformConv(input, weight, offset)."""
+    node = ctx.node
+    attrs = _deform_conv_attrs(node)
+    if attrs is None or not _is_float(ctx) or len(node.output) != 1:
+        return None
+    if len(node.input) != 3 or not all(node.input):
+        return None
+    body = [helper.make_node("DeformConv", ["input", "weight", "offset"], ["output"],
+                             **attrs)]
+    return _function("mmcv_deform_conv", ["input", "offset", "weight"], ["output"], body,
+                     max(ctx.opset, DEFORM_CONV_OPSETS[0]))
+
+
+def build_modulated_deform_conv(ctx) -> FunctionProto | None:
+    """MMCVModulatedDeformConv2d(input, offset, mask, weight[, bias]) -> DeformConv(input,
+    weight, offset, bias, mask)."""
+    node = ctx.node
+    attrs = _deform_conv_attrs(node)
+    if attrs is None or not _is_float(ctx) or len(node.output) != 1:
+        return None
+    if not all(_present(node.input, i) for i in range(4)) or len(node.input) > 5:
+        return None
+    with_bias = _present(node.input, 4)
+    inputs = ["input", "offset", "mask", "weight", "bias"]
+    conv_inputs = ["input", "weight", "offset", "bias" if with_bias else "", "mask"]
+    body = [helper.make_node("DeformConv", conv_inputs, ["output"], **attrs)]
+    return _function("mmcv_modulated_deform_conv", inputs[:len(node.input)], ["output"], body,
+                     max(ctx.opset, DEFORM_CONV_OPSETS[0]))
+
+
+class _Body:
+    """A function body under construction: unique value names, constants, and the ops whose
+    form depends on the ai.onnx opset."""
+
+    def __init__(self, opset: int) -> None:
+        self.opset = opset
+        self.nodes: list = []
+        self._count = 0
+
+    def _name(self, hint: str) -> str:
+        self._count += 1
+        return f"_{hint}_{self._count}"
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
+        names = [self._name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
+        return names[0] if outputs == 1 else names
+
+    def output(self, op_type: str, inputs: list[str], name: str, **attrs) -> None:
+        self.nodes.append(helper.make_node(op_type, inputs, [name], **attrs))
+
+    def const(self, value, dtype=np.int64) -> str:
+        name = self._name("const")
+        tensor = numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+        self.nodes.append(helper.make_node("Constant", [], [name], value=tensor))
+        return name
+
+    def fill(self, shape: str, value: float, dtype=np.float32) -> str:
+        tensor = numpy_helper.from_array(np.asarray([value], dtype=dtype), "value")
+        return self.op("ConstantOfShape", shape, value=tensor)
+
+    def unsqueeze(self, x: str, axes: list[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", x, self.const(axes))
+        return self.op("Unsqueeze", x, axes=axes)
+
+    def reduce_sum(self, x: str, axes: list[int], keepdims: int = 1) -> str:
+        if self.opset >= 13:
+            return self.op("ReduceSum", x, self.const(axes), keepdims=keepdims)
+        return self.op("ReduceSum", x, axes=axes, keepdims=keepdims)
+
+    def dim(self, x: str, index: int) -> str:
+        """Dimension ``index`` of ``x`` as a 1-element vector."""
+        return self.op("Slice", self.op("Shape", x), self.const([index]),
+                       self.const([index + 1]))
+
+    def slice(self, x: str, axis: int, start: int, end: int) -> str:
+        return self.op("Slice", x, self.const([start]), self.const([end]), self.const([axis]))
+
+    def function(self, name: str, inputs: list[str], outputs: list[str]) -> FunctionProto:
+        return _function(name, inputs, outputs, self.nodes, self.opset)
+
+
+# -- grid_sampler before GridSample ------------------------------------------------------
+
+
+def _grid_source(g: _Body, coord: str, size: str, align: int, padding: int) -> str:
+    """Pixel coordinate of a normalised grid coordinate, as torch's
+    ``grid_sampler_compute_source_index`` (``size`` a float scalar; ``padding`` 0/1/2 =
+    zeros/border/reflection)."""
+    one, half = g.const(1.0, np.float32), g.const(0.5, np.float32)
+    shifted = g.op("Add", coord, one)
+    last = g.op("Sub", size, one)
+    if align:
+        pixel = g.op("Mul", g.op("Mul", shifted, half), last)
+    else:
+        pixel = g.op("Mul", g.op("Sub", g.op("Mul", shifted, size), one), half)
+    if padding == 0:
+        # beyond [-1, size] every neighbour is padding: clamp so integer casts stay small
+        return g.op("Max", g.op("Min", pixel, g.op("Add", size, one)),
+                    g.const(-2.0, np.float32))
+    zero = g.const(0.0, np.float32)
+    if padding == 2:  # reflect about the borders (pixel edges unless align_corners)
+        low, span = (zero, last) if align else (g.const(-0.5, np.float32), size)
+        distance = g.op("Abs", g.op("Sub", pixel, low))
+        extra = g.op("Mod", distance, span, fmod=1)
+        flips = g.op("Floor", g.op("Div", distance, span))
+        even = g.op("Equal", g.op("Mod", flips, g.const(2.0, np.float32), fmod=1), zero)
+        reflected = g.op("Where", even, g.op("Add", extra, low),
+                         g.op("Add", g.op("Sub", span, extra), low))
+        pixel = g.op("Where", g.op("Equal", span, zero), zero, reflected)
+    return g.op("Max", g.op("Min", pixel, last), zero)
+
+
+def build_grid_sampler_gather(ctx) -> FunctionProto | None:
+    """grid_sampler (bilinear or nearest; zeros, border or reflection padding) for opsets
+    before GridSample: the neighbours are gathered from the input as rows of ``(N*H*W, C)``."""
+    node = ctx.node
+    attrs = _attributes(node)
+    if set(attrs) - {"interpolation_mode", "padding_mode", "align_corners"}:
+        return None
+    if not (_present(node.input, 0) and _present(node.input, 1)) or len(node.output) != 1:
+        return None
+    if not _is_float(ctx):
+        return None
+    mode, padding = attrs.get("interpolation_mode", 0), attrs.get("padding_mode", 0)
+    align = attrs.get("align_corners", 0)
+    if mode not in (0, 1) or padding not in (0, 1, 2) or align not in (0, 1):
+        return None
+    g = _Body(ctx.opset)
+    shape = g.op("Shape", "input")
+    n, c, h, w = (g.op("Gather", shape, g.const(i)) for i in range(4))
+    height, width = (g.op("Cast", d, to=TensorProto.FLOAT) for d in (h, w))
+    x = _grid_source(g, g.op("Gather", "grid", g.const(0), axis=3), width, align, padding)
+    y = _grid_source(g, g.op("Gather", "grid", g.const(1), axis=3), height, align, padding)
+    rows = g.op("Reshape", g.op("Transpose", "input", perm=[0, 2, 3, 1]),
+                g.op("Concat", g.const([-1]), g.unsqueeze(c, [0]), axis=0))  # (N*H*W, C)
+    first_row = g.op("Mul", g.op("Reshape", g.op("Range", g.const(0), n, g.const(1)),
+                                 g.const([-1, 1, 1])), g.op("Mul", h, w))
+    zero = g.const(0.0, np.float32)
+
+    def neighbour(xf: str, yf: str) -> str:
+        """Input values at integral float coordinates (N, Ho, Wo) -> (N, Ho, Wo, C), 0
+        outside the input (clamped in float: Min/Max take no int64 before opset 12)."""
+        inside = g.op("And", g.op("And", g.op("Not", g.op("Less", xf, zero)),
+                                  g.op("Less", xf, width)),
+                      g.op("And", g.op("Not", g.op("Less", yf, zero)),
+                           g.op("Less", yf, height)))
+        one = g.const(1.0, np.float32)
+        xc = g.op("Max", g.op("Min", xf, g.op("Sub", width, one)), zero)
+        yc = g.op("Max", g.op("Min", yf, g.op("Sub", height, one)), zero)
+        xi, yi = (g.op("Cast", v, to=TensorProto.INT64) for v in (xc, yc))
+        index = g.op("Add", first_row, g.op("Add", g.op("Mul", yi, w), xi))
+        return g.op("Where", g.unsqueeze(inside, [3]), g.op("Gather", rows, index, axis=0),
+                    zero)
+
+    if mode == 1:
+        sampled = neighbour(g.op("Round", x), g.op("Round", y))
+    else:
+        one = g.const(1.0, np.float32)
+        x0, y0 = g.op("Floor", x), g.op("Floor", y)
+        x1, y1 = g.op("Add", x0, one), g.op("Add", y0, one)
+        wx0, wx1 = g.op("Sub", x1, x), g.op("Sub", x, x0)
+        wy0, wy1 = g.op("Sub", y1, y), g.op("Sub", y, y0)
+        sampled = None
+        for xi, yi, wx, wy in ((x0, y0, wx0, wy0), (x1, y0, wx1, wy0), (x0, y1, wx0, wy1),
+                               (x1, y1, wx1, wy1)):
+            term = g.op("Mul", neighbour(xi, yi), g.unsqueeze(g.op("Mul", wx, wy), [3]))
+            sampled = term if sampled is None else g.op("Add", sampled, term)
+    g.output("Transpose", [sampled], "output", perm=[0, 3, 1, 2])
+    return g.function("grid_sampler_gather", ["input", "grid"], ["output"])
+
+
+# -- deformable convolution before DeformConv ---------------------------------------------
+
+
+def _kernel_size(ctx, weight: str) -> tuple[int, int] | None:
+    """(kh, kw) of a weight, from its declared shape or its constant value."""
+    dims = _declared_dims(ctx, weight)
+    if dims is not None and len(dims) == 4 and dims[2] and dims[3]:
+        return dims[2], dims[3]
+    value = ctx.constant(weight)
+    if value is not None and value.ndim == 4:
+        return int(value.shape[2]), int(value.shape[3])
+    return None
+
+
+def _deform_conv_gather(ctx, attrs: dict, inputs: list[str], name: str
+                        ) -> FunctionProto | None:
+    """``y = W * im2col`` with the columns sampled bilinearly (torchvision's rule: a point
+    with ``-1 < y < H`` and ``-1 < x < W`` mixes its in-image neighbours, others are 0)
+    from the input as rows of ``(N*H*W*deform_groups, C/deform_groups)``."""
+    size = _kernel_size(ctx, ctx.node.input[inputs.index("weight")])
+    if size is None:
+        return None
+    kh, kw = size
+    taps = kh * kw
+    (sh, sw), (ph, pw), (dh, dw) = attrs["strides"], attrs["pads"][:2], attrs["dilations"]
+    groups, deform_groups = attrs["group"], attrs["offset_group"]
+    g = _Body(ctx.opset)
+    zero, one = g.const(0.0, np.float32), g.const(1.0, np.float32)
+    n, c = g.dim("input", 0), g.dim("input", 1)
+    h, w = g.dim("input", 2), g.dim("input", 3)
+    height, width = (g.op("Cast", d, to=TensorProto.FLOAT) for d in (h, w))
+    out_h, out_w = g.dim("offset", 2), g.dim("offset", 3)
+    # sample positions (N, dg, K, Ho, Wo): output position * stride - pad + tap * dilation
+    # + offset, the offsets (dy, dx) per tap
+    offsets = g.op("Reshape", "offset", g.op("Concat", g.const([0, deform_groups, taps, 2]),
+                                             out_h, out_w, axis=0))
+
+    def positions(axis: int, length: str, stride: int, pad: int, tap_steps) -> str:
+        count = g.op("Squeeze", length, axes=[0]) if ctx.opset < 13 else g.op(
+            "Squeeze", length)
+        steps = g.op("Cast", g.op("Range", g.const(0), count, g.const(1)),
+                     to=TensorProto.FLOAT)
+        start = g.op("Sub", g.op("Mul", steps, g.const(float(stride), np.float32)),
+                     g.const(float(pad), np.float32))
+        start = g.op("Reshape", start, g.const([1, -1, 1] if axis == 0 else [1, 1, -1]))
+        taps_at = g.const(np.asarray(tap_steps, np.float32).reshape(taps, 1, 1), np.float32)
+        return g.op("Add", g.op("Add", start, taps_at),
+                    g.op("Gather", offsets, g.const(axis), axis=3))
+
+    rows_of_taps = [i * dh for i in range(kh) for _ in range(kw)]
+    cols_of_taps = [j * dw for _ in range(kh) for j in range(kw)]
+    y = positions(0, out_h, sh, ph, rows_of_taps)
+    x = positions(1, out_w, sw, pw, cols_of_taps)
+    valid = g.op("And", g.op("And", g.op("Greater", y, g.const(-1.0, np.float32)),
+                             g.op("Less", y, height)),
+                 g.op("And", g.op("Greater", x, g.const(-1.0, np.float32)),
+                      g.op("Less", x, width)))
+    y = g.op("Where", valid, y, zero)
+    x = g.op("Where", valid, x, zero)
+    y0, x0 = g.op("Floor", y), g.op("Floor", x)
+    ly, lx = g.op("Sub", y, y0), g.op("Sub", x, x0)
+    hy, hx = g.op("Sub", one, ly), g.op("Sub", one, lx)
+    y1, x1 = g.op("Add", y0, one), g.op("Add", x0, one)
+    rows = g.op("Reshape", g.op("Transpose", "input", perm=[0, 2, 3, 1]),
+                g.op("Concat", g.const([-1]), g.op("Div", c, g.const([deform_groups])),
+                     axis=0))  # row ((n * H + y) * W + x) * dg + group
+    image = g.op("Reshape", g.op("Range", g.const(0), g.op("Squeeze", n, axes=[0])
+                                 if ctx.opset < 13 else g.op("Squeeze", n), g.const(1)),
+                 g.const([-1, 1, 1, 1, 1]))
+    group = g.const(np.arange(deform_groups).reshape(1, -1, 1, 1, 1))
+    h_scalar, w_scalar = (g.op("Reshape", d, g.const([])) for d in (h, w))
+    sampled = None
+    for yf, xf, wy, wx in ((y0, x0, hy, hx), (y0, x1, hy, lx), (y1, x0, ly, hx),
+                           (y1, x1, ly, lx)):
+        inside = g.op("And", valid, g.op("And", g.op(
+            "And", g.op("Not", g.op("Less", yf, zero)), g.op("Less", yf, height)), g.op(
+            "And", g.op("Not", g.op("Less", xf, zero)), g.op("Less", xf, width))))
+        yc = g.op("Max", g.op("Min", yf, g.op("Sub", height, one)), zero)
+        xc = g.op("Max", g.op("Min", xf, g.op("Sub", width, one)), zero)
+        yi, xi = (g.op("Cast", v, to=TensorProto.INT64) for v in (yc, xc))
+        pixel = g.op("Add", g.op("Mul", g.op("Add", g.op("Mul", image, h_scalar), yi),
+                                 w_scalar), xi)
+        index = g.op("Add", g.op("Mul", pixel, g.const(deform_groups)), group)
+        weight = g.op("Where", inside, g.op("Mul", wy, wx), zero)
+        value = g.op("Where", g.unsqueeze(inside, [5]),
+                     g.op("Gather", rows, index, axis=0), zero)
+        term = g.op("Mul", value, g.unsqueeze(weight, [5]))
+        sampled = term if sampled is None else g.op("Add", sampled, term)
+    if "mask" in inputs:  # (N, dg, K, Ho, Wo, C/dg)
+        mask = g.op("Reshape", "mask", g.op("Concat", g.const([0, deform_groups, taps]),
+                                            out_h, out_w, axis=0))
+        sampled = g.op("Mul", sampled, g.unsqueeze(mask, [5]))
+    # columns (N, groups, C/groups * K, Ho*Wo), row c * K + tap
+    columns = g.op("Reshape", g.op("Transpose", sampled, perm=[0, 1, 5, 2, 3, 4]),
+                   g.op("Concat", n, g.const([groups, -1]), g.op("Mul", out_h, out_w),
+                        axis=0))
+    weights = g.op("Reshape", "weight", g.const([0, -1]))  # (O, C/groups * K)
+    weights = g.op("Reshape", weights, g.op("Concat", g.const([groups, -1]),
+                                            g.dim(weights, 1), axis=0))
+    out = g.op("MatMul", weights, columns)  # (N, groups, O/groups, Ho*Wo)
+    out_shape = g.op("Concat", n, g.const([-1]), out_h, out_w, axis=0)
+    if "bias" in inputs:
+        out = g.op("Reshape", out, out_shape)
+        g.output("Add", [out, g.op("Reshape", "bias", g.const([-1, 1, 1]))], "output")
+    else:
+        g.output("Reshape", [out, out_shape], "output")
+    return g.function(name, inputs, ["output"])
+
+
+def build_deform_conv_gather(ctx) -> FunctionProto | None:
+    """MMCVDeformConv2d(input, offset, weight) before DeformConv."""
+    node = ctx.node
+    attrs = _deform_conv_attrs(node)
+    if attrs is None or not _is_float(ctx) or len(node.output) != 1:
+        return None
+    if len(node.input) != 3 or not all(node.input):
+        return None
+    return _deform_conv_gather(ctx, attrs, ["input", "offset", "weight"],
+                               "mmcv_deform_conv_gather")
+
+
+def build_modulated_deform_conv_gather(ctx) -> FunctionProto | None:
+    """MMCVModulatedDeformConv2d(input, offset, mask, weight[, bias]) before DeformConv."""
+    node = ctx.node
+    attrs = _deform_conv_attrs(node)
+    if attrs is None or not _is_float(ctx) or len(node.output) != 1:
+        return None
+    if not all(_present(node.input, i) for i in range(4)) or len(node.input) > 5:
+        return None
+    inputs = ["input", "offset", "mask", "weight", "bias"][:len(node.input)]
+    return _deform_conv_gather(ctx, attrs, inputs, "mmcv_modulated_deform_conv_gather")
+
+
+# -- TRTBatchedNMS -----------------------------------------------------------------------
+
+_BATCHED_NMS_ATTRS = {"background_label_id", "num_classes", "topk", "keep_topk",
+                      "score_threshold", "iou_threshold", "is_normalized", "clip_boxes",
+                      "return_index"}
+_INT_TYPES = {TensorProto.INT32, TensorProto.INT64}
+
+
+def _declared_dims(ctx, name: str) -> list[int | None] | None:
+    declared = ctx.declared.get(name) if ctx.declared else None
+    if declared is None or not declared.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None
+            for d in declared.tensor_type.shape.dim]
+
+
+def _declared_int_type(ctx, name: str) -> int | None:
+    """The integer element type the model declares for ``name`` (int64 when it says none,
+    as torch's exporter writes; None: a type the plugin cannot produce)."""
+    declared = ctx.declared.get(name) if ctx.declared else None
+    elem = declared.tensor_type.elem_type if declared is not None else 0
+    if not elem:
+        return TensorProto.INT64
+    return elem if elem in _INT_TYPES else None
+
+
+def build_batched_nms(ctx) -> FunctionProto | None:
+    """TRTBatchedNMS -> per-class NonMaxSuppression, then TopK over the kept (class, box)
+    scores of each image (semantics: ``rewriter_custom_ops.mm_batched_nms``)."""
+    node = ctx.node
+    attrs = _attributes(node)
+    if set(attrs) - _BATCHED_NMS_ATTRS or not _is_float(ctx):
+        return None
+    if len(node.input) != 2 or not all(node.input):
+        return None
+    return_index = int(attrs.get("return_index", 0))
+    outputs = ["dets", "labels", "index"]
+    n_out = len(node.output)
+    if return_index not in (0, 1) or not 1 <= n_out <= 2 + return_index:
+        return None
+    if "num_classes" not in attrs or "keep_topk" not in attrs:
+        return None
+    num_classes, keep_topk = int(attrs["num_classes"]), int(attrs["keep_topk"])
+    topk = int(attrs.get("topk", 0))
+    score_threshold = float(attrs.get("score_threshold", 0.0))
+    if keep_topk <= 0 or score_threshold < 0:
+        return None  # no output shape / kept scores below the empty slots' 0
+    score_dims = _declared_dims(ctx, node.input[1])
+    box_dims = _declared_dims(ctx, node.input[0])
+    if score_dims is not None and (len(score_dims) != 3
+                                   or score_dims[2] not in (None, num_classes)):
+        return None
+    if box_dims is not None and (len(box_dims) != 4 or box_dims[3] not in (None, 4)):
+        return None
+    int_types = [_declared_int_type(ctx, name) for name in node.output[1:]]
+    if None in int_types:
+        return None
+    g = _Body(ctx.opset)
+    minus_inf = g.const(-np.inf, np.float32)
+    n, c = g.dim("scores", 1), g.dim("scores", 2)
+    n_scalar = g.op("Squeeze", n, axes=[0]) if ctx.opset < 13 else g.op("Squeeze", n)
+    c_scalar = g.op("Squeeze", c, axes=[0]) if ctx.opset < 13 else g.op("Squeeze", c)
+    classes = g.op("Range", g.const(0), c_scalar, g.const(1))
+    # candidates: [B, C, N], -inf where not one
+    keep = g.op("Greater", "scores", g.const(score_threshold, np.float32))
+    background = int(attrs.get("background_label_id", 0))
+    if background >= 0:
+        keep = g.op("And", keep, g.op("Not", g.op("Equal", classes, g.const(background))))
+    masked = g.op("Transpose", g.op("Where", keep, "scores", minus_inf), perm=[0, 2, 1])
+    if topk > 0:  # the topk best per class (all N when topk > N)
+        limit = g.const([topk])
+        k = g.op("Where", g.op("Less", n, limit), n, limit)  # Min(int64) needs opset 12
+        _, best = g.op("TopK", masked, k, axis=2, outputs=2)
+        chosen = g.op("ScatterElements", g.fill(g.op("Shape", masked), 0.0), best,
+                      g.fill(g.op("Shape", best), 1.0), axis=2)
+        masked = g.op("Where", g.op("Cast", chosen, to=TensorProto.BOOL), masked, minus_inf)
+    # per-class boxes [B, N, C, 4]; for NMS a reversed box becomes an empty one (overlaps
+    # nothing, as the plugin's zero area)
+    boxes = g.op("Expand", "boxes", g.op("Concat", g.const([1, 1]), c, g.const([1]), axis=0))
+    x1y1, x2y2 = g.slice(boxes, 3, 0, 2), g.slice(boxes, 3, 2, 4)
+    reversed_box = g.op("Greater", g.reduce_sum(g.op("Cast", g.op("Less", x2y2, x1y1),
+                                                       to=TensorProto.FLOAT), [3]),
+                        g.const(0.0, np.float32))
+    nms_boxes = g.op("Where", reversed_box, g.op("Concat", x1y1, x1y1, axis=3), boxes)
+    nms_boxes = g.op("Reshape", g.op("Transpose", nms_boxes, perm=[0, 2, 1, 3]),
+                     g.op("Concat", g.const([-1]), n, g.const([4]), axis=0))  # [B*C, N, 4]
+    nms_scores = g.op("Reshape", masked, g.op("Concat", g.const([-1, 1]), n, axis=0))
+    selected = g.op("NonMaxSuppression", nms_boxes, nms_scores, g.const([keep_topk]),
+                    g.const([float(attrs.get("iou_threshold", 0.0))], np.float32),
+                    g.const([np.finfo(np.float32).min], np.float32))
+    image_class = g.op("Gather", selected, g.const(0), axis=1)
+    batch, cls = g.op("Div", image_class, c_scalar), g.op("Mod", image_class, c_scalar)
+    candidate = g.op("Add", g.op("Mul", cls, n_scalar),
+                     g.op("Gather", selected, g.const(2), axis=1))  # class * N + box
+    # the kept scores, dense [B, C*N]; then the keep_topk best (padded: K may exceed C*N)
+    flat = g.op("Reshape", masked, g.const([0, -1]))
+    position = g.op("Concat", g.unsqueeze(batch, [1]), g.unsqueeze(candidate, [1]), axis=1)
+    dense = g.op("ScatterND", g.fill(g.op("Shape", flat), -np.inf), position,
+                 g.op("GatherND", flat, position))
+    b = g.dim("scores", 0)
+    padding = g.fill(g.op("Concat", b, g.const([keep_topk]), axis=0), -np.inf)
+    values, slots = g.op("TopK", g.op("Concat", dense, padding, axis=1), g.const([keep_topk]),
+                         axis=1, outputs=2)
+    valid = g.op("Greater", values, minus_inf)
+    slots = g.op("Where", valid, slots, g.const(0))
+    out_cls, box = g.op("Div", slots, n_scalar), g.op("Mod", slots, n_scalar)
+    b_scalar = g.op("Squeeze", b, axes=[0]) if ctx.opset < 13 else g.op("Squeeze", b)
+    image = g.unsqueeze(g.op("Range", g.const(0), b_scalar, g.const(1)), [1])
+    rows = g.op("Add", g.op("Mul", g.op("Add", g.op("Mul", image, n_scalar), box), c_scalar),
+                out_cls)
+    picked = g.op("Gather", g.op("Reshape", boxes, g.const([-1, 4])), rows, axis=0)
+    if int(attrs.get("clip_boxes", 1)):
+        picked = g.op("Max", g.op("Min", picked, g.const(1.0, np.float32)),
+                      g.const(0.0, np.float32))
+    zero = g.const(0.0, np.float32)
+    dets_box = g.op("Where", g.unsqueeze(valid, [2]), picked, zero)
+    dets_score = g.unsqueeze(g.op("Where", valid, values, zero), [2])
+    g.output("Concat", [dets_box, dets_score], "dets", axis=2)
+    if n_out > 1:
+        labels = g.op("Where", valid, out_cls, g.const(-1))
+        g.output("Cast", [labels], "labels", to=int_types[0])
+    if n_out > 2:
+        shared = g.op("Equal", g.dim("boxes", 2), g.const([1]))
+        box_index = g.op("Where", shared, box, slots)  # slots: class * N + box
+        g.output("Cast", [g.op("Where", valid, box_index, g.const(-1))], "index",
+                 to=int_types[1])
+    return g.function("trt_batched_nms", ["boxes", "scores"], outputs[:n_out])
+
+
+@hookimpl
+def register_decompositions(registry):
+    for domain in DOMAINS:
+        registry.add(domain, "grid_sampler", build_grid_sampler, opsets=GRID_SAMPLE_OPSETS,
+                     dtypes=("float",),
+                     description="mmdeploy:grid_sampler -> GridSample")
+        registry.add(domain, "grid_sampler", build_grid_sampler_gather,
+                     opsets=GRID_GATHER_OPSETS, dtypes=("float",),
+                     description="mmdeploy:grid_sampler (bilinear/nearest) -> Gather "
+                                 "(before GridSample)")
+        registry.add(domain, "MMCVRoiAlign", build_roi_align, opsets=ROI_ALIGN_OPSETS,
+                     dtypes=("float",),
+                     description="mmdeploy:MMCVRoiAlign (avg; aligned needs opset 16) "
+                                 "-> RoiAlign")
+        registry.add(domain, "MMCVDeformConv2d", build_deform_conv,
+                     opsets=DEFORM_CONV_OPSETS, dtypes=("float",),
+                     description="mmdeploy:MMCVDeformConv2d -> DeformConv")
+        registry.add(domain, "MMCVModulatedDeformConv2d", build_modulated_deform_conv,
+                     opsets=DEFORM_CONV_OPSETS, dtypes=("float",),
+                     description="mmdeploy:MMCVModulatedDeformConv2d -> DeformConv")
+        registry.add(domain, "MMCVDeformConv2d", build_deform_conv_gather,
+                     opsets=DEFORM_GATHER_OPSETS, dtypes=("float",),
+                     description="mmdeploy:MMCVDeformConv2d -> Gather + MatMul "
+                                 "(before DeformConv)")
+        registry.add(domain, "MMCVModulatedDeformConv2d", build_modulated_deform_conv_gather,
+                     opsets=DEFORM_GATHER_OPSETS, dtypes=("float",),
+                     description="mmdeploy:MMCVModulatedDeformConv2d -> Gather + MatMul "
+                                 "(before DeformConv)")
+    registry.add("mmdeploy", "TRTBatchedNMS", build_batched_nms, opsets=BATCHED_NMS_OPSETS,
+                 dtypes=("float",),
+                 description="mmdeploy:TRTBatchedNMS -> NonMaxSuppression + TopK")
+
+
+KERNELS = (
+    *((domain, "MMCVRoiAlign", "mm_roi_align") for domain in DOMAINS),
+    *((domain, "MMCVRoIAlignRotated", "mm_roi_align_rotated") for domain in DOMAINS),
+    ("mmdeploy", "NMSMatch", "mm_nms_match"),
+    ("mmdeploy", "TRTBatchedNMS", "mm_batched_nms"),
+    ("", "DeformableConv2D", "ov_deformable_conv_2d"),
+    (OPENVINO, "DeformableConv2D", "ov_deformable_conv_2d"),
+    (OPENVINO, "ExperimentalDetectronDetectionOutput", "ov_detectron_detection_output"),
+)
+
+
+@hookimpl
+def register_kernels(registry):
+    for domain, op_type, module in KERNELS:
+        registry.add(domain, op_type, f"rewriter_custom_ops.{module}:kernel",
+                     description=f"rewriter_custom_ops.{module}")

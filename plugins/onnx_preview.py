@@ -1,1 +1,522 @@
-"""Remedies ``onnx-preview``: ``ai.onnx.preview`` and ``ai.onnx.preview.training`` ops."""
+"""Decompositions ``onnx-preview``: the ONNX preview ops (domains ``ai.onnx.preview`` and
+``ai.onnx.preview.training``) in standard ONNX, for runtimes that have no kernel for them
+(onnxruntime has none). Semantics as the ONNX operator docs and onnx's reference evaluator.
+
+* ``ai.onnx.preview::FlexAttention(Q, K, V)`` (attributes ``scale``, ``score_mod``,
+  ``prob_mod``, ``softmax_precision``), rank-4 ``Q (B, Hq, L, E)``, ``K (B, Hkv, S, E)``,
+  ``V (B, Hkv, S, Ev)``::
+
+      s = sqrt(float32(scale))  (default scale = 1 / sqrt(E)), cast to Q's type
+      K', V' = K, V with each head repeated Hq / Hkv times (query head h uses kv head
+               h // (Hq / Hkv))
+      scores = Cast<P>((Q * s) @ (K' * s)^T)     P: softmax_precision, default float32
+                                                   for float16/bfloat16 inputs, else Q's type
+      scores = score_mod(scores)                  the graph attribute, spliced in
+      probs = Softmax(scores, axis=-1)
+      probs = prob_mod(probs)                     the graph attribute, spliced in
+      Y = Cast<V's type>(probs @ Cast<P>(V'))
+
+  A modifier graph is copied into the body (its initializers become Constants, every name
+  it defines, nested subgraphs included, is renamed); one that reads outer-scope values
+  is declined (a function body cannot capture them).
+
+* ``ai.onnx.preview.training`` optimizers, inputs ``R, T, X_1..X_n, G_1..G_n, ...`` (every
+  group of one kind, then the next kind) for any ``n``; outputs likewise:
+
+  - ``Adagrad(R, T, X.., G.., H..) -> X_new.., H_new..`` (``decay_factor`` 0,
+    ``epsilon`` 1e-6, ``norm_coefficient`` 0)::
+
+        r = R / (1 + T * decay_factor);  G' = norm_coefficient * X + G
+        H_new = H + G' * G';  X_new = X - r * G' / (Sqrt(H_new) + epsilon)
+
+  - ``Adam(R, T, X.., G.., V.., H..) -> X_new.., V_new.., H_new..`` (``alpha`` 0.9,
+    ``beta`` 0.999, ``epsilon`` 1e-6, ``norm_coefficient`` 0, ``norm_coefficient_post`` 0)::
+
+        G' = norm_coefficient * X + G
+        V_new = alpha * V + (1 - alpha) * G';  H_new = beta * H + (1 - beta) * G' * G'
+        R' = T > 0 ? R * Sqrt(1 - beta**T) / (1 - alpha**T) : R
+        X_new = (1 - norm_coefficient_post) * (X - R' * V_new / (Sqrt(H_new) + epsilon))
+
+  - ``Momentum(R, T, X.., G.., V..) -> X_new.., V_new..`` (``alpha``, ``beta``, ``mode``,
+    ``norm_coefficient`` required)::
+
+        G' = norm_coefficient * X + G;  V_new = alpha * V + (T > 0 ? beta : 1) * G'
+        standard: X_new = X - R * V_new
+        nesterov: X_new = X - R * (G' + alpha * V_new)
+
+  The scalar learning-rate factors (``r``, ``R'``) are computed in double precision, as
+  the reference evaluator does, and cast to the tensors' type.
+
+Every builder reads the node's attributes, declines attributes it does not know (and
+attribute references), and bakes the values into the body as constants of the node's
+element type. ``tests/test_onnx_preview.py`` checks each body on onnxruntime against the
+reference evaluator and the spec's test data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TensorProto, helper
+
+from rewriter import hookimpl
+from rewriter.functions import DecompositionContext
+
+PREVIEW = "ai.onnx.preview"
+TRAINING = "ai.onnx.preview.training"
+BODY_DOMAIN = "rewriter_plugins.onnx_preview"
+
+# FlexAttention's body needs Unsqueeze/Slice with tensor inputs and Softmax on one axis (13).
+FLEX_OPSETS = (13, None)
+# The optimizers' bodies use Where (9) and Greater on int64 (9).
+TRAINING_OPSETS = (9, None)
+# A model importing no ai.onnx opset (as the spec's training test models) is planned by the
+# engine as if at opset 1; such a body brings its own ai.onnx import at this version.
+NO_IMPORT_OPSETS = (1, 1)
+NO_IMPORT_BODY_OPSET = 13
+
+_ELEM_TYPES = {
+    f"tensor({name})": getattr(TensorProto, name.upper())
+    for name in ("float", "double", "float16", "bfloat16", "int64")
+}
+_FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def _elem_type(type_str: str | None) -> int | None:
+    return _ELEM_TYPES.get(type_str or "")
+
+
+class _Body:
+    """Accumulates the nodes of a function body, naming each value uniquely."""
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeProto] = []
+        self._used: set[str] = set()
+
+    def name(self, hint: str) -> str:
+        name, k = hint, 1
+        while name in self._used:
+            k += 1
+            name = f"{hint}_{k}"
+        self._used.add(name)
+        return name
+
+    def reserve(self, names: Iterable[str]) -> None:
+        self._used.update(names)
+
+    def op(self, op_type: str, inputs: list[str], hint: str, out: str | None = None,
+           **attributes) -> str:
+        output = out or self.name(hint)
+        self.nodes.append(helper.make_node(op_type, inputs, [output], **attributes))
+        return output
+
+    def const(self, value, elem_type: int, hint: str) -> str:
+        array = np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(elem_type))
+        output = self.name(hint)
+        if elem_type == TensorProto.BFLOAT16:
+            tensor = helper.make_tensor(output, elem_type, array.shape,
+                                        array.astype(np.float32).ravel().tolist())
+        else:
+            from onnx import numpy_helper
+
+            tensor = numpy_helper.from_array(array, output)
+        self.nodes.append(helper.make_node("Constant", [], [output], value=tensor))
+        return output
+
+    def cast(self, value: str, to: int, hint: str, source: int | None) -> str:
+        """``value`` as element type ``to`` (unchanged when ``source`` is ``to``)."""
+        return value if source == to else self.op("Cast", [value], hint, to=to)
+
+
+def _plain_attributes(node: NodeProto, known: Iterable[str]) -> bool:
+    """Every attribute of ``node`` is one we honour, and none is a reference."""
+    names = set(known)
+    return all(a.name in names and not a.ref_attr_name for a in node.attribute)
+
+
+def _body_opset(ctx: DecompositionContext) -> int:
+    return ctx.opset if "" in ctx.opsets else NO_IMPORT_BODY_OPSET
+
+
+# -- FlexAttention --------------------------------------------------------------------------
+
+_FLEX_ATTRIBUTES = ("scale", "score_mod", "prob_mod", "softmax_precision")
+
+
+def _subgraphs(node: NodeProto) -> list[GraphProto]:
+    out = []
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            out.append(attr.g)
+        elif attr.type == AttributeProto.GRAPHS:
+            out.extend(attr.graphs)
+    return out
+
+
+def _defined_names(graph: GraphProto) -> set[str]:
+    """Every value name ``graph`` defines, in nested subgraphs too."""
+    names = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    names |= {t.values.name for t in graph.sparse_initializer}
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+        for sub in _subgraphs(node):
+            names |= _defined_names(sub)
+    return names
+
+
+def _free_names(graph: GraphProto, outer: frozenset[str] = frozenset()) -> set[str]:
+    """Names ``graph`` reads that neither it nor ``outer`` defines (outer-scope captures)."""
+    scope = set(outer) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    scope |= {t.values.name for t in graph.sparse_initializer}
+    free: set[str] = set()
+    for node in graph.node:
+        free.update(n for n in node.input if n and n not in scope)
+        for sub in _subgraphs(node):
+            free |= _free_names(sub, frozenset(scope))
+        scope.update(o for o in node.output if o)
+    free.update(o.name for o in graph.output if o.name not in scope)
+    return free
+
+
+def _rename_graph(graph: GraphProto, names: dict[str, str]) -> None:
+    """Rename every value of ``graph`` (and its subgraphs) found in ``names``, in place."""
+    for seq in (graph.input, graph.output, graph.value_info):
+        for vi in seq:
+            vi.name = names.get(vi.name, vi.name)
+    for t in graph.initializer:
+        t.name = names.get(t.name, t.name)
+    for t in graph.sparse_initializer:
+        t.values.name = names.get(t.values.name, t.values.name)
+    for node in graph.node:
+        _rename_node(node, names)
+
+
+def _rename_node(node: NodeProto, names: dict[str, str]) -> None:
+    for i, n in enumerate(node.input):
+        if n:
+            node.input[i] = names.get(n, n)
+    for i, n in enumerate(node.output):
+        if n:
+            node.output[i] = names.get(n, n)
+    for sub in _subgraphs(node):
+        _rename_graph(sub, names)
+
+
+def _domains(graph: GraphProto) -> set[str]:
+    out = set()
+    for node in graph.node:
+        out.add("" if node.domain == "ai.onnx" else node.domain)
+        for sub in _subgraphs(node):
+            out |= _domains(sub)
+    return out
+
+
+def _splice_graph(body: _Body, graph: GraphProto, value: str, tag: str) -> str | None:
+    """Copy a one-input, one-output modifier graph into ``body``, reading ``value``; the name
+    of its output (None: the graph cannot be spliced)."""
+    if len(graph.input) != 1 or len(graph.output) != 1:
+        return None
+    if _free_names(graph):
+        return None  # reads outer-scope values, which a function body cannot capture
+    if any(t.data_location == TensorProto.EXTERNAL for t in graph.initializer):
+        return None
+    copy = GraphProto()
+    copy.CopyFrom(graph)
+    formal = copy.input[0].name
+    names = {n: body.name(f"{tag}__{n}") for n in sorted(_defined_names(copy)) if n != formal}
+    names[formal] = value
+    _rename_graph(copy, names)
+    for t in copy.initializer:
+        body.nodes.append(helper.make_node("Constant", [], [t.name], value=t))
+    for t in copy.sparse_initializer:
+        body.nodes.append(helper.make_node("Constant", [], [t.values.name], sparse_value=t))
+    body.nodes.extend(copy.node)
+    result = copy.output[0].name
+    if result == value:  # the graph hands its input back unchanged
+        result = body.op("Identity", [value], f"{tag}_out")
+    return result
+
+
+def build_flex_attention(ctx: DecompositionContext) -> FunctionProto | None:
+    """FlexAttention in standard ONNX, with its modifier graphs spliced in."""
+    node = ctx.node
+    if len(node.input) != 3 or not all(node.input) or len(node.output) != 1:
+        return None
+    if not node.output[0] or not _plain_attributes(node, _FLEX_ATTRIBUTES):
+        return None
+    q_type, k_type, v_type = (_elem_type(t) for t in list(ctx.input_types)[:3])
+    if q_type not in _FLOATS or k_type != q_type or v_type != q_type:
+        return None
+    precision = ctx.attribute("softmax_precision")
+    if precision is None:
+        precision = TensorProto.FLOAT if q_type in (
+            TensorProto.FLOAT16, TensorProto.BFLOAT16) else q_type
+    if precision not in _FLOATS:
+        return None
+
+    b = _Body()
+    b.reserve(["Q", "K", "V", "Y"])
+    i64 = TensorProto.INT64
+    q_shape = b.op("Shape", ["Q"], "QShape")
+    k_shape = b.op("Shape", ["K"], "KShape")
+    v_shape = b.op("Shape", ["V"], "VShape")
+    one, two, four = (b.const([k], i64, f"I{k}") for k in (1, 2, 4))
+    q_heads = b.op("Slice", [q_shape, one, two], "QNumHeads")
+    kv_heads = b.op("Slice", [k_shape, one, two], "KVNumHeads")
+    repeat = b.op("Div", [q_heads, kv_heads], "KVRepeat")
+    ones = b.const([1, 1], i64, "Ones2")
+    expand_shape = b.op("Concat", [ones, repeat, ones], "KVExpandShape", axis=0)
+    zero = b.const([0], i64, "I0")
+
+    def aligned(x: str, shape: str) -> str:
+        """``x`` (B, Hkv, S, D) with each head repeated: (B, Hq, S, D)."""
+        batch = b.op("Slice", [shape, zero, one], f"{x}Batch")
+        tail = b.op("Slice", [shape, two, four], f"{x}Tail")
+        unsqueezed = b.op("Unsqueeze", [x, two], f"{x}Unsqueezed")
+        expanded = b.op("Expand", [unsqueezed, expand_shape], f"{x}Expanded")
+        target = b.op("Concat", [batch, q_heads, tail], f"{x}AlignedShape", axis=0)
+        return b.op("Reshape", [expanded, target], f"{x}Aligned")
+
+    k_aligned = aligned("K", k_shape)
+    v_aligned = aligned("V", v_shape)
+
+    scale = ctx.attribute("scale")
+    if scale is not None:
+        sqrt_scale = b.const(np.sqrt(np.float32(scale)), q_type, "ScaleSqrt")
+    else:  # 1 / sqrt(E) in double, rounded to float, its square root, in Q's type
+        head = b.op("Slice", [q_shape, b.const([3], i64, "I3"), four], "HeadSize")
+        head_d = b.op("Cast", [head], "HeadSizeD", to=TensorProto.DOUBLE)
+        scale_d = b.op("Reciprocal", [b.op("Sqrt", [head_d], "SqrtHeadSize")], "ScaleD")
+        scale_f = b.op("Cast", [scale_d], "Scale", to=TensorProto.FLOAT)
+        sqrt_f = b.op("Sqrt", [scale_f], "ScaleSqrtF")
+        sqrt_scale = b.cast(sqrt_f, q_type, "ScaleSqrt", TensorProto.FLOAT)
+    q_scaled = b.op("Mul", ["Q", sqrt_scale], "QScaled")
+    k_scaled = b.op("Mul", [k_aligned, sqrt_scale], "KScaled")
+    k_t = b.op("Transpose", [k_scaled], "KTransposed", perm=[0, 1, 3, 2])
+    scores = b.cast(b.op("MatMul", [q_scaled, k_t], "Scores"), precision, "ScoresP", q_type)
+
+    score_mod = ctx.attribute("score_mod")
+    if score_mod is not None:
+        scores = _splice_graph(b, score_mod, scores, "score_mod")
+        if scores is None:
+            return None
+    probs = b.op("Softmax", [scores], "Probs", axis=-1)
+    prob_mod = ctx.attribute("prob_mod")
+    if prob_mod is not None:
+        probs = _splice_graph(b, prob_mod, probs, "prob_mod")
+        if probs is None:
+            return None
+    v_p = b.cast(v_aligned, precision, "VAlignedP", v_type)
+    if precision == v_type:
+        b.op("MatMul", [probs, v_p], "", out="Y")
+    else:
+        b.op("Cast", [b.op("MatMul", [probs, v_p], "YP")], "", out="Y", to=v_type)
+
+    opsets = {"": _body_opset(ctx)}
+    for graph in (g for g in (score_mod, prob_mod) if g is not None):
+        for domain in _domains(graph) - {""}:
+            if domain not in ctx.opsets:
+                return None
+            opsets[domain] = ctx.opsets[domain]
+    return helper.make_function(
+        BODY_DOMAIN, "flex_attention", ["Q", "K", "V"], ["Y"], b.nodes,
+        [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
+    )
+
+
+# -- training optimizers --------------------------------------------------------------------
+
+# op -> (inputs per optimized tensor, attribute defaults; None: required)
+_OPTIMIZERS: dict[str, tuple[int, dict[str, float | str | None]]] = {
+    "Adagrad": (3, {"decay_factor": 0.0, "epsilon": 1e-6, "norm_coefficient": 0.0}),
+    "Adam": (4, {"alpha": 0.9, "beta": 0.999, "epsilon": 1e-6, "norm_coefficient": 0.0,
+                 "norm_coefficient_post": 0.0}),
+    "Momentum": (3, {"alpha": None, "beta": None, "mode": None, "norm_coefficient": None}),
+}
+
+
+def _optimizer_setup(ctx: DecompositionContext, op_type: str):
+    """(attribute values, number of tensors, element type) or None to decline."""
+    node = ctx.node
+    per_tensor, defaults = _OPTIMIZERS[op_type]
+    if not _plain_attributes(node, defaults) or not all(node.input):
+        return None
+    values = {k: ctx.attribute(k, v) for k, v in defaults.items()}
+    # the attributes are float32: a default is too (0.9 is 0.89999998 as the spec has it)
+    values = {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in values.items()}
+    if any(v is None for v in values.values()):
+        return None  # a required attribute is missing
+    if isinstance(values.get("mode"), bytes):
+        values["mode"] = values["mode"].decode()
+    if op_type == "Momentum" and values["mode"] not in ("standard", "nesterov"):
+        return None
+    count, rest = divmod(len(node.input) - 2, per_tensor)
+    if count < 1 or rest or len(node.output) != count * (per_tensor - 1):
+        return None
+    types = list(ctx.input_types)
+    tensor_types = {_elem_type(t) for t in types[2:] if t}
+    if len(tensor_types) != 1:
+        return None  # unknown, or not one type (the spec has one type T3)
+    (elem,) = tensor_types
+    if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        return None
+    if _elem_type(types[0]) not in (None, TensorProto.FLOAT, TensorProto.DOUBLE):
+        return None
+    if _elem_type(types[1]) not in (None, TensorProto.INT64):
+        return None
+    return values, count, elem
+
+
+def _new_body(count: int, inputs: str, outputs: str) -> _Body:
+    """A body whose formal inputs are ``R, T`` and ``<kind><i>`` for each kind in
+    ``inputs``; outputs ``<kind><i>_new`` for each kind in ``outputs``."""
+    b = _Body()
+    b.reserve(["R", "T"] + [f"{k}{i}" for k in inputs for i in range(count)])
+    b.reserve([f"{k}{i}_new" for k in outputs for i in range(count)])
+    return b
+
+
+def _optimizer_function(ctx: DecompositionContext, name: str, count: int, inputs: str,
+                        outputs: str, body: _Body) -> FunctionProto:
+    return helper.make_function(
+        BODY_DOMAIN, name,
+        ["R", "T"] + [f"{k}{i}" for k in inputs for i in range(count)],
+        [f"{k}{i}_new" for k in outputs for i in range(count)],
+        body.nodes, [helper.make_opsetid("", _body_opset(ctx))],
+    )
+
+
+def _regularized(b: _Body, x: str, g: str, norm: str) -> str:
+    return b.op("Add", [b.op("Mul", [norm, x], f"{x}Scaled"), g], f"{g}Regularized")
+
+
+def build_adagrad(ctx: DecompositionContext) -> FunctionProto | None:
+    """Adagrad over any number of tensors."""
+    setup = _optimizer_setup(ctx, "Adagrad")
+    if setup is None:
+        return None
+    values, count, elem = setup
+    f64 = TensorProto.DOUBLE
+    b = _new_body(count, "XGH", "XH")
+    r_d = b.cast("R", f64, "RD", _elem_type(ctx.input_types[0]))
+    t_d = b.op("Cast", ["T"], "TD", to=f64)
+    decay = b.const(values["decay_factor"], f64, "DecayFactor")
+    one_d = b.const(1.0, f64, "OneD")
+    rate = b.op("Div", [r_d, b.op("Add", [one_d, b.op("Mul", [t_d, decay], "TDecay")],
+                                  "Decay")], "RateD")
+    rate = b.cast(rate, elem, "Rate", f64)
+    norm = b.const(values["norm_coefficient"], elem, "NormCoefficient")
+    epsilon = b.const(values["epsilon"], elem, "Epsilon")
+    for i in range(count):
+        x, g, h = f"X{i}", f"G{i}", f"H{i}"
+        g_reg = _regularized(b, x, g, norm)
+        h_new = b.op("Add", [h, b.op("Mul", [g_reg, g_reg], f"{g}Squared")], "",
+                     out=f"H{i}_new")
+        adaptive = b.op("Add", [b.op("Sqrt", [h_new], f"{h}Sqrt"), epsilon], f"{h}Adaptive")
+        step = b.op("Div", [b.op("Mul", [rate, g_reg], f"{g}Rated"), adaptive], f"{x}Step")
+        b.op("Sub", [x, step], "", out=f"X{i}_new")
+    return _optimizer_function(ctx, "adagrad", count, "XGH", "XH", b)
+
+
+def build_adam(ctx: DecompositionContext) -> FunctionProto | None:
+    """Adam over any number of tensors."""
+    setup = _optimizer_setup(ctx, "Adam")
+    if setup is None:
+        return None
+    values, count, elem = setup
+    f64 = TensorProto.DOUBLE
+    b = _new_body(count, "XGVH", "XVH")
+    alpha, beta = values["alpha"], values["beta"]
+    # R' = T > 0 ? R * sqrt(1 - beta**T) / (1 - alpha**T) : R, in double
+    r_d = b.cast("R", f64, "RD", _elem_type(ctx.input_types[0]))
+    t_d = b.op("Cast", ["T"], "TD", to=f64)
+    one_d = b.const(1.0, f64, "OneD")
+    beta_t = b.op("Pow", [b.const(beta, f64, "BetaD"), t_d], "BetaPowT")
+    alpha_t = b.op("Pow", [b.const(alpha, f64, "AlphaD"), t_d], "AlphaPowT")
+    corrected = b.op("Div", [
+        b.op("Mul", [r_d, b.op("Sqrt", [b.op("Sub", [one_d, beta_t], "OneMinusBetaPowT")],
+                                "SqrtOneMinusBetaPowT")], "RSqrt"),
+        b.op("Sub", [one_d, alpha_t], "OneMinusAlphaPowT")], "RCorrected")
+    positive = b.op("Greater", ["T", b.const(0, TensorProto.INT64, "ZeroI")], "TPositive")
+    rate = b.cast(b.op("Where", [positive, corrected, r_d], "RateD"), elem, "Rate", f64)
+
+    def c(value: float, hint: str) -> str:
+        return b.const(value, elem, hint)
+
+    def one_minus(value: float) -> np.float32:
+        """``1 - value`` in float32, the attributes' type (as the reference evaluator)."""
+        return np.float32(1) - np.float32(value)
+
+    norm = c(values["norm_coefficient"], "NormCoefficient")
+    alpha_c, one_minus_alpha = c(alpha, "Alpha"), c(one_minus(alpha), "OneMinusAlpha")
+    beta_c, one_minus_beta = c(beta, "Beta"), c(one_minus(beta), "OneMinusBeta")
+    epsilon = c(values["epsilon"], "Epsilon")
+    post = c(one_minus(values["norm_coefficient_post"]), "OneMinusNormCoefficientPost")
+    for i in range(count):
+        x, g, v, h = f"X{i}", f"G{i}", f"V{i}", f"H{i}"
+        g_reg = _regularized(b, x, g, norm)
+        b.op("Add", [b.op("Mul", [alpha_c, v], f"{v}Decayed"),
+                     b.op("Mul", [one_minus_alpha, g_reg], f"{g}Weighted")], "", out=f"V{i}_new")
+        squared = b.op("Mul", [g_reg, g_reg], f"{g}Squared")
+        b.op("Add", [b.op("Mul", [beta_c, h], f"{h}Decayed"),
+                     b.op("Mul", [one_minus_beta, squared], f"{g}SquaredWeighted")], "",
+             out=f"H{i}_new")
+        h_sqrt = b.op("Add", [b.op("Sqrt", [f"H{i}_new"], f"{h}Sqrt"), epsilon], f"{h}SqrtEps")
+        direction = b.op("Div", [f"V{i}_new", h_sqrt], f"{x}Direction")
+        updated = b.op("Sub", [x, b.op("Mul", [rate, direction], f"{x}Step")], f"{x}Updated")
+        b.op("Mul", [post, updated], "", out=f"X{i}_new")
+    return _optimizer_function(ctx, "adam", count, "XGVH", "XVH", b)
+
+
+def build_momentum(ctx: DecompositionContext) -> FunctionProto | None:
+    """Momentum (standard or Nesterov) over any number of tensors."""
+    setup = _optimizer_setup(ctx, "Momentum")
+    if setup is None:
+        return None
+    values, count, elem = setup
+    b = _new_body(count, "XGV", "XV")
+    rate = b.cast("R", elem, "Rate", _elem_type(ctx.input_types[0]))
+    norm = b.const(values["norm_coefficient"], elem, "NormCoefficient")
+    alpha = b.const(values["alpha"], elem, "Alpha")
+    positive = b.op("Greater", ["T", b.const(0, TensorProto.INT64, "ZeroI")], "TPositive")
+    beta = b.op("Where", [positive, b.const(values["beta"], elem, "Beta"),
+                          b.const(1.0, elem, "One")], "BetaAdjusted")
+    nesterov = values["mode"] == "nesterov"
+    for i in range(count):
+        x, g, v = f"X{i}", f"G{i}", f"V{i}"
+        g_reg = _regularized(b, x, g, norm)
+        b.op("Add", [b.op("Mul", [alpha, v], f"{v}Decayed"),
+                     b.op("Mul", [beta, g_reg], f"{g}Weighted")], "", out=f"V{i}_new")
+        direction = f"V{i}_new"
+        if nesterov:
+            direction = b.op("Add", [g_reg, b.op("Mul", [alpha, direction], f"{v}Ahead")],
+                             f"{x}Direction")
+        b.op("Sub", [x, b.op("Mul", [rate, direction], f"{x}Step")], "", out=f"X{i}_new")
+    return _optimizer_function(ctx, "momentum", count, "XGV", "XV", b)
+
+
+@hookimpl
+def register_decompositions(registry) -> None:
+    registry.add(PREVIEW, "FlexAttention", build_flex_attention, opsets=FLEX_OPSETS,
+                 dtypes=("float", "double", "float16"),
+                 description="onnx-preview:FlexAttention (score_mod/prob_mod spliced in)")
+    for op_type, builder in (("Adagrad", build_adagrad), ("Adam", build_adam),
+                             ("Momentum", build_momentum)):
+        registry.add(TRAINING, op_type, builder, opsets=TRAINING_OPSETS,
+                     dtypes=("float", "double"), description=f"onnx-preview:{op_type}")
+        registry.add(TRAINING, op_type, _no_ai_onnx_import(builder), opsets=NO_IMPORT_OPSETS,
+                     dtypes=("float", "double"),
+                     description=f"onnx-preview:{op_type} (model imports no ai.onnx opset; "
+                                 f"the body imports ai.onnx {NO_IMPORT_BODY_OPSET})")
+
+
+def _no_ai_onnx_import(builder):
+    """``builder`` for models that import no ai.onnx opset at all (the engine plans them at
+    opset 1); a model that really imports ai.onnx 1 is declined."""
+
+    def build(ctx: DecompositionContext) -> FunctionProto | None:
+        return None if "" in ctx.opsets else builder(ctx)
+
+    build.__name__ = f"{builder.__name__}_no_ai_onnx_import"
+    return build

@@ -65,6 +65,10 @@ CONVERTIBLE = ("", "ai.onnx.ml")
 #: constants larger than this are never read to become attributes
 MAX_CONSTANT_ELEMENTS = 256
 MAX_DEPTH = 40
+#: findings an older version of the op may remedy (a runtime without the newest kernel)
+OLDER_VERSION_REASONS = ("no-kernel", "type-binding")
+#: how many older versions of one op are tried
+MAX_OLDER_STEPS = 8
 INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -1698,6 +1702,22 @@ def floors(targets) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _has_older_version(finding: Finding) -> bool:
+    """Whether the finding's op existed, in another version, before the node's opset."""
+    from onnx import defs
+
+    domain = normalize_domain(finding.domain)
+    opset = (finding.scope_opsets or {}).get(domain)
+    if finding.node is None or domain not in CONVERTIBLE or opset is None:
+        return False
+    try:
+        since = defs.get_schema(finding.op_type, opset, domain).since_version
+        defs.get_schema(finding.op_type, since - 1, domain)
+    except defs.SchemaError:
+        return False
+    return True
+
+
 def ceilings(targets) -> dict[str, int]:
     """The lowest opset ceiling any target sets, per convertible domain."""
     out: dict[str, int] = {}
@@ -1851,9 +1871,13 @@ class OpsetConversionPass(RewritePass):
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
         if finding.reason == "opset-too-new":
             return normalize_domain(finding.domain) in ceilings(ctx.targets)
-        return self._raise_to(ctx, finding.target) is not None
+        if self._raise_to(ctx, finding.target) is not None:
+            return True
+        return finding.reason in OLDER_VERSION_REASONS and _has_older_version(finding)
 
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
+        if finding.reason in OLDER_VERSION_REASONS and self._raise_to(ctx) is None:
+            return self._offers_older_version(finding, ctx)
         if finding.reason != "opset-too-new":
             target = self._raise_to(ctx, finding.target)
             if target is None:
@@ -1964,6 +1988,77 @@ class OpsetConversionPass(RewritePass):
             raise Decline("an attribute refers to the enclosing function's attributes")
         return _as_function(node, nodes, to, how)
 
+    # down-conversion for a runtime that has the op only at an older version -------------
+
+    def _offers_older_version(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
+        version = self.older_version(finding, ctx)
+        if isinstance(version, Decline):
+            return False, str(version)
+        return True, (f"converts the model to {normalize_domain(finding.domain) or 'ai.onnx'} "
+                      f"opset {version}, where {finding.target} has {finding.op_type}")
+
+    def older_version(self, finding: Finding, ctx: PassContext) -> int | Decline:
+        """The newest opset below the node's at which the finding's target runs the node's
+        op (as converted), e.g. RoiAlign-22 -> opset 21 (RoiAlign-16) for onnxruntime."""
+        from onnx import defs
+
+        node, domain = finding.node, normalize_domain(finding.domain)
+        if node is None or domain not in CONVERTIBLE or normalize_domain(node.domain) != domain:
+            return Decline("converts opsets of ai.onnx and ai.onnx.ml nodes only")
+        opsets = dict(finding.scope_opsets or {})
+        current = opsets.get(domain)
+        target = next((t for t in ctx.targets if t.name == finding.target), None)
+        if current is None or target is None:
+            return Decline("the node's opset or target is unknown")
+        key = ("older", self._key(node, opsets, finding.input_types, {}, self.facts()),
+               finding.target)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        result: int | Decline = Decline(
+            f"{finding.target} has no older version of {node.op_type} this pass reaches")
+        types = {n: t for n, t in zip(node.input, finding.input_types) if n and t}
+        version = current
+        for _ in range(MAX_OLDER_STEPS):
+            try:
+                since = defs.get_schema(node.op_type, version, domain).since_version
+            except defs.SchemaError:
+                break
+            version = since - 1  # the newest opset where the op had its previous version
+            if version < 1:
+                break
+            to = {domain: version}
+            query = NodeQuery(node=node, path=finding.path, domain=domain, opset=version,
+                              types=types, opsets={**opsets, **to})
+            if target.check_node(query) is not None:
+                continue
+            converted = self.conversion(node, opsets, finding.input_types, to)
+            if isinstance(converted, Decline):
+                result = Decline(f"{node.op_type} cannot be lowered to opset {version}: "
+                                 f"{converted}")
+                break
+            result = version
+            break
+        self._cache[key] = result
+        return result
+
+    def _older_opset_for_targets(self, model: ModelProto, ctx: PassContext) -> dict[str, int]:
+        """The opsets to convert to so that every node a target lacks at its version runs
+        at an older one (the lowest such opset over all findings; {} when none)."""
+        from rewriter.detect import find_unsupported
+
+        best: dict[str, int] = {}
+        for target in ctx.targets:
+            for f in find_unsupported(model, target, keep_nodes=True):
+                if f.reason not in OLDER_VERSION_REASONS:
+                    continue
+                version = self.older_version(f, ctx)
+                if isinstance(version, Decline):
+                    continue
+                domain = normalize_domain(f.domain)
+                best[domain] = min(best.get(domain, version), version)
+        return best
+
     # up-conversion -----------------------------------------------------------------------
 
     def _raise_to(self, ctx: PassContext, target_name: str | None = None) -> int | None:
@@ -2015,7 +2110,7 @@ class OpsetConversionPass(RewritePass):
             out.CopyFrom(result)
             self._model, self._facts = out, None
             return out
-        to = ceilings(ctx.targets)
+        to = ceilings(ctx.targets) or self._older_opset_for_targets(model, ctx)
         if not to:
             return None
         findings = find_unsupported(model, _CeilingTarget(to), keep_nodes=True)

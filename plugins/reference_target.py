@@ -109,7 +109,8 @@ class ReferenceTarget(Target):
             module.load_op(domain, op_type, opset)
         except RuntimeContextError:
             return None  # a context-dependent function: expanded per node at run time
-        except (NotImplementedError, ValueError, KeyError, ImportError) as e:
+        except (NotImplementedError, ValueError, KeyError, ImportError, RuntimeError) as e:
+            # RuntimeError: onnx 1.23 has no DequantizeLinear/QuantizeLinear before version 19
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             return ("no-kernel", f"no reference implementation of {op_type}({opset}): {first}")
         return None

@@ -6,6 +6,8 @@ Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stder
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import traceback
 
@@ -166,11 +168,16 @@ def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug)
     help="Compare the result with the original on every target that runs models "
     "(see 'onnx-rewriter compare'); a mismatch fails the rewrite.",
 )
+@click.option("--inputs", "inputs", multiple=True, type=click.Path(),
+              help="Inputs for that comparison (.npz or ONNX test-data folder; repeatable; "
+              "default: generated).")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+              help="Value of a symbolic dimension for generated inputs (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
-            libraries, prefer, verify, as_json, plugin_specs, debug):
+            libraries, prefer, verify, inputs, dims, as_json, plugin_specs, debug):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     Exit 0 when the result runs on every target and passes verification, 1 when findings
@@ -179,14 +186,20 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     obj = _state(ctx, plugin_specs, debug)
     from rewriter import report as render
     from rewriter.api import rewrite as run_rewrite
+    from rewriter.inputs import parse_dims
     from rewriter.pipeline import UnfixableError
 
     plugins = _load_plugins(obj)
+    compare_options = {}
+    if inputs:
+        compare_options["inputs"] = list(inputs)
+    if dims:
+        compare_options["dims"] = parse_dims(dims)
     try:
         result = run_rewrite(
             model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
             explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
-            prefer=prefer, verify=verify,
+            prefer=prefer, verify=verify, compare_options=compare_options or None,
         )
     except UnfixableError as e:
         if as_json:
@@ -373,10 +386,42 @@ def ops(ctx, as_json, markdown, plugin_specs, debug):
     ctx.exit(EXIT_OK)
 
 
+@contextlib.contextmanager
+def _native_stdout_to_stderr():
+    """Send what C++ code prints to stdout (onnx's checker: "Warning: Model contains
+    experimental ops") to stderr, so stdout holds only what we print (``--json`` stays
+    parseable). Python's ``sys.stdout`` keeps writing to the real stdout."""
+    try:
+        python_on_fd1 = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # captured (tests) or replaced
+        python_on_fd1 = False
+    try:
+        saved = os.dup(1)
+    except OSError:
+        yield
+        return
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    previous = sys.stdout
+    if python_on_fd1:
+        sys.stdout = os.fdopen(os.dup(saved), "w", encoding=previous.encoding,
+                               errors=previous.errors, buffering=1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        if python_on_fd1:
+            sys.stdout.close()
+            sys.stdout = previous
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point."""
     try:
-        cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=True)
+        with _native_stdout_to_stderr():
+            cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=True)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)
     return EXIT_OK

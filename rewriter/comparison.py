@@ -556,6 +556,7 @@ def compare(
         original, subject = None, as_loaded(model)
     else:
         original, subject = as_loaded(model), as_loaded(rewritten)
+        original = with_missing_imports(original, subject.model)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=False)
     specs = list(dict.fromkeys(targets))
     resolved = resolve_targets(plugins, specs, options)
@@ -615,7 +616,12 @@ def compare(
                 report.oracle_attempts.append(
                     {"target": spec, "status": result.kind, "error": result.error})
                 if result.ok:
-                    report.oracle, oracle_spec, want = spec, spec, result.outputs
+                    want, recast = as_declared_floats(result.outputs, original.model)
+                    if recast:
+                        report.oracle_attempts[-1]["note"] = (
+                            f"{spec} returned {', '.join(recast)} in another float type than "
+                            "the model declares; cast to the declared type")
+                    report.oracle, oracle_spec = spec, spec
                     break
             if want is None:
                 report.oracle_error = "; ".join(
@@ -644,6 +650,64 @@ def compare(
     finally:
         report.seconds = time.perf_counter() - start
     return report
+
+
+def as_declared_floats(output_sets, model) -> tuple[list[dict], list[str]]:
+    """The oracle's outputs with each floating-point output in the float type the model
+    declares for it (the reference evaluator returns some in float64, e.g. Adam's X_new:
+    an artefact of the evaluator, not a property of the model), and the names recast."""
+    from onnx import helper
+
+    declared = {}
+    for v in model.graph.output:
+        elem = v.type.tensor_type.elem_type if v.type.HasField("tensor_type") else 0
+        if elem:
+            try:
+                declared[v.name] = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+            except (KeyError, TypeError, ValueError):
+                pass
+    recast: list[str] = []
+    out = []
+    for outputs in output_sets:
+        fixed = dict(outputs)
+        for name, value in outputs.items():
+            want = declared.get(name)
+            if (want is not None and isinstance(value, np.ndarray) and value.dtype != want
+                    and value.dtype.kind == "f" and want.kind == "f"):
+                fixed[name] = value.astype(want)
+                if name not in recast:
+                    recast.append(name)
+        out.append(fixed)
+    return out, recast
+
+
+def with_missing_imports(original, rewritten):
+    """The original with an opset import for every domain its graphs use but do not import
+    (exporters forget them; onnxruntime fills them in, the reference evaluator refuses),
+    at the version the rewritten model imports, else the newest (ai.onnx) or 1; the same
+    LoadedModel when nothing is missing."""
+    import dataclasses
+
+    from onnx import ModelProto, defs
+
+    from rewriter.walk import iter_scopes, normalize_domain
+
+    model = original.model
+    imported = {normalize_domain(i.domain) for i in model.opset_import}
+    used = {normalize_domain(n.domain) for scope in iter_scopes(model)
+            if scope.graph is not None for n in scope.nodes}
+    missing = sorted(used - imported)
+    if not missing:
+        return original
+    versions = {normalize_domain(i.domain): i.version for i in rewritten.opset_import}
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    for domain in missing:
+        entry = copy.opset_import.add()
+        entry.domain = domain
+        entry.version = versions.get(domain) or (defs.onnx_opset_version() if domain == ""
+                                                 else 1)
+    return dataclasses.replace(original, model=copy)
 
 
 def _findings_text(findings, limit: int = 3) -> str:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
-from onnx import FunctionProto, GraphProto, ModelProto
+from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
 
 from rewriter.targets import Finding, NodeQuery, Target
 from rewriter.typeinfer import (
     OutputTypeMemo,
+    binding_conflict,
     declared_protos,
     declared_types,
 )
@@ -70,17 +72,82 @@ def find_unsupported(model: ModelProto, target: Target, keep_nodes: bool = False
     return walker.run()
 
 
-def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
-    import dataclasses
+@dataclass
+class Detection:
+    """One target's walk over a model, with what the rewrite engine reuses afterwards."""
 
-    return dataclasses.replace(
-        finding, node=node, input_types=tuple(types.get(n) if n else None for n in inputs),
-        scope_opsets=dict(opsets),
+    findings: list[Finding]
+    declared: dict[str, TypeProto]  # declared value types (with shapes), every graph
+    main_types: dict[str, str]  # value types of the main graph at the end of the walk
+    produced: set[str]  # names the main graph's nodes produce
+    owners: set[str]  # outputs of main-graph nodes that hold subgraphs
+    in_main: set[int]  # ids of the findings whose node is in the main graph
+    walker: _Walker = field(repr=False)
+
+
+def detect(model: ModelProto, target: Target) -> Detection:
+    """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs."""
+    walker = _Walker(model, target)
+    walker.keep_nodes = True
+    walker.record = True
+    findings = walker.run()
+    return Detection(findings, walker.declared, walker.main_types, walker.produced,
+                     walker.owners, walker.in_main, walker)
+
+
+@dataclass
+class Recheck:
+    """What :func:`recheck` found: the findings of the nodes it checked, and type conflicts
+    (a value whose type the rewrite changed, operands that no longer agree)."""
+
+    findings: list[Finding]
+    conflicts: list[str]
+    checked: int  # nodes checked again (outside the bodies the plan had proven)
+    types: dict[str, str]  # the main graph's value types after the rewrite
+
+
+# A replaced node's output -> (token, output index, the node's input names); the engine's
+# ``body_outputs(token, input types)`` returns the output types of the body it spliced in
+# for those input types, or None when the plan does not prove the body for them.
+Replaced = Mapping[str, tuple[Any, int, Sequence[str]]]
+
+
+def recheck(
+    model: ModelProto, target: Target, before: Detection, replaced: Replaced,
+    body_outputs: Callable[[Any, tuple], Sequence[str | None] | None],
+) -> Recheck | None:
+    """The target re-check of a rewritten model, done only where the rewrite can have
+    changed a verdict; None when that cannot be proven (the caller then walks it all).
+
+    ``model`` is ``before``'s model with main-graph nodes replaced by decomposition bodies
+    the planner checked node by node against ``target`` (for the replaced node's input
+    types). A node outside the bodies keeps its earlier verdict unless a value it reads
+    changed type: the output of a replaced node whose body gives a type the first walk did
+    not know (or another), and so on downstream. Those nodes, nodes holding subgraphs
+    (their bodies read outer values implicitly) and every subgraph are checked again, with
+    the same walker as :func:`find_unsupported`; a body whose inputs changed type is asked
+    of ``body_outputs``. Not for models with local functions (the caller walks those).
+    """
+    walker = _Walker(model, target)
+    walker.keep_nodes = True
+    walker.output_types = before.walker.output_types  # same schemas: reuse the memo
+    return walker.recheck(before, replaced, body_outputs)
+
+
+def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
+    """``finding`` with its node, input types and scope opsets (dataclasses.replace, the
+    fields spelled out: a rewrite makes one per finding, and replace is ten times slower)."""
+    get = types.get
+    return Finding(
+        finding.target, finding.path, finding.domain, finding.op_type, finding.version,
+        finding.reason, finding.detail, finding.node_name, node,
+        tuple([get(n) if n else None for n in inputs]), dict(opsets),
     )
 
 
 class _Walker:
     keep_nodes = False
+    record = False  # keep the main graph's types, produced names and subgraph owners
 
     def __init__(self, model: ModelProto, target: Target) -> None:
         self.model = model
@@ -92,17 +159,22 @@ class _Walker:
         self.findings: list[Finding] = []
         self.declared: dict = {}  # value name -> declared TypeProto (with shape), all graphs
         self.output_types = OutputTypeMemo()
+        self.main_types: dict[str, str] = {}
+        self.produced: set[str] = set()
+        self.owners: set[str] = set()
+        self.in_main: set[int] = set()
 
     def run(self) -> list[Finding]:
         self.findings.extend(self.target.check_model(self.model))
         opsets = opset_map(self.model.opset_import)
-        self._graph(self.model.graph, "graph", opsets, {})
+        self._graph(self.model.graph, "graph", opsets, self.main_types, main=True)
         for key, f in self.functions.items():
             if key not in self.checked_functions:
                 self._function(key, f, [], opsets)
         return self.findings
 
-    def _graph(self, graph: GraphProto, path: str, opsets, outer: dict[str, str]) -> None:
+    def _graph(self, graph: GraphProto, path: str, opsets, outer: dict[str, str],
+               main: bool = False) -> None:
         """Walk ``graph`` seeing the ``outer`` types (those of the enclosing graphs); whatever
         the graph adds or overrides is undone afterwards, so ``outer`` is left as it was.
         (Updating ``outer`` in place instead of copying it keeps a model with many subgraphs
@@ -115,6 +187,9 @@ class _Walker:
                 overridden.setdefault(name, types[name])
             types[name] = t
         self.declared.update(declared_protos(graph))
+        if main:  # the main graph's types stay for the caller (see Detection)
+            self._nodes(graph.node, path, opsets, types, self.record)
+            return
         try:
             self._nodes(graph.node, path, opsets, types)
         finally:
@@ -134,13 +209,15 @@ class _Walker:
         self._nodes(f.node, label, opsets, types)
         self.function_types[key] = types
 
-    def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str]) -> None:
+    def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str],
+               record: bool = False) -> None:
         # The hot loop of `check`: every protobuf field read here costs a wrapper object, so
         # each is read once per node and shared with the target through the NodeQuery.
         check_node, schemas, functions = self.target.check_node, self.schemas, self.functions
         findings, declared, infer = self.findings, self.declared, self.output_types.infer
         resolve, max_version = schemas.resolve, schemas.max_version
         aliases = _DOMAIN_ALIASES
+        produce = self.produced.update if record else None
         for i, node in enumerate(nodes):
             raw_domain = node.domain
             domain = aliases.get(raw_domain, raw_domain)
@@ -148,6 +225,8 @@ class _Walker:
             op_type = node.op_type
             key = (domain, op_type, node.overload) if functions else None
             if key is not None and key in functions:
+                if produce is not None:
+                    produce(node.output)
                 in_types = [types.get(n) if n else None for n in node.input]
                 if key not in self.checked_functions:
                     self._function(key, functions[key], in_types, opsets)
@@ -158,15 +237,21 @@ class _Walker:
                         types[name] = body_types[inner]
                 continue
             inputs, outputs = tuple(node.input), tuple(node.output)
+            if produce is not None:
+                produce(outputs)
             node_path = f"{path}/node {i} ({node.name or op_type})"  # walk.node_label
             finding = check_node(NodeQuery(node, node_path, domain, opset, types, opsets,
                                            declared, inputs, outputs))
             if finding is not None:
                 if self.keep_nodes:
                     finding = _with_node(finding, node, inputs, types, opsets)
+                if record:
+                    self.in_main.add(id(finding))
                 findings.append(finding)
             if node.attribute:
                 for attr_label, sub in subgraphs(node):
+                    if produce is not None:
+                        self.owners.update(outputs)
                     self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
             for o in outputs:
                 if o and o not in types:
@@ -179,6 +264,95 @@ class _Walker:
                                               raw_domain)):
                 if name and t and name not in types:
                     types[name] = t
+
+
+    # -- the re-check of a rewritten model (see :func:`recheck`) ----------------------------
+
+    def recheck(self, before: Detection, replaced: Replaced, body_outputs) -> Recheck | None:
+        model = self.model
+        if model.functions or before.walker.functions:
+            return None  # calls read their bodies' types: walk those models whole
+        self.findings.extend(self.target.check_model(model))
+        opsets = opset_map(model.opset_import)
+        graph = model.graph
+        types = dict(before.main_types)
+        stated = declared_types(graph)
+        changed: set[str] = set()
+        conflicts: list[str] = []
+        for name, t in stated.items():
+            if types.get(name) != t:
+                types[name] = t
+                changed.add(name)
+        self.declared.update(declared_protos(graph))
+        old_kept = before.produced.difference(replaced)
+        owners = before.owners
+        special = owners.union(replaced)
+        seen: set[str] = set()
+        checked = 0
+        # One pass; per node only C-level set operations unless the node needs a verdict.
+        for i, node in enumerate(graph.node):
+            outputs = node.output
+            if special.isdisjoint(outputs):
+                if old_kept.issuperset(outputs):  # a node the rewrite did not touch...
+                    if not outputs or (changed and not changed.isdisjoint(node.input)):
+                        checked += 1  # ...reading a value whose type changed
+                        self._check_again(node, i, opsets, types, stated, changed, conflicts)
+                continue  # (else a node inside a spliced body: proven by the plan)
+            if not owners.isdisjoint(outputs):  # its subgraphs read outer values unseen
+                checked += 1
+                self._check_again(node, i, opsets, types, stated, changed, conflicts)
+                continue
+            for o in outputs:  # a spliced body's last node: proven by the plan...
+                entry = replaced.get(o)
+                if entry is None:
+                    continue
+                seen.add(o)
+                token, index, input_names = entry
+                in_types = tuple([types.get(n) if n else None for n in input_names])
+                body = body_outputs(token, in_types)  # ...for these input types
+                if body is None:
+                    return None
+                new, old = body[index] if index < len(body) else None, types.get(o)
+                if not new or new == old:
+                    continue
+                if old:
+                    conflicts.append(f"the remedy for {o!r} changes its type from {old} to "
+                                     f"{new}")
+                if o not in stated:
+                    types[o] = new
+                    changed.add(o)
+        if len(seen) != len(replaced):
+            return None  # an output no body node produces (passed through): walk it all
+        return Recheck(self.findings, conflicts, checked, types)
+
+    def _check_again(self, node, i, opsets, types, stated, changed, conflicts) -> None:
+        """One node of the re-check: the target's verdict, its subgraphs, its output types
+        (an inferred type that differs from the earlier one is a change downstream)."""
+        raw_domain = node.domain
+        domain = _DOMAIN_ALIASES.get(raw_domain, raw_domain)
+        opset = opsets.get(domain)
+        op_type = node.op_type
+        inputs, outputs = tuple(node.input), tuple(node.output)
+        node_path = f"graph/node {i} ({node.name or op_type})"
+        finding = self.target.check_node(NodeQuery(node, node_path, domain, opset, types,
+                                                   opsets, self.declared, inputs, outputs))
+        if finding is not None:
+            self.findings.append(_with_node(finding, node, inputs, types, opsets))
+        if node.attribute:
+            for attr_label, sub in subgraphs(node):
+                self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
+        version = opset or self.schemas.max_version.get(domain)
+        schema = self.schemas.resolve(domain, op_type, version) if version else None
+        inferred = self.output_types.infer(node, schema, inputs, outputs, types, op_type,
+                                           raw_domain)
+        for name, t in zip(outputs, inferred):
+            if name and t and name not in stated and types.get(name) != t:
+                types[name] = t
+                changed.add(name)
+        if schema is not None:
+            problem = binding_conflict(schema, inputs, outputs, types)
+            if problem:
+                conflicts.append(f"{node_path}: {problem}")
 
 
 def group_findings(findings: Iterable[Finding], registry=None) -> list[FindingGroup]:

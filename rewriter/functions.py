@@ -23,9 +23,39 @@ PROVENANCE_RULE = "rewriter.rule"
 PROVENANCE_OP = "rewriter.op"  # the op the stamped node helps replace ("com.acme::Gelu")
 
 
+class Recording(Mapping):
+    """A read-only view of ``data`` that notes every name looked up in ``log`` (as
+    ``(kind, name)``; ``(kind, "*")`` when the whole mapping was iterated). The planner
+    reuses a body for another node only when everything its builder read is the same."""
+
+    def __init__(self, data: Mapping, log: list, kind: str) -> None:
+        self._data, self._log, self._kind = data, log, kind
+
+    def __getitem__(self, name):
+        self._log.append((self._kind, name))
+        return self._data[name]
+
+    def __contains__(self, name) -> bool:
+        self._log.append((self._kind, name))
+        return name in self._data
+
+    def __iter__(self):
+        self._log.append((self._kind, "*"))
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        self._log.append((self._kind, "*"))
+        return len(self._data)
+
+
 @dataclass
 class DecompositionContext:
-    """What a decomposition builder may look at to build a body for one node."""
+    """What a decomposition builder may look at to build a body for one node.
+
+    ``declared``: the types (with shapes) the model states for values (graph inputs,
+    outputs, value_info, every graph), by name; ``constants``: initializers and Constant
+    outputs by name. A body built from them is reused only for nodes where the names the
+    builder looked up hold the same values."""
 
     node: NodeProto
     opset: int  # the ai.onnx opset the body must be written for

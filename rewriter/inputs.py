@@ -94,7 +94,7 @@ def _shape_of(tp: TypeProto) -> list[int | str | None] | None:
         return None
     out: list[int | str | None] = []
     for d in inner.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             out.append(d.dim_value)
         elif d.HasField("dim_param") and d.dim_param:
             out.append(d.dim_param)
@@ -217,7 +217,8 @@ def _tensor(name: str, elem_type: int, shape: list[int], rng, value_range):
         raise InputError(f"input {name!r} declares no element type: give --inputs")
     if elem_type == TensorProto.STRING:
         words = np.array(["alpha", "Beta", "gamma", "DELTA", "epsilon", ""], dtype=object)
-        return words[rng.integers(0, len(words), size=shape)].astype(object)
+        picked = words[rng.integers(0, len(words), size=shape)]
+        return np.asarray(picked, dtype=object).reshape(shape)  # a 0-d pick is a str
     try:
         dtype = helper.tensor_dtype_to_np_dtype(elem_type)
     except (KeyError, ValueError, TypeError):

@@ -24,7 +24,6 @@ from rewriter.errors import ExternalDataError, ModelError, OutputError
 from rewriter.walk import (
     iter_scopes,
     iter_tensor_sites,
-    iter_tensors,
     node_label,
     tensor_location,
 )
@@ -479,10 +478,9 @@ def save_model(
     loaded) to files named after the output, and their ``location`` fields are updated.
     """
     out = check_output_path(output, source.path if source else None, in_place=in_place)
-    locations = sorted(
-        {external_data_fields(t).get("location", "") for _, t in iter_tensors(model)
-         if uses_external_data(t)}
-    )
+    # every external tensor's location entry, found in one walk (renamed in place below)
+    entries = _location_entries(model)
+    locations = sorted({entry.value for entry in entries})
     if locations and source is None:
         raise OutputError(f"{out}: model refers to external data but its source folder is unknown")
     # The input's external data is never written, nor its model (unless in_place).
@@ -510,9 +508,15 @@ def save_model(
                     raise OutputError(f"{dest}: is one of the input's files; refusing to overwrite")
                 copies.append((ext.path, dest))
                 renames[loc] = name
-    if renames and any(k != v for k, v in renames.items()):
-        model = _with_locations(model, renames)
-    payload = model.SerializeToString()  # before writing anything: this is what fails on size
+    # the model is serialized with its locations renamed in place, then restored: no copy
+    restore: list = []
+    try:
+        if renames and any(k != v for k, v in renames.items()):
+            model = _with_locations(model, _Renames(renames, entries, restore))
+        payload = model.SerializeToString()  # before writing anything: this fails on size
+    finally:
+        for entry, old in restore:
+            entry.value = old
     created: list[Path] = []
     try:
         for src, dest in copies:
@@ -533,15 +537,49 @@ def _copy_into(src: Path, f) -> None:
         shutil.copyfileobj(s, f, length=1 << 24)
 
 
+def _location_entries(model: ModelProto) -> list:
+    """The ``location`` entry of every tensor stored as external data ("" added where a
+    tensor has none, as :func:`external_data_fields` reads it)."""
+    entries = []
+    external = TensorProto.EXTERNAL
+    for _, t in iter_tensor_sites(model):
+        if t.data_location != external:
+            continue
+        for e in t.external_data:
+            if e.key == "location":
+                entries.append(e)
+                break
+        else:
+            entries.append(_NoLocation())
+    return entries
+
+
+class _NoLocation:
+    """Stands for the location of a tensor that has none (never renamed: "" is unsafe)."""
+
+    value = ""
+
+
+class _Renames(dict):
+    """Location renames, with the entries they apply to (found while listing locations)
+    and a list to note (entry, old value) in, for the caller to restore."""
+
+    def __init__(self, renames: dict[str, str], entries: list, restore: list) -> None:
+        super().__init__(renames)
+        self.entries, self.restore = entries, restore
+
+
 def _with_locations(model: ModelProto, renames: dict[str, str]) -> ModelProto:
-    copy = ModelProto()
-    copy.CopyFrom(model)
-    for _, t in iter_tensors(copy):
-        if uses_external_data(t):
-            for e in t.external_data:
-                if e.key == "location":
-                    e.value = renames.get(e.value, e.value)
-    return copy
+    """``model`` with its external-data locations renamed, in place (a big model is not
+    copied); with :class:`_Renames`, each change is noted for the caller to undo."""
+    entries = getattr(renames, "entries", None)
+    restore = getattr(renames, "restore", [])
+    for entry in _location_entries(model) if entries is None else entries:
+        new = renames.get(entry.value, entry.value)
+        if new != entry.value:
+            restore.append((entry, entry.value))
+            entry.value = new
+    return model
 
 
 def external_locations(tensors: Iterable[TensorProto]) -> set[str]:

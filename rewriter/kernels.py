@@ -106,15 +106,118 @@ class Signature:
 
 @dataclass(frozen=True)
 class Attribute:
-    """A scalar attribute a kernel takes (onnxruntime-extensions passes only these)."""
+    """An attribute a kernel takes: a scalar (``float``, ``int``, ``string``) or a list
+    (``ints``, ``floats``). onnxruntime-extensions passes only scalars, so a list travels on
+    the retargeted node as JSON text (see :func:`retarget_node`) and reaches the kernel
+    function as a Python list again."""
 
     name: str
-    type: str  # "float", "int" or "string"
-    default: Any = None  # None: required
+    type: str  # "float", "int", "string", "ints" or "floats"
+    default: Any = None  # None: required; a tuple for a list attribute
 
     @property
     def required(self) -> bool:
         return self.default is None
+
+    @property
+    def is_list(self) -> bool:
+        return self.type in _LIST_ATTRIBUTE_TYPES
+
+    def value(self, raw: Any) -> Any:
+        """``raw`` (a node's value, or the text onnxruntime-extensions and retargeted nodes
+        carry) as the kernel function receives it."""
+        if isinstance(raw, bytes):
+            raw = raw.decode()
+        if not self.is_list:
+            return {"float": float, "int": int, "string": str}[self.type](raw)
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError as e:
+                raise KernelError(f"attribute {self.name!r}: {raw!r} is not the JSON list "
+                                  f"a retargeted node carries") from e
+        if isinstance(raw, np.ndarray):
+            raw = raw.tolist()
+        element = _LIST_ATTRIBUTE_TYPES[self.type]
+        if not isinstance(raw, list | tuple) or not all(_fits(v, element) for v in raw):
+            raise KernelError(f"attribute {self.name!r}: expected {_describe(self.type)}, "
+                              f"got {raw!r}")
+        return [element(v) for v in raw]
+
+
+_LIST_ATTRIBUTE_TYPES: dict[str, type] = {"ints": int, "floats": float}
+_KIND_NAMES = {"float": "a float", "int": "an int", "string": "a string",
+               "ints": "a list of ints", "floats": "a list of floats"}
+
+
+def _describe(kind: str) -> str:
+    """``"ints"`` -> ``"a list of ints"``; any AttributeProto type name lower-cased too."""
+    if kind in _KIND_NAMES:
+        return _KIND_NAMES[kind]
+    if kind.endswith("s") and kind[:-1] in ("string", "tensor", "graph", "sparse_tensor",
+                                            "type_proto"):
+        return f"a list of {kind}"
+    return f"a {kind}"
+
+
+def _fits(value: Any, element: type) -> bool:
+    """Whether a list element is an int (for ``ints``) or a number (for ``floats``)."""
+    if isinstance(value, bool | np.bool_):
+        return False
+    if element is int:
+        return isinstance(value, int | np.integer)
+    return isinstance(value, int | float | np.integer | np.floating)
+
+
+def _declare_attribute(name: str, spec: Any) -> Attribute:
+    """One entry of ``kernel(attributes=...)``: a default value, a type (required), or a
+    ``(type, default)`` pair."""
+    import typing
+
+    supported = ("float, int, str, list[int] and list[float] attributes are supported "
+                 "(onnxruntime-extensions passes scalars; lists travel as JSON text)")
+
+    def kind_of_type(t: Any) -> str | None:
+        if typing.get_origin(t) is list:
+            args = typing.get_args(t)
+            return {(int,): "ints", (float,): "floats"}.get(args)
+        return _ATTRIBUTE_TYPES.get(t) if isinstance(t, type) else None
+
+    def kind_of_value(v: Any) -> str | None:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError(f"attribute {name!r}: an empty list default has no element "
+                                 "type; declare it as (list[int], []) or (list[float], [])")
+            if all(_fits(e, int) for e in v):
+                return "ints"
+            return "floats" if all(_fits(e, float) for e in v) else None
+        return None if isinstance(v, bool) else _ATTRIBUTE_TYPES.get(type(v))
+
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or kind_of_type(spec[0]) is None:
+            raise ValueError(f"attribute {name!r}: a tuple declares (type, default), e.g. "
+                             f"(list[int], []) or (float, 1); got {spec!r}. Only {supported}")
+        kind, default = kind_of_type(spec[0]), spec[1]
+    elif kind_of_type(spec) is not None:
+        kind, default = kind_of_type(spec), None
+    else:
+        kind, default = kind_of_value(spec), spec
+    if kind is None:
+        raise ValueError(f"attribute {name!r}: {spec!r} is not a declaration; only {supported}")
+    if default is not None:
+        if kind in _LIST_ATTRIBUTE_TYPES:
+            element = _LIST_ATTRIBUTE_TYPES[kind]
+            if not isinstance(default, list) or not all(_fits(e, element) for e in default):
+                raise ValueError(f"attribute {name!r}: default {default!r} is not "
+                                 f"{_describe(kind)}")
+            default = tuple(element(e) for e in default)
+        elif kind == "float" and _fits(default, float):
+            default = float(default)
+        elif kind == "int" and _fits(default, int):
+            default = int(default)
+        elif not (kind == "string" and isinstance(default, str)):
+            raise ValueError(f"attribute {name!r}: default {default!r} is not {_describe(kind)}")
+    return Attribute(name, kind, default)
 
 
 @dataclass(frozen=True)
@@ -127,6 +230,8 @@ class Kernel:
     attributes: Mapping[str, Attribute] = field(default_factory=dict)
     requires: tuple[str, ...] = ()  # importable modules it needs (checked before use)
     description: str = ""
+    # accepts(node) -> None (the kernel takes this node) or a reason to decline it
+    accepts: Callable[[NodeProto], str | None] | None = None
 
     def __call__(self, *arrays, **attributes):
         return self.fn(*arrays, **attributes)
@@ -144,23 +249,34 @@ class Kernel:
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
     def with_defaults(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        out = {name: a.default for name, a in self.attributes.items() if not a.required}
+        out = {name: list(a.default) if a.is_list else a.default
+               for name, a in self.attributes.items() if not a.required}
         out.update(given)
         return out
 
     def cast_attributes(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Declared attributes from text or bytes (as onnxruntime-extensions and retargeted
-        nodes pass them) to their types, defaults filled in."""
-        cast = {"float": float, "int": int, "string": str}
-        out = {}
-        for name, value in given.items():
-            spec = self.attributes.get(name)
-            if spec is None:
-                continue
-            if isinstance(value, bytes):
-                value = value.decode()
-            out[name] = cast[spec.type](value)
-        return self.with_defaults(out)
+        nodes pass them; lists as JSON) or from a node's own values (the reference evaluator
+        on an original model) to their types, defaults filled in."""
+        return self.with_defaults({name: self.attributes[name].value(value)
+                                   for name, value in given.items()
+                                   if name in self.attributes})
+
+    def declines(self, node: NodeProto) -> str | None:
+        """Why :attr:`accepts` declines ``node`` (None: it takes it, or there is no
+        predicate). A predicate that raises or returns something else declines too."""
+        if self.accepts is None:
+            return None
+        try:
+            verdict = self.accepts(node)
+        except Exception as e:  # noqa: BLE001 - a plugin's predicate failing is its bug
+            return f"the kernel's accepts() failed: {type(e).__name__}: {e}"
+        if verdict is None:
+            return None
+        if isinstance(verdict, str) and verdict:
+            return f"the kernel declines this node: {verdict}"
+        return (f"the kernel's accepts() returned {verdict!r}; it must return None (accept) "
+                "or a reason string (decline)")
 
 
 def kernel(
@@ -169,37 +285,35 @@ def kernel(
     attributes: Mapping[str, Any] | None = None,
     requires: Iterable[str] = (),
     description: str = "",
+    accepts: Callable[[NodeProto], str | None] | None = None,
 ) -> Callable[[Callable[..., Any]], Kernel]:
     """Declare a kernel.
 
     Args:
         signatures: ``"float, float -> float"`` strings (element types as in
             ``tensor(float)``); several allowed, their input types must differ.
-        attributes: name -> default value (float, int or str), or the type itself
-            (``float``) for a required attribute.
+        attributes: name -> a default value (``1.0``, ``3``, ``"same"``, ``[1, 1]`` for a
+            list of ints, ``[0.5, 2.0]`` for a list of floats), the type itself for a
+            required attribute (``float``, ``int``, ``str``, ``list[int]``,
+            ``list[float]``), or a ``(type, default)`` pair (``(list[int], [])``,
+            ``(float, 1)``). The function receives lists as Python lists.
         requires: modules the kernel imports (a clear error names them when absent).
+        accepts: ``accepts(node)`` is asked at planning time for each node the kernel
+            could take: None to take it, or a reason (shown by ``--explain``) to decline,
+            e.g. for an attribute value the kernel does not implement.
     """
     parsed = tuple(Signature.parse(s) for s in signatures)
     if not parsed:
         raise ValueError("a kernel needs at least one signature")
     if len({s.inputs for s in parsed}) != len(parsed):
         raise ValueError("two signatures of one kernel take the same input types")
-    attrs: dict[str, Attribute] = {}
-    for name, value in (attributes or {}).items():
-        if isinstance(value, type):
-            kind = _ATTRIBUTE_TYPES.get(value)
-            default = None
-        else:
-            kind = _ATTRIBUTE_TYPES.get(type(value))
-            default = value
-        if kind is None:
-            raise ValueError(f"attribute {name!r}: only float, int and str attributes are "
-                             "supported (onnxruntime-extensions passes no others)")
-        attrs[name] = Attribute(name, kind, default)
+    attrs = {name: _declare_attribute(name, spec) for name, spec in (attributes or {}).items()}
+    if accepts is not None and not callable(accepts):
+        raise ValueError(f"accepts must be a callable taking the NodeProto, not {accepts!r}")
 
     def wrap(fn: Callable[..., Any]) -> Kernel:
         return Kernel(fn, parsed, attrs, tuple(requires), description or (fn.__doc__ or "")
-                      .strip().split("\n")[0])
+                      .strip().split("\n")[0], accepts)
 
     return wrap
 
@@ -472,7 +586,10 @@ def _prepare_inputs(arrays: Sequence[Any]) -> list[np.ndarray]:
 #
 # Attributes reach the hook as text, and float attributes are printed with 6 significant
 # digits on the way; a kernel's float attributes are therefore declared as strings holding
-# ``repr(value)`` on the retargeted node, which keeps them exact.
+# ``repr(value)`` on the retargeted node, which keeps them exact. The library passes no list
+# attributes at all: an int or float list is declared as a string holding its JSON
+# (``"[1, 1]"``, floats exact) under the attribute's own name, decoded back to a list by
+# :meth:`Attribute.value` before the kernel function is called.
 
 _ORT_LOCK = threading.Lock()
 _ORT_REGISTERED: dict[str, tuple[str, Signature]] = {}  # op name -> (kernel id, signature)
@@ -565,7 +682,8 @@ def register_onnxruntime(uses: Iterable[KernelUse], kernels: Mapping[str, Kernel
 
     types = {t: getattr(PyCustomOpDef, f"dt_{t}") for t in ORT_PYTHON_TYPES}
     attr_types = {"float": PyCustomOpDef.dt_string, "int": PyCustomOpDef.dt_int64,
-                  "string": PyCustomOpDef.dt_string}
+                  "string": PyCustomOpDef.dt_string, "ints": PyCustomOpDef.dt_string,
+                  "floats": PyCustomOpDef.dt_string}  # floats and lists as text: see above
     added = []
     with _ORT_LOCK:
         for use in uses:
@@ -609,7 +727,8 @@ def take_kernel_errors() -> list[tuple[str, BaseException]]:
 
 def retarget_node(node: NodeProto, use: KernelUse, k: Kernel) -> None:
     """Point ``node`` at the kernel's ai.onnx.contrib op, with every attribute the kernel
-    declares set (onnxruntime-extensions refuses a node missing one)."""
+    declares set (onnxruntime-extensions refuses a node missing one): floats as exact text,
+    int and float lists as JSON text (``strides = "[1, 1]"``)."""
     from onnx import helper
 
     given = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -619,8 +738,11 @@ def retarget_node(node: NodeProto, use: KernelUse, k: Kernel) -> None:
     del node.attribute[:]
     for name in sorted(k.attributes):
         value = values[name]
-        if k.attributes[name].type == "float":  # exact: see the adapter's notes
+        spec = k.attributes[name]
+        if spec.type == "float":  # exact: see the adapter's notes
             value = repr(float(value))
+        elif spec.is_list:  # onnxruntime-extensions passes no lists: JSON text
+            value = json.dumps(spec.value(value))
         node.attribute.append(helper.make_attribute(name, value))
 
 
@@ -628,33 +750,51 @@ def _attr_value(v: Any) -> Any:
     return v.decode() if isinstance(v, bytes) else v
 
 
-def attribute_problem(node: NodeProto, k: Kernel) -> str | None:
-    """Why the node's attributes do not fit the kernel (None: they do)."""
+def node_problem(node: NodeProto, k: Kernel) -> str | None:
+    """Why the kernel cannot take ``node`` (None: it can): an attribute it does not declare,
+    one of another type (``ints`` where ``floats`` are declared, ...), a required one
+    missing, or its ``accepts`` predicate declining the node."""
     from onnx import AttributeProto
 
     kinds = {AttributeProto.FLOAT: "float", AttributeProto.INT: "int",
-             AttributeProto.STRING: "string"}
+             AttributeProto.STRING: "string", AttributeProto.INTS: "ints",
+             AttributeProto.FLOATS: "floats"}
     present = set()
     for a in node.attribute:
         spec = k.attributes.get(a.name)
         if spec is None:
-            return f"the kernel takes no attribute {a.name!r}"
-        if kinds.get(a.type) != spec.type:
-            return f"attribute {a.name!r} is not a {spec.type}"
+            declared = ", ".join(sorted(k.attributes)) or "none"
+            return f"the kernel takes no attribute {a.name!r} (it declares: {declared})"
+        kind = kinds.get(a.type) or AttributeProto.AttributeType.Name(a.type).lower()
+        if kind != spec.type:
+            return (f"attribute {a.name!r} is {_describe(kind)}; the kernel takes "
+                    f"{_describe(spec.type)}")
         present.add(a.name)
     missing = [n for n, a in k.attributes.items() if a.required and n not in present]
     if missing:
         return f"required attribute(s) {', '.join(missing)} missing"
-    return None
+    return k.declines(node)
+
+
+attribute_problem = node_problem  # the name the planner imports
 
 
 # -- reference evaluator adapter -----------------------------------------------------------
 
 
-def _op_run_class(op_type: str, domain: str, run: Callable[..., tuple], note: str = ""):
+def _op_run_class(op_type: str, domain: str, run: Callable[..., tuple], note: str = "",
+                  vet: Callable[[NodeProto], str | None] | None = None):
+    """An OpRun class calling ``run(node, *inputs, **attributes)``; ``vet(node)``, asked once
+    per node, gives a reason to refuse it (a KernelError when the node runs)."""
     from onnx.reference.op_run import OpRun
 
     def _run(self, *inputs, **attributes):
+        if vet is not None:
+            if "_rewriter_refusal" not in self.__dict__:
+                self._rewriter_refusal = vet(self.onnx_node)
+            if self._rewriter_refusal:
+                raise KernelError(f"{domain or 'ai.onnx'}::{op_type} node "
+                                  f"{self.onnx_node.name!r}: {self._rewriter_refusal}")
         given = {n: _attr_value(v) for n, v in attributes.items() if v is not None}
         return run(self.onnx_node, *inputs, **given)
 
@@ -782,7 +922,8 @@ def reference_ops(
         if entry is not None and not _reference_has(domain, op_type, opset):
             k = load_kernel(entry, registry)
             classes[(domain, op_type)] = _op_run_class(
-                op_type, domain, _python_runner(k), f"kernel {entry.reference}")
+                op_type, domain, _python_runner(k), f"kernel {entry.reference}",
+                vet=k.declines if k.accepts is not None else None)
             continue
         native = registry.natives.get((domain, op_type))
         if native is not None and not _reference_has(domain, op_type, opset):

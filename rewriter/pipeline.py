@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import os
 import threading
 from collections import Counter
@@ -18,11 +19,12 @@ from typing import Any
 
 from onnx import FunctionProto, ModelProto, NodeProto
 
-from rewriter.detect import find_unsupported
+from rewriter.detect import Detection, detect, find_unsupported, recheck
 from rewriter.errors import EXIT_FINDINGS, RewriterError
 from rewriter.functions import (
     REMEDY_DOMAIN,
     DecompositionContext,
+    Recording,
     build_function,
     retarget,
     specialise,
@@ -33,13 +35,18 @@ from rewriter.passes import PassContext, RewritePass, instantiate
 from rewriter.registry import DecompositionEntry
 from rewriter.targets import Finding, NodeQuery, Target
 from rewriter.typeinfer import infer_node_outputs
-from rewriter.walk import iter_scopes, normalize_domain, opset_map
+from rewriter.walk import iter_scopes, normalize_domain, op_counts, opset_map
 
 MAX_ROUNDS = 8
 PREFER = ("decompose", "kernel")  # --prefer: which remedy wins when both exist
 CONTRIB_DOMAIN = "ai.onnx.contrib"
 _LOWERING_DOMAIN = "rewriter.lowering"
 MAX_DEPTH = 4
+# Verification runs the full checker (strict, type-checking shape inference) on the whole
+# rewritten model up to this many nodes; above, on each distinct rewritten region (every
+# remedy function in a small wrapper model), plus the non-full checker on the whole model
+# and the target re-check with type agreement on every node whose input types changed.
+FULL_CHECK_MAX_NODES = 50_000
 
 
 class UnfixableError(RewriterError):
@@ -81,6 +88,24 @@ class Candidate:
     relevant: bool = False  # a pass this kind of finding is about: its "why" is the one shown
     nested: list[tuple[str, str, str, str]] = field(default_factory=list)  # lowered inside
     kernel: Any = None  # a rewriter.targets.KernelRemedy (kind "kernel")
+    # decompositions: the body's output types for the finding's input types, and whether
+    # the plan's node-by-node check covers all of it (no subgraphs in the body)
+    output_types: tuple[str | None, ...] = ()
+    proven: bool = False
+
+
+@dataclass
+class _Plan:
+    """The candidates for one node signature, and what the builders read beyond it
+    (constants, declared types): reused for a node only when those reads match."""
+
+    reads: tuple  # (kind, ("input", index) | ("name", name)) in the order first read
+    fingerprints: tuple
+    candidates: list[Candidate]
+    cacheable: bool = True
+    name: str | None = None  # of the remedy function, once spliced
+    choice: Candidate | None = None  # the first accepted candidate
+    recheck: dict = field(default_factory=dict)  # input types -> body output types | None
 
 
 @dataclass
@@ -90,10 +115,14 @@ class ModelStats:
 
     @classmethod
     def of(cls, model: ModelProto) -> ModelStats:
+        return cls.from_counts(op_counts(model))
+
+    @classmethod
+    def from_counts(cls, counts: Counter) -> ModelStats:
+        """From :func:`rewriter.walk.op_counts`."""
         ops: Counter = Counter()
-        for scope in iter_scopes(model):
-            for node in scope.nodes:
-                ops[f"{normalize_domain(node.domain) or 'ai.onnx'}::{node.op_type}"] += 1
+        for (domain, op_type), n in counts.items():
+            ops[f"{domain or 'ai.onnx'}::{op_type}"] += n
         return cls(sum(ops.values()), ops)
 
 
@@ -112,6 +141,10 @@ class RewriteReport:
     rounds: int = 0
     kernels: dict[str, Any] = field(default_factory=dict)  # what the result needs to run
     comparison: Any = None  # rewriter.comparison.CompareReport when numerics were verified
+    # what "checker"/"shape_inference" covered: "whole model" or "rewritten regions: ..."
+    verification_scope: str = ""
+    # the target re-check: "whole model" or "N nodes whose input types changed"
+    recheck_scope: str = ""
 
     @property
     def ok(self) -> bool:
@@ -137,6 +170,8 @@ class RewriteReport:
             if self.after else None,
             "remaining": [f.as_dict() for f in self.remaining],
             "verification": self.verification,
+            "verification_scope": self.verification_scope,
+            "recheck_scope": self.recheck_scope,
             "kernels": self.kernels,
             "compare": self.comparison.as_dict() if self.comparison is not None else None,
             "explain": self.explain,
@@ -170,40 +205,97 @@ class _Planner:
 
         for entry in sorted(self.registry.decompositions, key=precedence):
             self._by_op.setdefault((entry.domain, entry.op_type), []).append(entry)
-        self._plans: dict[tuple, list[Candidate]] = {}
-        self._names: dict[tuple, str] = {}
+        self._plans: dict[tuple, list[_Plan]] = {}
+        self._by_finding: dict[int, _Plan] = {}  # id(finding) -> its plan
+        self._named = 0
+        self._nested_names: dict[tuple, str] = {}
 
     def signature(self, node, opsets, input_types) -> tuple:
+        """What a plan is cached by: the op, the opsets, the input types, which inputs and
+        outputs are present, and the attributes."""
         return (
             normalize_domain(node.domain), node.op_type, node.overload,
             tuple(sorted(opsets.items())), tuple(input_types),
+            tuple(map(bool, node.input)), tuple(map(bool, node.output)),
             tuple(a.SerializeToString() for a in node.attribute),
         )
 
-    def candidates(self, finding: Finding, constants, depth: int = 0) -> list[Candidate]:
-        """Every remedy considered for ``finding``, the chosen one (if any) first accepted."""
+    def candidates(self, finding: Finding, constants, declared=None) -> list[Candidate]:
+        """Every remedy considered for ``finding``, the chosen one (if any) first accepted.
+        ``declared``: the model's declared value types by name (for the builders)."""
         if finding.node is None:
             return self._pass_candidates(finding)
         if finding.reason == "invalid-node":  # the model is wrong; no remedy makes it right
             return [Candidate("decomposition", "-", "-", False,
                               f"the node itself is invalid ({finding.detail}); fix the export")]
-        opsets = dict(finding.scope_opsets or {})
-        key = self.signature(finding.node, opsets, finding.input_types)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._remedy_candidates(finding, opsets, constants, depth)
-            self._plans[key] = plan
-        if not any(c.accepted for c in plan):
+        plan = self.plan(finding, constants, declared)
+        if plan.choice is None:
             # passes are asked per finding: their answer may depend on more than the plan
             # signature holds (constant inputs, shapes); they cache what they can themselves
-            return plan + self._pass_candidates(finding)
+            return plan.candidates + self._pass_candidates(finding)
+        return plan.candidates
+
+    def plan(self, finding: Finding, constants, declared=None) -> _Plan:
+        """The plan of a finding with a node: cached per signature and, among the variants
+        of a signature, per the values its builders read."""
+        plan = self._by_finding.get(id(finding))
+        if plan is not None:
+            return plan
+        node = finding.node
+        declared = declared if declared is not None else {}
+        opsets = dict(finding.scope_opsets or {})
+        key = self.signature(node, opsets, finding.input_types)
+        variants = self._plans.setdefault(key, [])
+        for variant in variants:
+            if variant.cacheable and variant.fingerprints == _fingerprints(
+                    variant.reads, node, constants, declared):
+                plan = variant
+                break
+        else:
+            log: list = []
+            candidates = self._remedy_candidates(
+                finding, opsets, Recording(constants, log, "constant"),
+                Recording(declared, log, "declared"), 0,
+            )
+            inputs = list(node.input)
+            reads = tuple(dict.fromkeys(
+                (kind, ("input", inputs.index(name)) if name in inputs else ("name", name))
+                for kind, name in log))
+            plan = _Plan(reads, _fingerprints(reads, node, constants, declared), candidates,
+                         cacheable=not any(ref == ("name", "*") for _, ref in reads),
+                         choice=next((c for c in candidates if c.accepted), None))
+            variants.append(plan)
+        self._by_finding[id(finding)] = plan
         return plan
 
-    def chosen(self, finding: Finding, constants) -> Candidate | None:
-        for c in self.candidates(finding, constants):
+    def chosen(self, finding: Finding, constants, declared=None) -> Candidate | None:
+        plan = self._by_finding.get(id(finding))
+        if plan is not None and plan.choice is not None:
+            return plan.choice
+        for c in self.candidates(finding, constants, declared):
             if c.accepted:
                 return c
         return None
+
+    def body_outputs(self, finding: Finding, input_types: tuple) -> tuple | None:
+        """The output types of the body spliced for ``finding`` when its inputs have
+        ``input_types``, if every body node still runs on every target with them (None:
+        the plan does not prove it)."""
+        plan = self._by_finding.get(id(finding))
+        choice = plan.choice if plan else None
+        if choice is None or choice.kind != "decomposition" or not choice.proven:
+            return None
+        if tuple(input_types) == tuple(finding.input_types):
+            return choice.output_types
+        if input_types not in plan.recheck:
+            import dataclasses
+
+            moved = dataclasses.replace(finding, input_types=tuple(input_types))
+            problem, nested, types = self._body_problem(
+                choice.function, moved, dict(finding.scope_opsets or {}), {}, 0)
+            plan.recheck[input_types] = (None if problem or nested else
+                                         tuple(types.get(o) for o in choice.function.output))
+        return plan.recheck[input_types]
 
     def _pass_candidates(self, finding: Finding) -> list[Candidate]:
         out = []
@@ -213,7 +305,8 @@ class _Planner:
                                  relevant=p.handles(finding, self.pass_ctx)))
         return out
 
-    def _remedy_candidates(self, finding, opsets, constants, depth) -> list[Candidate]:
+    def _remedy_candidates(self, finding, opsets, constants, declared, depth
+                           ) -> list[Candidate]:
         """Decompositions and kernels, in the order ``prefer`` says; the second kind is only
         tried when the first offers nothing (a kernel costs a registration and a probe)."""
         key = (normalize_domain(finding.node.domain), finding.node.op_type)
@@ -221,7 +314,7 @@ class _Planner:
         kinds = [self._decomposition_candidates, self._kernel_candidates]
         if self.prefer == "kernel":
             kinds.reverse()
-        first = kinds[0](finding, opsets, constants, depth)
+        first = kinds[0](finding, opsets, constants, depth, declared)
         if any(c.accepted for c in first):
             if self.prefer == "decompose" and has_kernel:
                 first.append(Candidate("kernel", "-", "-", False,
@@ -230,9 +323,10 @@ class _Planner:
                 first.append(Candidate("decomposition", "-", "-", False,
                                        "not tried: a kernel applies (--prefer kernel)"))
             return first
-        return first + kinds[1](finding, opsets, constants, depth)
+        return first + kinds[1](finding, opsets, constants, depth, declared)
 
-    def _kernel_candidates(self, finding, opsets, constants=None, depth=0) -> list[Candidate]:
+    def _kernel_candidates(self, finding, opsets, constants=None, depth=0, declared=None
+                           ) -> list[Candidate]:
         """A native library op first (no Python needed at run time), then a Python kernel;
         each accepted only when every target says it can run the retargeted node."""
         from rewriter.errors import RewriterError
@@ -337,7 +431,8 @@ class _Planner:
         info = self.registry.plugins.get(plugin)
         return info.distribution if info and info.distribution else None
 
-    def _decomposition_candidates(self, finding, opsets, constants, depth) -> list[Candidate]:
+    def _decomposition_candidates(self, finding, opsets, constants, depth, declared=None
+                                  ) -> list[Candidate]:
         node = finding.node
         model_opset = opsets.get("", 1)
         entries = self._by_op.get((normalize_domain(node.domain), node.op_type), [])
@@ -351,6 +446,7 @@ class _Planner:
                                      f"is at {model_opset}"))
                 continue
             ctx = DecompositionContext(node, model_opset, opsets, list(finding.input_types),
+                                       declared=declared if declared is not None else {},
                                        constants=constants)
             try:
                 fn = build_function(entry.builder, ctx)
@@ -362,7 +458,7 @@ class _Planner:
                 out.append(Candidate("decomposition", entry.plugin, rule, False,
                                      "declined this node (attributes or types)"))
                 continue
-            problem, nested = self._body_problem(fn, finding, opsets, constants, depth)
+            problem, nested, types = self._body_problem(fn, finding, opsets, constants, depth)
             if problem:
                 out.append(Candidate("decomposition", entry.plugin, rule, False, problem))
                 continue
@@ -372,7 +468,14 @@ class _Planner:
                 for choice, inner_finding in nested.values():
                     inner.append((choice.kind, choice.plugin, choice.rule, inner_finding.op_label))
                     inner.extend(choice.nested)
-            out.append(Candidate("decomposition", entry.plugin, rule, True, "", fn, nested=inner))
+            proven = not any(a.type in (a.GRAPH, a.GRAPHS) for n in fn.node for a in n.attribute)
+            if nested and depth == 0:  # the lowered body's types, as it will be spliced
+                problem, again, types = self._body_problem(fn, finding, opsets, {}, depth)
+                proven = proven and not problem and not again
+            out.append(Candidate(
+                "decomposition", entry.plugin, rule, True, "", fn, nested=inner,
+                output_types=tuple(types.get(o) for o in fn.output), proven=proven,
+            ))
             break
         if not entries:
             out.append(Candidate("decomposition", "-", "-", False,
@@ -380,11 +483,12 @@ class _Planner:
         return out
 
     def _body_problem(self, fn: FunctionProto, finding: Finding, opsets, constants, depth):
-        """(None, nested) if every node of the body runs on every target or has a remedy
-        itself (``nested``: body index -> (candidate, finding) to lower inside the body);
-        (problem, {}) otherwise."""
+        """(None, nested, types) if every node of the body runs on every target or has a
+        remedy itself (``nested``: body index -> (candidate, finding) to lower inside the
+        body; ``types``: the body's value types, from the finding's input types);
+        (problem, {}, types) otherwise."""
         if depth >= MAX_DEPTH:
-            return "decompositions nest too deeply", {}
+            return "decompositions nest too deeply", {}, {}
         body_opsets = dict(opsets)
         for entry in fn.opset_import:
             body_opsets.setdefault(normalize_domain(entry.domain), entry.version)
@@ -411,15 +515,14 @@ class _Planner:
                     problem.version, problem.reason, problem.detail, inner.name, inner,
                     tuple(types.get(n) if n else None for n in inner.input), body_opsets,
                 )
-                sub = self._decomposition_candidates(
-                    inner_finding, body_opsets, constants, depth + 1
-                )
+                # a body's values are not the model's: builders see no constants there
+                sub = self._decomposition_candidates(inner_finding, body_opsets, {}, depth + 1)
                 chosen = next((c for c in sub if c.accepted), None)
                 if chosen is None:
                     return (f"its body uses {inner_finding.op_label}, which {target.name} "
-                            f"cannot run ({problem.detail})"), {}
+                            f"cannot run ({problem.detail})"), {}, types
                 nested[i] = (chosen, inner_finding)
-        return None, nested
+        return None, nested, types
 
     def _lower_nested(self, fn: FunctionProto, nested, opsets) -> FunctionProto:
         """Inline the chosen remedies of body nodes into ``fn`` itself, so a whole chain of
@@ -467,11 +570,37 @@ class _Planner:
         return lowered
 
     def function_name(self, finding: Finding) -> str:
-        key = self.signature(finding.node, dict(finding.scope_opsets or {}), finding.input_types)
-        name = self._names.get(key)
-        if name is None:
-            name = self._names[key] = f"{finding.op_type}_{len(self._names)}"
-        return name
+        plan = self._by_finding.get(id(finding))
+        if plan is None:  # a node inside a body (nested remedies): named per signature
+            key = self.signature(finding.node, dict(finding.scope_opsets or {}),
+                                 finding.input_types)
+            if key not in self._nested_names:
+                self._nested_names[key] = f"{finding.op_type}_{self._named}"
+                self._named += 1
+            return self._nested_names[key]
+        if plan.name is None:
+            plan.name = f"{finding.op_type}_{self._named}"
+            self._named += 1
+        return plan.name
+
+
+def _fingerprints(reads: tuple, node: NodeProto, constants, declared) -> tuple:
+    """What each read of a plan's builders sees for ``node`` (a digest of the value)."""
+    if not reads:
+        return ()
+    out = []
+    inputs = node.input
+    for kind, (where, ref) in reads:
+        if where == "input":
+            name = inputs[ref] if ref < len(inputs) else None
+        else:
+            name = ref
+        value = (constants if kind == "constant" else declared).get(name) if name else None
+        if value is None:
+            out.append(None)
+        else:
+            out.append(hashlib.blake2b(value.SerializeToString(), digest_size=16).digest())
+    return tuple(out)
 
 
 def replaced_op(finding: Finding) -> str:
@@ -533,6 +662,16 @@ def _detect(model: ModelProto, targets: Sequence[Target]) -> list[Finding]:
     return findings
 
 
+@dataclass
+class Region:
+    """One remedy function as spliced: the function, a call to it (a copy of the first
+    node retargeted to it) and that node's finding. Verification checks it alone."""
+
+    function: FunctionProto
+    call: NodeProto
+    finding: Finding
+
+
 def apply_kernels(
     model: ModelProto, findings: list[Finding], planner: _Planner, ctx: PassContext
 ) -> set[int]:
@@ -575,9 +714,10 @@ def apply_kernels(
 
 def apply_decompositions(
     model: ModelProto, findings: list[Finding], planner: _Planner, ctx: PassContext,
-    skip: set[int] | frozenset = frozenset(),
+    skip: set[int] | frozenset = frozenset(), regions: dict[str, Region] | None = None,
 ) -> tuple[ModelProto, bool]:
-    """Retarget every node with an accepted decomposition, then inline them all at once."""
+    """Retarget every node with an accepted decomposition, then inline them all at once.
+    ``regions``: filled with one :class:`Region` per remedy function."""
     constants = _LazyConstants(model)
     functions: dict[str, FunctionProto] = {}
     seen: set[int] = set(skip)  # nodes already given a kernel
@@ -598,6 +738,10 @@ def apply_decompositions(
         for kind, plugin, rule, op_label in choice.nested:
             ctx.record(kind, plugin, rule, op_label)
         retarget(f.node, functions[name])
+        if regions is not None and name not in regions:
+            call = NodeProto()
+            call.CopyFrom(f.node)
+            regions[name] = Region(functions[name], call, f)
     if not functions:
         return model, False
     for local in model.functions:  # calls may sit inside model-local functions
@@ -631,13 +775,22 @@ def _uses(model: ModelProto) -> tuple[set[str], set[tuple[str, str]]]:
     return used_domains, called
 
 
-def cleanup(model: ModelProto, original: ModelProto | None = None) -> None:
+def _uses_of(counts: Counter) -> tuple[set[str], set[tuple[str, str]]]:
+    """:func:`_uses` from :func:`rewriter.walk.op_counts`."""
+    return {d for d, _ in counts}, set(counts)
+
+
+def cleanup(model: ModelProto, original: ModelProto | None = None, *,
+            counts: Counter | None = None, original_counts: Counter | None = None) -> bool:
     """Drop opset imports and model-local functions nothing uses any more. With
     ``original``, only those the rewrite left unused go: what the original already imported
-    or defined without using is not the rewrite's business."""
-    used_domains, called = _uses(model)
+    or defined without using is not the rewrite's business. ``counts`` and
+    ``original_counts``: the models' :func:`~rewriter.walk.op_counts`, when known.
+    Returns whether a function was dropped."""
+    used_domains, called = _uses_of(counts) if counts is not None else _uses(model)
     if original is not None:
-        before_domains, before_called = _uses(original)
+        before_domains, before_called = (_uses_of(original_counts)
+                                         if original_counts is not None else _uses(original))
         used_domains |= {normalize_domain(o.domain) for o in original.opset_import
                          if normalize_domain(o.domain) not in before_domains}
         for f in original.functions:
@@ -647,7 +800,8 @@ def cleanup(model: ModelProto, original: ModelProto | None = None) -> None:
             if (normalize_domain(f.domain), f.name) not in before_called:
                 called.add((normalize_domain(f.domain), f.name))
     kept = [f for f in model.functions if (normalize_domain(f.domain), f.name) in called]
-    if len(kept) != len(model.functions):
+    dropped = len(kept) != len(model.functions)
+    if dropped:
         del model.functions[:]
         model.functions.extend(kept)
     for container in [model, *model.functions]:
@@ -656,6 +810,7 @@ def cleanup(model: ModelProto, original: ModelProto | None = None) -> None:
         if len(imports) != len(container.opset_import):
             del container.opset_import[:]
             container.opset_import.extend(imports)
+    return dropped
 
 
 _CWD_LOCK = threading.Lock()
@@ -719,6 +874,127 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, 
     return results
 
 
+def verify_regions(
+    model: ModelProto, original: ModelProto, regions: Mapping[str, Region],
+    declared: Mapping, conflicts: Sequence[str] = (), base_dir=None,
+    types: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], str]:
+    """Verification of a big rewrite without a whole-model full check: the non-full checker
+    on the whole model, and the full checker (strict, type-checking shape inference) on
+    each rewritten region alone (:func:`region_problem`; ``types``: the main graph's value
+    types after the rewrite, for calls whose input types planning did not know).
+    ``conflicts`` (from the target re-check: types that changed or disagree) fail it too.
+    Returns the verdicts and what they covered."""
+    import onnx
+
+    def first_line(e: Exception) -> str:
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+    def basic(m: ModelProto) -> str:
+        with _external_data_folder(m, base_dir):
+            try:
+                onnx.checker.check_model(m, full_check=False)
+            except Exception as e:  # noqa: BLE001 - onnx raises several kinds
+                return first_line(e)
+        return "ok"
+
+    checked = untyped = 0
+    problems: list[str] = []
+    for region in regions.values():
+        problem = region_problem(region, declared, model.ir_version, types or {})
+        if problem is _UNTYPED:
+            untyped += 1
+            continue
+        checked += 1
+        if problem:
+            problems.append(f"remedy for {region.finding.op_label} "
+                            f"({region.function.name}): {problem}")
+    problems.extend(conflicts)
+    results = {"checker": basic(model)}
+    if results["checker"] != "ok" and basic(original) != "ok":
+        results["checker"] = f"pre-existing: the original fails too: {results['checker']}"
+    results["shape_inference"] = problems[0] if problems else "ok"
+    scope = (f"rewritten regions: {checked} remedy function(s) checked alone"
+             + (f", {untyped} not checkable alone (an input of unknown type, or "
+                "ai.onnx opset < 11)" if untyped else "")
+             + "; whole model: non-full checker")
+    return results, scope
+
+
+_UNTYPED = "untyped"
+
+
+def region_problem(region: Region, declared: Mapping, ir_version: int,
+                   types: Mapping[str, str] | None = None) -> str | None:
+    """The full checker on one remedy function spliced into a wrapper model alone: its
+    inputs typed as at the call (declared type and shape where the model states them, else
+    the element type at unknown rank), its outputs held to their declared types. The
+    first line of the checker's error, None if it passes, or ``_UNTYPED`` when an input's
+    type is unknown (the region cannot be checked alone)."""
+    import onnx
+    from onnx import TensorProto, helper, inliner
+
+    from rewriter.typeinfer import type_string
+
+    f, call, fn = region.finding, region.call, region.function
+    opsets = {normalize_domain(k): v for k, v in (f.scope_opsets or {}).items()}
+    if opsets.get("", 1) < 11:  # the wrapper's Reshape/SequenceConstruct
+        return _UNTYPED
+    nodes, inputs, outputs = [], [], []
+    for name, t in zip(call.input, f.input_types):
+        if not name or any(v.name == name for v in inputs):
+            continue
+        t = t or (types or {}).get(name)
+        proto = declared.get(name)
+        if proto is not None and proto.tensor_type.HasField("shape"):
+            inputs.append(helper.make_value_info(name, proto))
+            continue
+        elem = _elem_type(t or (type_string(proto) if proto is not None else None))
+        if elem is None:
+            return _UNTYPED
+        inputs += [helper.make_tensor_value_info(f"{name}.data", elem, ["n"]),
+                   helper.make_tensor_value_info(f"{name}.shape", TensorProto.INT64, ["r"])]
+        nodes.append(helper.make_node("Reshape", [f"{name}.data", f"{name}.shape"], [name]))
+    nodes.append(call)
+    for name in call.output:
+        proto = declared.get(name) if name else None
+        if proto is None:
+            continue
+        if proto.tensor_type.HasField("shape"):
+            outputs.append(helper.make_value_info(name, proto))
+            continue
+        elem = _elem_type(type_string(proto))
+        if elem is not None:  # same element type as the declaration, at any shape
+            inputs.append(helper.make_tensor_value_info(f"{name}.declared", elem, ["n"]))
+            nodes.append(helper.make_node("SequenceConstruct", [name, f"{name}.declared"],
+                                          [f"{name}.same"]))
+    wrapper = helper.make_model(
+        helper.make_graph(nodes, "region", inputs, outputs),
+        opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
+        + [helper.make_opsetid(fn.domain, 1)],
+        ir_version=max(ir_version, 8),
+    )
+    wrapper.functions.append(fn)
+    try:
+        spliced = inliner.inline_selected_functions(wrapper, [(fn.domain, fn.name)], False)
+        del spliced.functions[:]
+        onnx.checker.check_model(spliced, full_check=True)
+    except Exception as e:  # noqa: BLE001 - onnx raises several kinds
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return None
+
+
+def _elem_type(type_str: str | None) -> int | None:
+    from onnx import TensorProto
+
+    if not type_str or not type_str.startswith("tensor(") or not type_str.endswith(")"):
+        return None
+    try:
+        return TensorProto.DataType.Value(type_str[7:-1].upper())
+    except ValueError:
+        return None
+
+
 def rewrite_proto(model: ModelProto, *args, **kwargs) -> tuple[ModelProto, RewriteReport]:
     """The engine on a ModelProto; see :func:`_rewrite_proto` for the arguments.
 
@@ -753,19 +1029,22 @@ def _rewrite_proto(
     work = ModelProto()
     work.CopyFrom(model)
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
-    report.before = ModelStats.of(work)
+    counts_before = op_counts(work)
+    report.before = ModelStats.from_counts(counts_before)
     ctx = PassContext(targets, plugins.registry)
     passes = instantiate(plugins.registry)
     for p in passes:
         p.prepare(work, ctx)
     planner = _Planner(targets, plugins, passes, ctx, prefer)
 
-    findings = _detect(work, targets)
+    detections = [detect(work, t) for t in targets]
+    findings = [f for d in detections for f in d.findings]
+    declared = detections[0].declared if detections else {}
     constants = _LazyConstants(work)
     why: dict[int, str] = {}
     unfixable = []
     for f in findings:
-        candidates = planner.candidates(f, constants)
+        candidates = planner.candidates(f, constants, declared)
         if explain:
             report.explain.append({
                 "finding": f.as_dict(),
@@ -792,48 +1071,103 @@ def _rewrite_proto(
     if dry_run:
         report.remaining = unfixable
         for f in findings:
-            choice = next((c for c in planner.candidates(f, constants) if c.accepted), None)
+            choice = next((c for c in planner.candidates(f, constants, declared)
+                           if c.accepted), None)
             if choice is not None:
                 report.applied[(choice.kind, choice.plugin, choice.rule, f.op_label)] += 1
         report.after = report.before
         return model, report
 
     # Nested remedies are lowered inside their functions at planning time, so one round
-    # normally suffices; the detection after it is also the target re-check of verification.
+    # normally suffices. The target re-check after it is done where the rewrite can have
+    # changed a verdict when the plan proves the rest (see _recheck), else on everything.
+    regions: dict[str, Region] = {}
+    conflicts: list[str] = []
+    main_types: dict[str, str] = {}  # after the rewrite, when the re-check knows them
+    pass_ran = False
     for round_index in range(MAX_ROUNDS):
         report.rounds = round_index + 1
         if not findings:
             break
         for_passes = [f for f in findings if not _decomposed(f, planner)]
         retargeted = apply_kernels(work, findings, planner, ctx)
-        work, changed = apply_decompositions(work, findings, planner, ctx, retargeted)
+        work, changed = apply_decompositions(work, findings, planner, ctx, retargeted, regions)
         changed = changed or bool(retargeted)
+        ran = False
         for p in passes:
             if any(p.offers(f, ctx)[0] for f in for_passes):
                 result = p.run(work, ctx)
                 if result is not None:
-                    work, changed = result, True
+                    work, changed, ran = result, True, True
+        pass_ran = pass_ran or ran
         if not changed:
             break
-        findings = _detect(work, targets)
-    cleanup(work, model)
+        fast = None
+        if round_index == 0 and not retargeted and not ran and not unfixable:
+            fast = _recheck(work, targets, detections, findings, planner)
+        if fast is not None:
+            findings, found_conflicts, checked, main_types = fast
+            conflicts.extend(found_conflicts)
+            report.recheck_scope = (f"{checked} node(s) outside the proven bodies whose "
+                                    "input types changed or that hold subgraphs")
+        else:
+            findings = _detect(work, targets)
+            report.recheck_scope = "whole model"
+    counts = op_counts(work)
+    if cleanup(work, model, counts=counts, original_counts=counts_before):
+        counts = op_counts(work)
     report.applied = ctx.applied
     report.remaining = findings
-    report.after = ModelStats.of(work)
+    report.after = ModelStats.from_counts(counts)
     report.kernels = _kernel_summary(work)
-    report.verification = verify(work, model, base_dir)
+    if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
+            and (regions or conflicts)):
+        report.verification, report.verification_scope = verify_regions(
+            work, model, regions, declared, conflicts, base_dir, main_types)
+    else:
+        report.verification = verify(work, model, base_dir)
+        report.verification_scope = "whole model"
+        if conflicts and report.verification.get("shape_inference") == "ok":
+            report.verification["shape_inference"] = conflicts[0]
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
 
 
+def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner):
+    """The target re-check of round one from the plan (:func:`rewriter.detect.recheck`):
+    (findings, conflicts, nodes checked), or None when the plan does not prove enough
+    (a body with subgraphs, model-local functions, ...)."""
+    replaced: dict[str, tuple] = {}
+    for d in detections:
+        for f in d.findings:
+            if f.node is None or id(f) not in d.in_main:
+                continue  # a node in a subgraph: re-checked with its whole subgraph
+            choice = planner.chosen(f, None)
+            if choice is None or choice.kind != "decomposition" or not choice.proven:
+                return None
+            inputs = tuple(f.node.input)
+            for index, name in enumerate(f.node.output):
+                if name:
+                    replaced.setdefault(name, (f, index, inputs))
+    found, conflicts, checked, types = [], [], 0, {}
+    for target, before in zip(targets, detections, strict=True):
+        result = recheck(work, target, before, replaced, planner.body_outputs)
+        if result is None:
+            return None
+        found.extend(result.findings)
+        conflicts.extend(c for c in result.conflicts if c not in conflicts)
+        checked = max(checked, result.checked)
+        types = types or result.types
+    return found, conflicts, checked, types
+
+
 def _decomposed(f: Finding, planner: _Planner) -> bool:
     if f.node is None:
         return False
-    plan = planner._plans.get(
-        planner.signature(f.node, dict(f.scope_opsets or {}), f.input_types), []
-    )
-    return any(c.accepted and c.kind in ("decomposition", "kernel") for c in plan)
+    plan = planner._by_finding.get(id(f))
+    return (plan is not None and plan.choice is not None
+            and plan.choice.kind in ("decomposition", "kernel"))
 
 
 def _kernel_summary(model: ModelProto) -> dict[str, Any]:

@@ -240,6 +240,25 @@ def bind_type_params(
     return binding
 
 
+def binding_conflict(
+    schema: OpSchema, inputs: Sequence[str], outputs: Sequence[str], types: Mapping[str, str]
+) -> str | None:
+    """Two arguments bound to one type parameter with different known types, as a sentence
+    (None: they agree, or are unknown)."""
+    _, in_plan, out_plan = _binding_plan(schema, len(inputs), len(outputs))
+    seen: dict[str, tuple[str, str]] = {}
+    for names, plan in ((inputs, in_plan), (outputs, out_plan)):
+        for i, param in plan:
+            name = names[i]
+            actual = types.get(name) if name else None
+            if not actual:
+                continue
+            first = seen.setdefault(param, (actual, name))
+            if first[0] != actual:
+                return (f"{param} is {first[0]} for {first[1]!r} but {actual} for {name!r}")
+    return None
+
+
 def _outputs_from_binding(schema: OpSchema, binding: Mapping[str, str], n_out: int) -> list:
     out: list[str | None] = []
     constraints = schema.constraints

@@ -7,8 +7,10 @@ it never converts the model to another IR and never reads external data.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
@@ -156,6 +158,20 @@ def iter_nodes(model: ModelProto) -> Iterator[NodeSite]:
     for scope in iter_scopes(model):
         for i, node in enumerate(scope.nodes):
             yield NodeSite(node, i, scope)
+
+
+_DOMAIN_OP = attrgetter("domain", "op_type")
+
+
+def op_counts(model: ModelProto) -> Counter:
+    """``(domain, op_type)`` -> number of nodes, over every graph, subgraph and function
+    (``ai.onnx`` spelled ``""``). One C-level pass over each scope's nodes."""
+    counts: Counter = Counter()
+    for scope in iter_scopes(model):
+        counts.update(map(_DOMAIN_OP, scope.nodes))
+    for key in [k for k in counts if k[0] in _DOMAIN_ALIASES]:
+        counts[(_DOMAIN_ALIASES[key[0]], key[1])] += counts.pop(key)
+    return counts
 
 
 def iter_tensors(model: ModelProto) -> Iterator[tuple[str, TensorProto]]:

@@ -99,13 +99,17 @@ def bench_module():
 
 def test_fast_gelu_unknown_dtype_keeps_castlike(bench_module):
     """Without a known input type the generic body (CastLike of each literal) is kept."""
-    from types import SimpleNamespace
+    from rewriter.functions import DecompositionContext
 
     node = helper.make_node("FastGelu", ["X", "b"], ["Y"], domain="com.microsoft")
-    fn = bench_module.build_fast_gelu(SimpleNamespace(node=node, input_types=[None, None]))
+
+    def context(input_types):
+        return DecompositionContext(node=node, opset=17, opsets={"": 17, "com.microsoft": 1},
+                                    input_types=input_types)
+
+    fn = bench_module.build_fast_gelu(context([None, None]))
     assert sum(n.op_type == "CastLike" for n in fn.node) == 3
-    typed = bench_module.build_fast_gelu(
-        SimpleNamespace(node=node, input_types=["tensor(float16)", None]))
+    typed = bench_module.build_fast_gelu(context(["tensor(float16)", None]))
     consts = [n for n in typed.node if n.op_type == "Constant"]
     assert len(consts) == 3 and not any(n.op_type == "CastLike" for n in typed.node)
     assert {c.attribute[0].t.data_type for c in consts} == {TensorProto.FLOAT16}

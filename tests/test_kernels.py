@@ -10,6 +10,7 @@ The proprietary op is a made-up com.acme::FusedSwish, whose kernel a plugin file
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -356,8 +357,10 @@ def test_kernel_declarations_are_validated():
         kernel(signatures=["float -> floaty"])(lambda x: x)
     with pytest.raises(ValueError, match="same input types"):
         kernel(signatures=["float -> float", "float -> double"])(lambda x: x)
-    with pytest.raises(ValueError, match="only float, int and str"):
-        kernel(signatures=["float -> float"], attributes={"axes": [1, 2]})(lambda x: x)
+    with pytest.raises(ValueError, match="only float, int, str, list"):
+        kernel(signatures=["float -> float"], attributes={"axes": list[str]})(lambda x: x)
+    with pytest.raises(ValueError, match="only float, int, str, list"):
+        kernel(signatures=["float -> float"], attributes={"flag": [True]})(lambda x: x)
     k = kernel(signatures=["float, int64 -> float"], attributes={"n": int, "s": "a"})(
         lambda x, i, n, s: x)
     assert k.attributes["n"].required and k.attributes["s"].default == "a"
@@ -739,3 +742,307 @@ def test_run_of_a_model_onnxruntime_cannot_load_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "onnxruntime cannot load" in err and "Swish(24)" in err
     assert not (tmp_path / "out.npz").exists()
+
+
+# -- list attributes and accepts(node) -----------------------------------------------------
+
+LISTS_PLUGIN = '''
+"""com.acme::PickScale: a kernel with int-list and float-list attributes;
+com.acme::Dispatch: an ATen-like op whose kernel accepts only the operators it implements."""
+import numpy as np
+
+from rewriter import hookimpl
+from rewriter.kernels import kernel
+
+
+@kernel(signatures=["float -> float", "double -> double"],
+        attributes={"columns": list[int], "scales": (list[float], []), "bias": 0.0})
+def pick_scale(x, *, columns, scales, bias):
+    """y = x[..., columns] * scales + bias (scales: all ones when empty), in float64."""
+    if type(columns) is not list or not all(type(c) is int for c in columns):
+        raise TypeError(f"columns reached the kernel as {columns!r}")
+    if type(scales) is not list or not all(type(s) is float for s in scales):
+        raise TypeError(f"scales reached the kernel as {scales!r}")
+    y = x.astype(np.float64)[..., columns]
+    if scales:
+        y = y * np.asarray(scales, dtype=np.float64)
+    return (y + bias).astype(x.dtype)
+
+
+OPERATORS = {"relu": lambda x: np.maximum(x, 0), "neg": np.negative}
+
+
+def implemented(node):
+    operator = next(a.s.decode() for a in node.attribute if a.name == "operator")
+    if operator not in OPERATORS:
+        return f"operator {operator!r} is not implemented (only {', '.join(sorted(OPERATORS))})"
+    return None
+
+
+@kernel(signatures=["float -> float"], attributes={"operator": str}, accepts=implemented)
+def dispatch(x, *, operator):
+    return OPERATORS[operator](x).astype(x.dtype)
+
+
+@hookimpl
+def register_kernels(registry):
+    registry.add("com.acme", "PickScale", f"{__name__}:pick_scale")
+    registry.add("com.acme", "Dispatch", f"{__name__}:dispatch")
+'''
+
+PICK_OP = "PickScale__com_acme__float"
+
+
+@pytest.fixture(scope="module")
+def lists_file(tmp_path_factory) -> Path:
+    return write_plugin(tmp_path_factory, "acme_lists", LISTS_PLUGIN)
+
+
+@pytest.fixture(scope="module")
+def lists(lists_file):
+    return load_plugins([str(lists_file)], autoload=False)
+
+
+def pick_scale_oracle(x, columns, scales=(), bias=0.0):
+    """Independent of the kernel: numpy's take, float32 attribute values as onnx stores
+    them."""
+    y = np.take(x.astype(np.float64), columns, axis=-1)
+    if len(scales):
+        y = y * np.float32(scales).astype(np.float64)
+    return (y + float(np.float32(bias))).astype(x.dtype)
+
+
+def _pick_node(output="y", inputs=("x",), name="pick", **attributes):
+    return helper.make_node("PickScale", list(inputs), [output], name=name, domain="com.acme",
+                            **attributes)
+
+
+def _one_op_model(nodes, outputs, inputs=("x",), extra_domains=()) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(i, TensorProto.FLOAT, ["N", 4])
+                     for i in inputs],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs])
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 18), helper.make_opsetid("com.acme", 1),
+        *[helper.make_opsetid(d, 1) for d in extra_domains]])
+    model.ir_version = 10
+    return model
+
+
+def lists_model() -> onnx.ModelProto:
+    """PickScale at the top level (every attribute given, floats not exact in float32) and
+    inside an If branch (scales and bias left to their defaults)."""
+    top = _pick_node("p", columns=[3, 0, -1, 1], scales=[0.1, -2.5, 1e-3, 3.0], bias=0.7)
+    inner = _pick_node("b", inputs=("p",), name="inner", columns=[2, 2, 0])
+    branch = helper.make_graph([inner], "then", [], [
+        helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    other = helper.make_graph(
+        [helper.make_node("Slice", ["p", "s", "e", "a"], ["c"], name="slice")], "else", [],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    consts = [helper.make_node("Constant", [], [n], value=numpy_helper.from_array(
+        np.array([v], np.int64), n)) for n, v in (("s", 0), ("e", 3), ("a", -1))]
+    model = _one_op_model(
+        [*consts, top, helper.make_node("If", ["c0"], ["y"], name="if", then_branch=branch,
+                                        else_branch=other)], ["p", "y"])
+    model.graph.input.append(helper.make_tensor_value_info("c0", TensorProto.BOOL, []))
+    return model
+
+
+XM = np.random.default_rng(3).normal(size=(5, 4)).astype(np.float32)
+
+
+def lists_oracle(x, condition: bool):
+    p = pick_scale_oracle(x, [3, 0, -1, 1], [0.1, -2.5, 1e-3, 3.0], 0.7)
+    return p, (pick_scale_oracle(p, [2, 2, 0]) if condition else p[:, :3])
+
+
+def test_list_attributes_reach_the_kernel_in_a_fresh_process(tmp_path, lists, lists_file):
+    """Int and float lists travel on the retargeted node as JSON text (onnxruntime-extensions
+    passes no lists) and reach the kernel function as lists again, exactly."""
+    src = write_model(tmp_path / "lists.onnx", lists_model())
+    out = tmp_path / "lists.rewritten.onnx"
+    result = rewrite(src, ["onnxruntime"], output=out, plugins=lists, prefer="kernel", **FAST)
+    assert result.report.ok, result.report.as_dict()
+    rewritten = onnx.load(out)
+    retargeted = {n.name: n for n in all_nodes(rewritten) if n.domain == CONTRIB_DOMAIN}
+    assert {n.op_type for n in retargeted.values()} == {PICK_OP}
+    f32 = [float(np.float32(v)) for v in (0.1, -2.5, 1e-3, 3.0)]
+    assert {a.name: a.s.decode() for a in retargeted["pick"].attribute} == {
+        "bias": repr(float(np.float32(0.7))), "columns": "[3, 0, -1, 1]",
+        "scales": json.dumps(f32)}
+    assert {a.name: a.s.decode() for a in retargeted["inner"].attribute} == {
+        "bias": "0.0", "columns": "[2, 2, 0]", "scales": "[]"}
+    np.savez(tmp_path / "in.npz", x=XM, c0=np.array(True))
+    script = textwrap.dedent(f"""
+        import numpy as np, rewriter
+        s = rewriter.session({str(out)!r}, plugins=[{str(lists_file)!r}])
+        feeds = dict(np.load({str(tmp_path / 'in.npz')!r}))
+        p, y = s.run(None, feeds)
+        np.savez({str(tmp_path / 'out.npz')!r}, p=p, y=y)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(tmp_path / "out.npz")
+    expected = reference_run(lists_model(), lists.registry, {"x": XM, "c0": np.array(True)})
+    for g, e, o in zip((got["p"], got["y"]), expected, lists_oracle(XM, True)):
+        np.testing.assert_array_equal(g, e)  # the same attribute values on both adapters
+        np.testing.assert_allclose(g, o, rtol=1e-6, atol=1e-6)
+
+
+def test_compare_runs_list_attributes_on_the_reference_evaluator(lists):
+    """compare: the original (native INTS/FLOATS attributes) on the reference evaluator with
+    the kernel as an OpRun, the rewritten one (JSON text) on onnxruntime and the reference
+    evaluator."""
+    from rewriter.comparison import compare
+
+    original = lists_model()
+    rewritten, report = rw(original, ["onnxruntime", "reference"], plugins=lists,
+                           prefer="kernel", **FAST)
+    assert report.ok, report.as_dict()
+    result = compare(original, rewritten, ["onnxruntime", "reference"], plugins=lists,
+                     inputs=[{"x": XM, "c0": np.array(c)} for c in (True, False)])
+    assert (result.status, result.exit_code) == ("equal", 0), result.summary()
+    assert result.oracle == "reference"
+    assert [t.status for t in result.targets] == ["equal", "equal"]
+    # the oracle itself, against numpy
+    for c in (True, False):
+        got = reference_run(original, lists.registry, {"x": XM, "c0": np.array(c)})
+        for g, o in zip(got, lists_oracle(XM, c)):
+            np.testing.assert_allclose(g, o, rtol=1e-6, atol=1e-6)
+
+
+def test_list_attributes_of_another_kind_are_declined_with_the_reason(lists, capsys,
+                                                                     tmp_path):
+    nodes = [
+        _pick_node("a", name="float_columns", columns=[0.0, 1.0]),
+        _pick_node("b", name="int_scales", columns=[0], scales=[1, 2]),
+        _pick_node("c", name="undeclared", columns=[0], extra=[1]),
+        _pick_node("d", name="scalar_columns", columns=1),
+        _pick_node("e", name="string_columns", columns=["a"]),
+        _pick_node("f", name="missing_columns"),
+        _pick_node("g", name="fine", columns=[1], scales=[2.0]),
+    ]
+    model = _one_op_model(nodes, "abcdefg")
+    rewritten, report = rw(model, ["onnxruntime"], plugins=lists, partial=True, explain=True,
+                           **FAST)
+    assert [f.node_name for f in report.remaining] == [n.name for n in nodes[:-1]]
+    why = {item["finding"]["node_name"]: [c for c in item["candidates"]
+                                          if c["kind"] == "kernel"][0]
+           for item in report.explain}
+    assert why["fine"]["accepted"]
+    assert {name: c["why"] for name, c in why.items() if name != "fine"} == {
+        "float_columns": "attribute 'columns' is a list of floats; the kernel takes a list "
+                         "of ints",
+        "int_scales": "attribute 'scales' is a list of ints; the kernel takes a list of "
+                      "floats",
+        "undeclared": "the kernel takes no attribute 'extra' (it declares: bias, columns, "
+                      "scales)",
+        "scalar_columns": "attribute 'columns' is an int; the kernel takes a list of ints",
+        "string_columns": "attribute 'columns' is a list of strings; the kernel takes a "
+                          "list of ints",
+        "missing_columns": "required attribute(s) columns missing",
+    }
+    (fine,) = [n for n in rewritten.graph.node if n.domain == CONTRIB_DOMAIN]
+    assert fine.name == "fine"
+    got = session(retargeted_alone(rewritten, "fine"), plugins=lists).run(None, {"x": XM})[0]
+    np.testing.assert_allclose(got, pick_scale_oracle(XM, [1], [2.0]), rtol=1e-6)
+    # the CLI's --explain shows the same reasons
+    src = write_model(tmp_path / "declines.onnx", model)
+    code, out, _ = run_cli(["-p", next(iter(lists.specs)), "rewrite", src, "-o",
+                            tmp_path / "never.onnx", "--explain", "--no-confirm"], capsys)
+    assert code == 1
+    assert "attribute 'columns' is a list of floats; the kernel takes a list of ints" in out
+    assert "the kernel takes no attribute 'extra'" in out
+
+
+def retargeted_alone(partial: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """The retargeted node ``name`` of a partial rewrite (which keeps ops onnxruntime lacks)
+    as a model of its own, with the kernels the partial rewrite recorded."""
+    (node,) = [n for n in partial.graph.node if n.name == name]
+    alone = _one_op_model([node], list(node.output), extra_domains=[CONTRIB_DOMAIN])
+    alone.metadata_props.extend(partial.metadata_props)
+    return alone
+
+
+def dispatch_model() -> onnx.ModelProto:
+    return _one_op_model([
+        helper.make_node("Dispatch", ["x"], ["r"], name="relu", domain="com.acme",
+                         operator="relu"),
+        helper.make_node("Dispatch", ["x"], ["t"], name="tanh", domain="com.acme",
+                         operator="tanh"),
+    ], ["r", "t"])
+
+
+def test_accepts_declines_a_node_at_planning_and_explain_shows_why(lists, capsys, tmp_path):
+    reason = "operator 'tanh' is not implemented (only neg, relu)"
+    with pytest.raises(UnfixableError) as e:
+        rewrite(dispatch_model(), ["onnxruntime"], plugins=lists, **FAST)
+    assert [f.node_name for f in e.value.findings] == ["tanh"]
+    rewritten, report = rw(dispatch_model(), ["onnxruntime"], plugins=lists, partial=True,
+                           explain=True, **FAST)
+    assert [f.node_name for f in report.remaining] == ["tanh"]
+    verdicts = {item["finding"]["node_name"]: [c for c in item["candidates"]
+                                               if c["kind"] == "kernel"][0]
+                for item in report.explain}
+    assert verdicts["relu"]["accepted"]
+    assert verdicts["tanh"]["why"] == f"the kernel declines this node: {reason}"
+    assert [(n.name, n.domain) for n in rewritten.graph.node] == [
+        ("relu", CONTRIB_DOMAIN), ("tanh", "com.acme")]
+    x = XM - 0.5
+    r = session(retargeted_alone(rewritten, "relu"), plugins=lists).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(r, np.maximum(x, 0))
+    src = write_model(tmp_path / "dispatch.onnx", dispatch_model())
+    code, out, _ = run_cli(["-p", next(iter(lists.specs)), "rewrite", src, "-o",
+                            tmp_path / "never.onnx", "--explain", "--no-confirm"], capsys)
+    assert code == 1 and reason in " ".join(out.split())
+    # the reference evaluator's adapter refuses the node with the same reason
+    with pytest.raises(KernelError, match="operator 'tanh' is not implemented"):
+        reference_run(dispatch_model(), lists.registry, {"x": x})
+
+
+def test_list_attribute_declarations_and_decoding():
+    from rewriter.kernels import node_problem
+
+    k = kernel(signatures=["float -> float"], attributes={
+        "strides": [1, 1], "scales": [0.5, 2], "pads": (list[int], []), "axes": list[int],
+        "gamma": list[float], "alpha": (float, 1), "n": (int, 3)})(lambda x, **a: x)
+    kinds = {n: (a.type, a.default) for n, a in k.attributes.items()}
+    assert kinds == {"strides": ("ints", (1, 1)), "scales": ("floats", (0.5, 2.0)),
+                     "pads": ("ints", ()), "axes": ("ints", None), "gamma": ("floats", None),
+                     "alpha": ("float", 1.0), "n": ("int", 3)}
+    assert type(k.attributes["alpha"].default) is float
+    for bad, words in [
+        ({"pads": []}, "empty list default"), ({"p": (list[int], [1.5])}, "not a list of ints"),
+        ({"p": (int, 1.5)}, "not an int"), ({"p": (list[int],)}, "(type, default)"),
+        ({"p": (1, 1)}, "(type, default)"), ({"p": [1, "a"]}, "only float"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            kernel(signatures=["float -> float"], attributes=bad)(lambda x: x)
+    with pytest.raises(ValueError, match="accepts must be a callable"):
+        kernel(signatures=["float -> float"], accepts="yes")(lambda x: x)
+    # decoding: JSON text (onnxruntime-extensions, retargeted nodes) or native values
+    given = {"strides": "[2, 3]", "scales": b"[0.1, 1e-300]", "axes": [np.int64(1)],
+             "gamma": [np.float32(0.25), 1], "alpha": "0.1", "n": 4, "unknown": "x"}
+    attrs = k.cast_attributes(given)
+    assert attrs == {"strides": [2, 3], "scales": [0.1, 1e-300], "pads": [], "axes": [1],
+                     "gamma": [0.25, 1.0], "alpha": 0.1, "n": 4}
+    assert [type(v) for v in attrs["gamma"]] == [float, float]
+    attrs["pads"].append(9)  # a kernel mutating a default does not change the next call
+    assert k.cast_attributes({})["pads"] == [] and k.cast_attributes({})["strides"] == [1, 1]
+    for wrong in ("[1.5]", "[true]", "{\"a\": 1}", "[1,", 3):
+        with pytest.raises(KernelError, match="'axes'"):
+            k.cast_attributes({"axes": wrong})
+    # accepts: None takes the node, a reason declines it; anything else is the plugin's bug
+    node = helper.make_node("Op", ["x"], ["y"], axes=[0], gamma=[1.0])
+    for verdict, words in [(None, None), ("too big", "the kernel declines this node: too big"),
+                           (False, "must return None"), ("", "must return None")]:
+        pick = kernel(signatures=["float -> float"], attributes={
+            "axes": list[int], "gamma": list[float]}, accepts=lambda n, v=verdict: v)(
+            lambda x, **a: x)
+        problem = node_problem(node, pick)
+        assert problem == words if words is None else words in problem
+    boom = kernel(signatures=["float -> float"], attributes={"axes": list[int],
+                  "gamma": list[float]}, accepts=lambda n: 1 / 0)(lambda x, **a: x)
+    assert node_problem(node, boom) == \
+        "the kernel's accepts() failed: ZeroDivisionError: division by zero"

@@ -13,14 +13,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import conformance  # noqa: E402
 
-# Reached with the onnx-functions plugin (SwiGLU-28 lowered, then its Swish-24): raise it
-# when a plugin rescues more; never lower it to make a change pass.
-MIN_RESCUED = 15  # 6 SwiGLU cases by decomposition, 9 ImageDecoder cases by kernel
-# The rescued cases named, so that losing one is reported by name.
+# Raise it when a plugin rescues more; never lower it to make a change pass. Reached with:
+# spec function bodies (SwiGLU), kernels (ImageDecoder), the onnx-preview plugin
+# (FlexAttention, Adam, Adagrad, Momentum), and down-conversion to the newest opset at which
+# onnxruntime has the op (RoiAlign-22, Optional*-28, QuantizeLinear/DequantizeLinear-28).
+MIN_RESCUED = 57
+# Some rescued cases of each kind, named, so that losing one is reported by name.
 MUST_RESCUE = {
     "test_swiglu", "test_swiglu_alpha", "test_swiglu_alpha_expanded", "test_swiglu_expanded",
     "test_swiglu_float16", "test_swiglu_float16_expanded",
+    "test_image_decoder_decode_jpeg_rgb", "test_flexattention_score_mod",
+    "test_flexattention_gqa", "test_adagrad", "test_adam_multiple", "test_nesterov_momentum",
+    "test_roialign_aligned_false", "test_optional_get_element_tensor",
+    "test_quantizelinear_axis", "test_dequantizelinear_blocked",
 }
+
+
+# cases of random-number ops: converted to an older opset they run, but no two runtimes draw
+# the same numbers, so neither the case's outputs nor the reference evaluator's can match
+RANDOM_CASES = ("test_bernoulli", "test_random")
 
 
 def _listing(table: dict[str, list[str]], limit: int = 15) -> str:
@@ -51,15 +62,21 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
     assert len(result.rescued) + failing == len(result.refused)
     assert all(reason.strip() for reason in result.failed)
 
-    # every model the rewrite produced computes what the original does on the reference
-    # evaluator: on the case's own inputs, and on generated ones unless the original itself
-    # cannot take them (random bytes are no image to decode)
+    # no model the rewrite produced computes something else than the original on the
+    # reference evaluator (some cannot run at all: float4 casts onnxruntime lacks); every
+    # rescued one computes the same on the case's own inputs and on generated ones wherever
+    # the evaluator can run the original (random bytes are no image to decode)
     assert set(result.rescued) <= set(result.compared)
+    cannot = "error: could not evaluate the original"
     for name, verdicts in result.compared.items():
-        assert verdicts["case inputs"] == "equal", (name, verdicts)
-        generated = verdicts["generated inputs"]
-        assert generated == "equal" or generated.startswith(
-            "error: could not evaluate the original"), (name, verdicts)
-    decoders = {n for n in result.rescued if n.startswith("test_image_decoder")}
-    for name in set(result.rescued) - decoders:  # random bytes are no image to decode
-        assert result.compared[name]["generated inputs"] == "equal", name
+        if name.startswith(RANDOM_CASES):  # random numbers differ between any two runtimes
+            continue
+        for which in ("case inputs", "generated inputs"):
+            assert not verdicts[which].startswith("mismatch"), (name, which, verdicts)
+            if name in result.rescued:
+                assert verdicts[which] == "equal" or (
+                    which == "generated inputs" and verdicts[which].startswith(cannot)), (
+                    name, which, verdicts)
+    generated_equal = [n for n in result.rescued if result.compared[n]["generated inputs"]
+                       == "equal"]
+    assert len(generated_equal) >= len(result.rescued) // 2  # most take random inputs

@@ -577,7 +577,9 @@ def test_corpus_model_is_fixed_and_matches_its_test_data_or_clearly_unfixable(
         inputs, outputs = _test_data(corpus, name)
         rewritten = onnx.load(out)
         feeds = dict(zip((i.name for i in rewritten.graph.input), inputs))
-        assert_close(run_ort(rewritten, feeds), outputs, rtol=1e-4, atol=1e-5)
+        # the onnx backend suite's own tolerance: RoiAlign's expected values are written
+        # to 4 decimals
+        assert_close(run_ort(rewritten, feeds), outputs, rtol=1e-3, atol=1e-5)
         return
     # cannot be fixed yet: one clear line naming the op, what onnxruntime lacks, and that
     # no remedy exists; nothing written
@@ -665,3 +667,168 @@ def test_verification_runs_on_models_with_external_data(plugins, tmp_path, monke
     assert result.report.verification["shape_inference"] == "ok"
     assert (tmp_path / "out.onnx.data").is_file()
     assert os.getcwd() == str(elsewhere)
+
+
+# -- plans that depend on more than the signature; verification and re-check at scale -----
+
+SHAPES_PLUGIN = '''
+"""com.acme ops whose bodies depend on constants, declared shapes and used outputs."""
+from onnx import TensorProto, helper, numpy_helper
+
+from rewriter import hookimpl
+
+
+def _function(name, inputs, outputs, nodes, opset=18):
+    return helper.make_function("com.acme", name, inputs, outputs, nodes,
+                                [helper.make_opsetid("", opset)])
+
+
+def build_scale(ctx):
+    """Scale(x, s) = x * s for a constant s, baked into the body."""
+    s = ctx.constant(ctx.node.input[1])
+    if s is None:
+        return None
+    c = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(s, "c"))
+    return _function("Scale", ["x", "s"], ["y"], [c, helper.make_node("Mul", ["x", "c"], ["y"])])
+
+
+def build_flip(ctx):
+    """Flip(x): every axis reversed (a Transpose); the rank comes from x's declared shape."""
+    declared = ctx.declared.get(ctx.node.input[0])
+    if declared is None or not declared.tensor_type.HasField("shape"):
+        return None
+    rank = len(declared.tensor_type.shape.dim)
+    return _function("Flip", ["x"], ["y"], [
+        helper.make_node("Transpose", ["x"], ["y"], perm=list(range(rank))[::-1])])
+
+
+def build_pair(ctx):
+    """Pair(x) -> (Relu(x)[, Neg(x)]): the body has the outputs the node uses."""
+    if len(ctx.node.output) == 1:
+        return _function("Pair", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])])
+    return _function("Pair", ["x"], ["y", "z"], [helper.make_node("Relu", ["x"], ["y"]),
+                                                   helper.make_node("Neg", ["x"], ["z"])])
+
+
+def build_cast(to):
+    def build(ctx):
+        return _function("Cast", ["x"], ["y"], [helper.make_node("Cast", ["x"], ["y"], to=to)])
+    return build
+
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "Scale", build_scale, description="shapes:Scale")
+    registry.add("com.acme", "Flip", build_flip, description="shapes:Flip")
+    registry.add("com.acme", "Pair", build_pair, description="shapes:Pair")
+    registry.add("com.acme", "ToHalf", build_cast(TensorProto.FLOAT16),
+                 description="shapes:ToHalf")
+    registry.add("com.acme", "ToBF16", build_cast(TensorProto.BFLOAT16),
+                 description="shapes:ToBF16")
+'''
+
+
+@pytest.fixture(scope="module")
+def shapes_plugins(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plugins") / "shapes.py"
+    path.write_text(SHAPES_PLUGIN)
+    return load_plugins([str(path)], autoload=False)
+
+
+def test_bodies_differ_where_constants_declared_shapes_or_used_outputs_do(shapes_plugins):
+    """Plans are cached per node signature; a builder that reads a constant or a declared
+    shape, or sees which outputs are used, must still get its own body per node."""
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[2, 3] a, float[2, 3, 4] b) => (float[2, 3] y1, float[2, 3] y2,
+                                              float[3, 2] f1, float[4, 3, 2] f2,
+                                              float[2, 3] p1, float[2, 3] p2, float[2, 3] n2) {
+            two = Constant <value = float {2.0}> ()
+            ten = Constant <value = float {10.0}> ()
+            y1 = com.acme.Scale (a, two)
+            y2 = com.acme.Scale (a, ten)
+            f1 = com.acme.Flip (a)
+            f2 = com.acme.Flip (b)
+            p1 = com.acme.Pair (a)
+            p2, n2 = com.acme.Pair (a)
+        }""")
+    result = rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False)
+    assert result.report.ok, result.report.verification
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    b = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    expected = [a * 2, a * 10, a.T, b.transpose(2, 1, 0), np.maximum(a, 0),
+                np.maximum(a, 0), -a]
+    assert_close(run_ort(result.model, {"a": a, "b": b}), expected)
+
+
+def test_big_rewrite_verifies_regions_and_rechecks_only_what_changed(acme_plugins,
+                                                                      monkeypatch):
+    """Above FULL_CHECK_MAX_NODES the full checker runs on each remedy function alone and
+    the target re-check only where input types changed; the result is still fully valid."""
+    import rewriter.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[N] x) => (float[N] y) {
+            s = com.acme.FusedSwish (x)
+            r = Relu (x)
+            t = Add (s, r)
+            y = com.acme.FusedSwish <alpha: float = 0.5> (t)
+        }""")
+    result = rewrite(model, ["onnxruntime"], plugins=acme_plugins, confirm=False)
+    report = result.report
+    assert report.ok, report.verification
+    assert report.verification["checker"] == report.verification["shape_inference"] == "ok"
+    assert report.verification_scope.startswith("rewritten regions: 2 remedy function(s)")
+    assert report.recheck_scope.startswith("1 node(s)")  # the Add: its input s changed type
+    onnx.checker.check_model(result.model, full_check=True)
+    assert_close(run_ort(result.model, {"x": X}), run_reference(model, {"x": X}))
+
+
+TYPE_CHANGE = """
+    <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+    g (float[N] x) => (float[N] y) {
+        h = com.acme.ToHalf (x)
+        y = Add (h, x)
+    }"""
+
+
+@pytest.mark.parametrize("limit", [0, 10**9], ids=["regions", "whole-model"])
+def test_a_body_whose_type_breaks_its_consumer_fails_verification(shapes_plugins, monkeypatch,
+                                                                 limit):
+    """ToHalf's output type was unknown; its body makes it float16, which the Add consuming
+    it with a float cannot take: both verification modes must say so."""
+    import rewriter.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", limit)
+    result = rewrite(model_from_text(TYPE_CHANGE), ["onnxruntime"], plugins=shapes_plugins,
+                     confirm=False, verify=False)
+    verdict = result.report.verification["shape_inference"]
+    assert not result.report.ok
+    assert "float16" in verdict or "inconsistent type" in verdict.lower(), verdict
+
+
+def test_recheck_reports_a_node_the_new_types_break_like_a_full_walk(shapes_plugins,
+                                                                     monkeypatch):
+    """ToBF16's output type was unknown, so the Tanh reading it passed the first walk; the
+    body makes it bfloat16, for which onnxruntime has no Tanh kernel. The partial re-check
+    must find that, as the whole-model walk does."""
+    import rewriter.pipeline as pipeline
+
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[N] x) => (float[N] z) {
+            h = com.acme.ToBF16 (x)
+            y = Tanh (h)
+            z = Cast <to = 1> (y)
+        }""")
+    fast = rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False,
+                   partial=True, verify=False).report
+    monkeypatch.setattr(pipeline, "_recheck", lambda *args: None)
+    walked = rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False,
+                     partial=True, verify=False).report
+    assert walked.recheck_scope == "whole model" != fast.recheck_scope
+    assert [(f.op_type, f.reason) for f in fast.remaining] == [("Tanh", "type-binding")]
+    assert [f.as_dict() for f in fast.remaining] == [f.as_dict() for f in walked.remaining]
+    assert not fast.ok

@@ -88,3 +88,40 @@ def test_inspect_counts_every_node(generated):
     assert info["tensors"]["count"] == len(gen.model.graph.initializer)
     external = info["tensors"]["external_bytes"]
     assert (external > 0) == (path.parent.name.startswith("external"))
+
+
+_BENCH_PLUGIN = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_plugin.py"
+
+
+@pytest.mark.parametrize("target", ["reference", "onnxruntime"])
+def test_rewrite_at_scale_verifies_regions_and_matches_a_whole_walk(generated, tmp_path,
+                                                                      monkeypatch, target):
+    """The big-model path (regions verified alone, target re-check only where types
+    changed), forced on the generated model: nothing custom is left, a whole-model walk and
+    onnx's full checker agree with the report, and the statistics are the model's."""
+    import onnx
+
+    import rewriter.pipeline as pipeline
+    from rewriter.api import rewrite
+    from rewriter.manager import load_plugins
+    from rewriter.walk import op_counts
+
+    gen, path = generated
+    monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)
+    bench = load_plugins([str(_BENCH_PLUGIN)], autoload=False)
+    out = tmp_path / "out.onnx"
+    report = rewrite(path, [target], output=out, plugins=bench, confirm=False,
+                     verify=False).report
+    assert report.ok, report.verification
+    assert report.verification_scope.startswith("rewritten regions")
+    assert report.recheck_scope != "whole model"
+    assert check(out, [target], plugins=bench, confirm=False).findings == []
+    result = onnx.load(out)
+    onnx.checker.check_model(result, full_check=True)
+    counts = op_counts(result)
+    left = {d for d, _ in counts} & {"com.acme", "com.microsoft"}
+    assert left == (set() if target == "reference" else {"com.microsoft"})  # it runs those
+    assert report.after.nodes == sum(counts.values())
+    applied = sum(report.applied.values())
+    assert applied == (gen.custom_total if target == "reference"
+                       else gen.custom_counts["FusedSwish"])

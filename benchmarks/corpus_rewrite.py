@@ -1,0 +1,205 @@
+"""Before/after table for the real models in ``../shared/corpus``.
+
+``python benchmarks/corpus_rewrite.py [--target onnxruntime] [--markdown] [MODEL ...]``
+
+Before: does what ``onnx-rewriter run MODEL`` does (onnxruntime, no rewrite) work? After:
+what ``onnx-rewriter rewrite MODEL -o OUT --target T`` does (the library call behind it; it
+ends by comparing the result with the original, run on the target where it runs there, else
+on the ONNX reference evaluator with the plugins' kernels), then ``run OUT`` again. A model
+counts as *fixed* when the original did not run and the rewritten one loads, runs and
+compares equal. Inputs: the test data next to a model (``testdata/<model>/``), the few given
+below (images, strings), else generated from the declared types.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+@dataclass
+class Row:
+    model: str
+    before: str  # "runs" or the first line of the error
+    status: str = ""  # fixed | still runs | not fixed | broke
+    rewrite: str = ""  # "no-op", "rewritten", "unfixable: ...", "error: ..."
+    compare: str = ""
+    after: str = ""  # run of the rewritten model
+    remedies: list[str] = field(default_factory=list)
+
+
+def _short(message: str) -> str:
+    """One line, without onnxruntime's prefix and the corpus path."""
+    line = (message.strip().splitlines() or [""])[0]
+    line = re.sub(r"onnxruntime cannot load \S+: ", "", line)
+    line = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    return line.replace(f"{CORPUS}/", "")[:120]
+
+
+def _run(model: Path, inputs: Path | None, dims: dict[str, int], plugins) -> str:
+    """What ``onnx-rewriter run MODEL`` does: "runs", or the first line of its error."""
+    import onnx
+
+    from rewriter import runtime
+    from rewriter.errors import RewriterError
+    from rewriter.inputs import load_inputs
+
+    try:
+        feeds = None
+        if inputs is not None:
+            sets = load_inputs([str(inputs)], onnx.load(model, load_external_data=False))
+            feeds = sets[0] if sets else {}
+        runtime.run(str(model), feeds, dims=dims, plugins=plugins)
+    except RewriterError as e:
+        return _short(str(e))
+    except Exception as e:  # noqa: BLE001 - a failure is the result
+        return _short(f"internal error: {type(e).__name__}: {e}")
+    return "runs"
+
+
+def _png(height: int, width: int) -> np.ndarray:
+    """PNG bytes of a smooth RGB image (random bytes are no image)."""
+    import io
+
+    from PIL import Image
+
+    yy, xx = np.mgrid[0:height, 0:width]
+    pixels = np.stack([(3 * yy) % 256, (2 * xx) % 256, (xx + yy) % 256], -1).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return np.frombuffer(buffer.getvalue(), np.uint8)
+
+
+# Inputs for models whose inputs cannot be generated meaningfully (images, strings the op
+# wants 1-D), and symbolic dimensions the model's own ops constrain.
+GIVEN_INPUTS = {
+    "ortx_string_split.onnx": lambda: [np.array(["a,,b", "", "c, d"], dtype=object),
+                                       np.array([", "], dtype=object), np.array([False])],
+    "ortx_decode_encode_decode_image.onnx": lambda: [_png(9, 13)],
+    "ortx_supres_pre_post.onnx": lambda: [_png(224, 224)],
+}
+DIMS = {"pt_com_microsoft_atenop_embedding.onnx": ["input_2_dim_1=8"]}  # its Add broadcasts
+
+
+def _given_inputs(model: Path, workdir: Path) -> Path | None:
+    """An ONNX test-data folder with this model's inputs: shipped next to the corpus
+    (``testdata/<model>/``), or written from GIVEN_INPUTS; None: generate them."""
+    from onnx import numpy_helper
+
+    data = CORPUS / "testdata" / model.stem
+    if any(data.rglob("input_*.pb")):
+        return data
+    make = GIVEN_INPUTS.get(model.name)
+    if make is None:
+        return None
+    folder = workdir / f"{model.stem}.inputs" / "test_data_set_0"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, value in enumerate(make()):
+        (folder / f"input_{i}.pb").write_bytes(numpy_helper.from_array(value).SerializeToString())
+    return folder.parent
+
+
+def measure(model: Path, target: str, workdir: Path, plugins=None) -> Row:
+    """Run, rewrite (as ``onnx-rewriter rewrite MODEL -o OUT --target T`` does, ending with
+    its comparison) and run the result."""
+    from rewriter.api import rewrite
+    from rewriter.errors import RewriterError
+    from rewriter.inputs import parse_dims
+    from rewriter.manager import load_plugins
+    from rewriter.pipeline import UnfixableError
+
+    plugins = plugins or load_plugins()
+    inputs = _given_inputs(model, workdir)
+    dims = parse_dims(DIMS.get(model.name, []))
+    row = Row(model.name, _run(model, inputs, dims, plugins))
+    out = workdir / model.name
+    options = {"dims": dims, **({"inputs": [str(inputs)]} if inputs else {})}
+    try:
+        result = rewrite(str(model), [target], output=str(out), plugins=plugins,
+                         compare_options=options)
+    except UnfixableError as e:
+        first = e.findings[0]
+        row.rewrite = (f"unfixable: {len(e.findings)} node(s), e.g. {first.op_label}: "
+                       f"{first.reason}")
+    except RewriterError as e:
+        row.rewrite = f"error: {_short(str(e))}"
+    except Exception as e:  # noqa: BLE001 - reported, and failed by the test
+        row.rewrite = f"internal error: {type(e).__name__}: {_short(str(e))}"
+    else:
+        report = result.report
+        row.remedies = sorted({f"{op} ({kind}, {plugin})"
+                               for (kind, plugin, _rule, op) in report.applied})
+        row.rewrite = "rewritten" if row.remedies else "no-op"
+        row.compare = report.verification.get("compare", "")
+    if out.exists():
+        row.after = _run(out, inputs, dims, plugins)
+    if row.rewrite == "no-op":  # nothing to fix for onnxruntime: the model is as it was
+        row.status = "unchanged"
+    elif row.before != "runs":
+        row.status = "fixed" if row.after == "runs" and row.compare == "ok" else "not fixed"
+    else:
+        row.status = "still runs" if row.after == "runs" and row.compare == "ok" else "broke"
+    return row
+
+
+def markdown(rows: list[Row], target: str) -> str:
+    before = sum(r.before == "runs" for r in rows)
+    count = {s: sum(r.status == s for r in rows)
+             for s in ("fixed", "still runs", "unchanged", "not fixed", "broke")}
+    lines = [
+        f"{len(rows)} models; onnxruntime runs {before} as they are (on the inputs below); "
+        f"`rewrite --target {target}`: {count['fixed']} fixed (fail before; load, run and "
+        f"compare equal after), {count['still runs']} rewritten and still equal, "
+        f"{count['unchanged']} left unchanged (nothing to fix), {count['not fixed']} not "
+        f"fixed, {count['broke']} broken.",
+        "",
+        "| model | before | rewrite | compare | after | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [r.model, r.before, r.rewrite + (f" ({'; '.join(r.remedies)})"
+                                                   if r.remedies else ""),
+                 r.compare or "-", r.after or "-", r.status]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="model file names (default: all)")
+    parser.add_argument("--target", default="onnxruntime")
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--json", dest="json_out", help="write the rows to this file")
+    args = parser.parse_args(argv)
+    if not CORPUS.is_dir():
+        print(f"error: no corpus at {CORPUS}", file=sys.stderr)
+        return 2
+    models = [CORPUS / m for m in args.models] or sorted(CORPUS.glob("*.onnx"))
+    from rewriter.manager import load_plugins
+
+    plugins = load_plugins()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [measure(m, args.target, Path(tmp), plugins) for m in models]
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    if args.markdown:
+        print(markdown(rows, args.target))
+    else:
+        for r in rows:
+            print(f"{r.status:10} {r.model:50} {r.rewrite[:70]:70} {r.compare[:40]}")
+        print(markdown(rows, args.target).splitlines()[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,375 @@
+"""The ``onnx-preview`` plugin's decompositions against their oracles: onnx's reference
+evaluator (which implements FlexAttention, Adagrad, Adam and Momentum) on random inputs, and
+the spec's test data shipped with the corpus. Each one-node model is rewritten for
+onnxruntime (which has none of these ops) and the result runs on onnxruntime.
+"""
+
+from __future__ import annotations
+
+import glob
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from rewriter.api import rewrite
+from rewriter.pipeline import UnfixableError
+from tests.conftest import CORPUS
+
+ort = pytest.importorskip("onnxruntime")
+
+PREVIEW, TRAINING = "ai.onnx.preview", "ai.onnx.preview.training"
+F32, F64, F16 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16
+NP = {F32: np.float32, F64: np.float64, F16: np.float16}
+TOL = {F32: dict(rtol=1e-5, atol=1e-6), F64: dict(rtol=1e-12, atol=1e-12),
+       F16: dict(rtol=1e-2, atol=2e-3)}
+
+
+def _vi(name, elem, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _model(nodes, inputs, outputs, opsets, ir_version=10):
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    model.ir_version = ir_version
+    return model
+
+
+def _rewritten(model, plugins):
+    """Rewrite for onnxruntime (no numeric verification: the tests compare themselves) and
+    check that no preview op is left, in subgraphs either."""
+    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
+    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
+    text = onnx.printer.to_text(result.model)
+    assert "ai.onnx.preview" not in text
+    onnx.checker.check_model(result.model, full_check=True)
+    return result.model
+
+
+def _run(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _check_against_reference(model, plugins, feeds, elem):
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    got = _run(_rewritten(model, plugins), feeds)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == np.dtype(NP[elem])
+        # The evaluator's Adam returns float64 for one float tensor, and float32 for several
+        # double ones: compare values, at the precision the evaluator kept.
+        tol = TOL[F32] if np.asarray(e).dtype == np.float32 else TOL[elem]
+        np.testing.assert_allclose(g.astype(np.float64), np.asarray(e, np.float64), **tol)
+    return got
+
+
+# -- training optimizers --------------------------------------------------------------------
+
+KINDS = {"Adagrad": ("XGH", "XH"), "Adam": ("XGVH", "XVH"), "Momentum": ("XGV", "XV")}
+
+
+def _optimizer_model(op_type, count, elem, opsets, r_elem=None, **attrs):
+    inputs, outputs = KINDS[op_type]
+    names = [f"{k}{i}" for k in inputs for i in range(count)]
+    out_names = [f"{k}{i}_new" for k in outputs for i in range(count)]
+    shapes = [[3, 4], [5], [2, 1, 3]]
+    node = helper.make_node(op_type, ["R", "T", *names], out_names, domain=TRAINING, **attrs)
+    in_vis = [_vi("R", r_elem or elem, []), _vi("T", TensorProto.INT64, [])]
+    in_vis += [_vi(n, elem, shapes[int(n[1:]) % 3]) for n in names]
+    out_vis = [_vi(n, elem, shapes[int(n[1:-4]) % 3]) for n in out_names]
+    return _model([node], in_vis, out_vis, opsets)
+
+
+def _optimizer_feeds(model, rng, t):
+    feeds = {}
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        shape = [d.dim_value for d in tt.shape.dim]
+        if vi.name == "T":
+            feeds["T"] = np.array(t, np.int64)
+        elif vi.name == "R":
+            feeds["R"] = np.array(0.1, dtype)
+        elif vi.name.startswith("H"):  # accumulated squares are non-negative
+            feeds[vi.name] = rng.uniform(0, 2, shape).astype(dtype)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+OPTIMIZER_CASES = [
+    ("Adagrad", {}),
+    ("Adagrad", dict(decay_factor=0.1, epsilon=1e-3, norm_coefficient=0.01)),
+    ("Adam", {}),
+    ("Adam", dict(alpha=0.8, beta=0.95, epsilon=1e-4, norm_coefficient=0.02,
+                  norm_coefficient_post=0.05)),
+    ("Momentum", dict(alpha=0.9, beta=0.5, mode="standard", norm_coefficient=0.01)),
+    ("Momentum", dict(alpha=0.95, beta=0.7, mode="nesterov", norm_coefficient=0.001)),
+]
+
+
+@pytest.mark.parametrize("count,elem", [(1, F32), (3, F32), (2, F64)])
+@pytest.mark.parametrize("op_type,attrs", OPTIMIZER_CASES)
+def test_optimizer(plugins, op_type, attrs, count, elem):
+    model = _optimizer_model(op_type, count, elem, {"": 13, TRAINING: 1}, **attrs)
+    rng = np.random.default_rng(len(attrs) + count)
+    for t in (0, 3):  # T == 0 takes the other branch of Adam's and Momentum's T > 0
+        _check_against_reference(model, plugins, _optimizer_feeds(model, rng, t), elem)
+
+
+@pytest.mark.parametrize("op_type,attrs", [OPTIMIZER_CASES[1], OPTIMIZER_CASES[3],
+                                           OPTIMIZER_CASES[5]])
+def test_optimizer_without_ai_onnx_import_and_double_rate(plugins, op_type, attrs):
+    """The model imports only the training domain (the engine plans it at opset 1): the
+    body brings ai.onnx 13; R is double while the tensors are float."""
+    model = _optimizer_model(op_type, 2, F32, {TRAINING: 1}, r_elem=F64, **attrs)
+    model.ir_version = 7
+    rewritten = _rewritten(model, None)
+    assert {o.domain: o.version for o in rewritten.opset_import} == {"": 13}
+    feeds = _optimizer_feeds(model, np.random.default_rng(7), 2)
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    for g, e in zip(_run(rewritten, feeds), expected):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, np.asarray(e, np.float64), **TOL[F32])
+
+
+def test_optimizer_at_opset_9(plugins):
+    model = _optimizer_model("Adam", 2, F32, {"": 9, TRAINING: 1}, **OPTIMIZER_CASES[3][1])
+    _check_against_reference(model, plugins,
+                             _optimizer_feeds(model, np.random.default_rng(9), 4), F32)
+
+
+def test_optimizer_declines(plugins):
+    """A mode the spec does not define, an attribute the body would not honour, and an input
+    count that does not split into groups are left alone."""
+    bad = [
+        _optimizer_model("Momentum", 1, F32, {"": 13, TRAINING: 1}, alpha=0.9, beta=1.0,
+                         mode="heavy-ball", norm_coefficient=0.0),
+        _optimizer_model("Adagrad", 1, F32, {"": 13, TRAINING: 1}, foo=1.0),
+    ]
+    odd = _optimizer_model("Adagrad", 2, F32, {"": 13, TRAINING: 1})
+    del odd.graph.node[0].input[-1]
+    bad.append(odd)
+    for model in bad:
+        with pytest.raises(UnfixableError):
+            rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
+
+
+def _test_data(name):
+    folder = CORPUS / "testdata" / name / "test_data_set_0"
+    load = [numpy_helper.to_array(onnx.load_tensor(p))
+            for p in sorted(glob.glob(str(folder / "input_*.pb")))]
+    expected = [numpy_helper.to_array(onnx.load_tensor(p))
+                for p in sorted(glob.glob(str(folder / "output_*.pb")))]
+    return load, expected
+
+
+def _corpus_end_to_end(name, plugins):
+    """``rewrite(path, ["onnxruntime"])`` with its own verification, then the result on the
+    spec's test data."""
+    path = CORPUS / f"{name}.onnx"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    result = rewrite(onnx.load(str(path)), ["onnxruntime"], plugins=plugins)
+    assert not result.report.remaining
+    inputs, expected = _test_data(name)
+    names = [i.name for i in result.model.graph.input]
+    got = _run(result.model, dict(zip(names, inputs)))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    return result
+
+
+def _adam_verdict_ok(result) -> bool:
+    """The verification's oracle, onnx's reference evaluator, returns Adam's X_new as float64
+    for one float tensor (its several-tensor path casts to float32), so compare may flag that
+    dtype, and only that: every value must agree."""
+    if result.report.verification["compare"] == "ok":
+        return True
+    for target in result.report.comparison.as_dict()["targets"]:
+        for out in target["outputs"]:
+            assert out["mismatches"] == 0, out
+            assert out["ok"] or out["detail"] == "dtype float32, expected float64", out
+    return True
+
+
+def test_corpus_end_to_end(plugins):
+    """The three corpus models: rewritten (verification included: compare with the original
+    on the reference evaluator), equal to the spec's test data on onnxruntime; the
+    FlexAttention result also agrees with onnx's own expansion of the node. One test, so
+    the verification's worker process starts once."""
+    flex = "onnx_preview_flexattention_score_mod"
+    result = _corpus_end_to_end(flex, plugins)
+    assert result.report.verification["compare"] == "ok"
+    expanded = onnx.load(str(CORPUS / "testdata" / flex / "reference_expanded_ver26.onnx"))
+    inputs, _ = _test_data(flex)
+    feeds = dict(zip(["Q", "K", "V"], inputs))
+    np.testing.assert_allclose(_run(result.model, feeds)[0], _run(expanded, feeds)[0],
+                               rtol=1e-6, atol=1e-7)
+
+    result = _corpus_end_to_end("onnx_preview_training_nesterov_momentum", plugins)
+    assert result.report.verification["compare"] == "ok"
+
+    result = _corpus_end_to_end("onnx_preview_training_adam", plugins)
+    assert _adam_verdict_ok(result)
+
+
+# -- FlexAttention --------------------------------------------------------------------------
+
+def _graph_attr(name, body_nodes, elem=F32, initializers=()):
+    return helper.make_graph(body_nodes, name, [_vi("s", elem, None)], [_vi("s_out", elem)],
+                             initializer=list(initializers))
+
+
+def _bias_mod(value=0.5, elem=F32):
+    bias = numpy_helper.from_array(np.array(value, NP[elem]), "bias")
+    return _graph_attr("bias_mod", [helper.make_node("Add", ["s", "bias"], ["s_out"])], elem,
+                       [bias])
+
+
+def _causal_mod(elem=F32):
+    """Masks positions above the diagonal with -inf, built from the scores' own shape."""
+    c = lambda name, v: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=numpy_helper.from_array(np.array(v, np.int64), name))
+    nodes = [
+        c("i2", [2]), c("i3", [3]), c("i4", [4]), c("zero", 0), c("one", 1),
+        helper.make_node("Shape", ["s"], ["shape"]),
+        helper.make_node("Slice", ["shape", "i2", "i3"], ["l1"]),
+        helper.make_node("Slice", ["shape", "i3", "i4"], ["s1"]),
+        helper.make_node("Squeeze", ["l1"], ["l"]),
+        helper.make_node("Squeeze", ["s1"], ["n"]),
+        helper.make_node("Range", ["zero", "l", "one"], ["rows"]),
+        helper.make_node("Range", ["zero", "n", "one"], ["cols"]),
+        helper.make_node("Unsqueeze", ["rows", "one"], ["rows2"]),
+        helper.make_node("Greater", ["cols", "rows2"], ["above"]),
+        helper.make_node("Constant", [], ["ninf"], value=numpy_helper.from_array(
+            np.array(-np.inf, NP[elem]), "ninf")),
+        helper.make_node("Where", ["above", "ninf", "s"], ["s_out"]),
+    ]
+    return _graph_attr("causal", nodes, elem)
+
+
+def _if_mod(elem=F32):
+    """A modifier with a nested If whose branches reuse names of the body around them."""
+    then = helper.make_graph([helper.make_node("Neg", ["s"], ["Scores"])], "then", [],
+                             [_vi("Scores", elem)])
+    other = helper.make_graph([helper.make_node("Identity", ["s"], ["Probs"])], "else", [],
+                              [_vi("Probs", elem)])
+    flag = numpy_helper.from_array(np.array(True), "flag")
+    return _graph_attr("if_mod", [helper.make_node("If", ["flag"], ["s_out"], then_branch=then,
+                                                   else_branch=other)], elem, [flag])
+
+
+def _halve_mod(elem=F32):
+    half = numpy_helper.from_array(np.array(0.5, NP[elem]), "half")
+    return _graph_attr("halve", [helper.make_node("Mul", ["s", "half"], ["s_out"])], elem,
+                       [half])
+
+
+def _flex_model(elem=F32, q_heads=2, kv_heads=2, e=4, ev=4, opset=26, **attrs):
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain=PREVIEW, **attrs)
+    inputs = [_vi("Q", elem, [2, q_heads, 3, e]), _vi("K", elem, [2, kv_heads, 5, e]),
+              _vi("V", elem, [2, kv_heads, 5, ev])]
+    return _model([node], inputs, [_vi("Y", elem, [2, q_heads, 3, ev])],
+                  {"": opset, PREVIEW: 1}, ir_version=10 if opset < 26 else 13)
+
+
+def _flex_feeds(model, rng):
+    feeds = {}
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        shape = [d.dim_value for d in tt.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(
+            helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return feeds
+
+
+FLEX_CASES = {
+    "default": {},
+    "scale": dict(scale=0.3),
+    "gqa": dict(q_heads=4, kv_heads=2),
+    "head_sizes": dict(e=6, ev=3),
+    "score_mod": dict(score_mod=_bias_mod()),
+    "causal": dict(score_mod=_causal_mod()),
+    "prob_mod": dict(prob_mod=_halve_mod()),
+    "both_mods_nested_if": dict(score_mod=_if_mod(), prob_mod=_halve_mod(), scale=0.5),
+    "double_softmax": dict(softmax_precision=F64, score_mod=_bias_mod(0.25, F64)),
+    "opset13": dict(opset=13, q_heads=4, kv_heads=1, score_mod=_causal_mod()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLEX_CASES))
+def test_flex_attention(plugins, case):
+    model = _flex_model(**FLEX_CASES[case])
+    _check_against_reference(model, plugins, _flex_feeds(model, np.random.default_rng(3)), F32)
+
+
+@pytest.mark.parametrize("elem", [F64, F16])
+def test_flex_attention_dtypes(plugins, elem):
+    """double; float16 (softmax in float32 by default)."""
+    mod = _bias_mod(0.5, F64 if elem == F64 else F32)
+    model = _flex_model(elem, q_heads=4, kv_heads=2, score_mod=mod)
+    rewritten = _rewritten(model, plugins)
+    if elem == F16:
+        text = onnx.printer.to_text(rewritten)
+        assert "Softmax" in text and "Cast <to: int = 1>" in text  # float32 softmax
+    _check_against_reference(model, plugins, _flex_feeds(model, np.random.default_rng(4)), elem)
+
+
+def test_flex_attention_declines_outer_scope_capture(plugins):
+    """A modifier reading a value of the graph around it cannot go into a function body."""
+    mod = _graph_attr("capture", [helper.make_node("Add", ["s", "outer"], ["s_out"])])
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain=PREVIEW,
+                            score_mod=mod)
+    outer = helper.make_node("Constant", [], ["outer"], value_float=0.5)
+    model = _flex_model()
+    model.graph.node.insert(0, outer)
+    model.graph.node[1].CopyFrom(node)
+    with pytest.raises(UnfixableError):
+        rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
+
+
+# -- inside an If branch ----------------------------------------------------------------------
+
+def test_ops_inside_if_branch(plugins):
+    """FlexAttention (with a score_mod) and Momentum inside the branches of an If."""
+    flex = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain=PREVIEW,
+                            score_mod=_causal_mod(), scale=0.4)
+    momentum = helper.make_node("Momentum", ["R", "T", "Q", "K", "V"],
+                                ["Y", "Vnew"], domain=TRAINING, alpha=0.9, beta=0.8,
+                                mode="nesterov", norm_coefficient=0.01)
+    shape = [1, 2, 3, 4]
+    then = helper.make_graph([flex], "then", [], [_vi("Y", F32, shape)])
+    other = helper.make_graph([momentum], "else", [], [_vi("Y", F32, shape)])
+    node = helper.make_node("If", ["cond"], ["Out"], then_branch=then, else_branch=other)
+    inputs = [_vi("cond", TensorProto.BOOL, []), _vi("R", F32, []),
+              _vi("T", TensorProto.INT64, [])]
+    inputs += [_vi(n, F32, shape) for n in "QKV"]
+    model = _model([node], inputs, [_vi("Out", F32, shape)], {"": 17, PREVIEW: 1, TRAINING: 1})
+    rewritten = _rewritten(model, plugins)
+    rng = np.random.default_rng(5)
+    for cond in (True, False):
+        feeds = {"cond": np.array(cond), "R": np.array(0.1, np.float32),
+                 "T": np.array(2, np.int64)}
+        feeds.update({n: rng.standard_normal(shape).astype(np.float32) for n in "QKV"})
+        expected = ReferenceEvaluator(model).run(None, feeds)[0]
+        np.testing.assert_allclose(_run(rewritten, feeds)[0], expected, **TOL[F32])
+
+
+def test_optimizer_unused_outputs(plugins):
+    """Outputs the node leaves unnamed are not needed: X_new alone is computed and right."""
+    model = _optimizer_model("Adam", 1, F32, {"": 13, TRAINING: 1}, **OPTIMIZER_CASES[3][1])
+    del model.graph.output[1:]
+    model.graph.node[0].output[1] = model.graph.node[0].output[2] = ""
+    feeds = _optimizer_feeds(model, np.random.default_rng(11), 2)
+    got = _run(_rewritten(model, plugins), feeds)
+    assert len(got) == 1
+    expected = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_allclose(got[0], expected, **TOL[F32])
