@@ -21,6 +21,7 @@ they do not implement or an overload other than the default.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -212,6 +213,18 @@ def aten(*tensors, operator, overload_name, num_groups, eps, dim, approximate,
               "normalized_shape": normalized_shape, "output_size": output_size,
               "diagonal": diagonal, "dims": dims, "shifts": shifts}
     return run(operator, tensors, values)
+
+
+
+def _accepts_named_form(node) -> str | None:
+    """``org.pytorch.aten::ATen`` as older exporters wrote it (the non-tensor arguments as
+    attributes) is the default-domain form; torch's current form passes them as inputs."""
+    if not any(a.name not in ("operator", "overload_name") for a in node.attribute):
+        return "arguments given as inputs (torch's positional form) have no numpy kernel"
+    return _accepts_aten(node)
+
+
+aten_named_form = dataclasses.replace(aten, accepts=_accepts_named_form)
 
 
 @_kernel(signatures=_signatures(), attributes={"name": str, "custom_attributes_json": "{}"},

@@ -930,12 +930,13 @@ def build_org_pytorch_aten(ctx) -> FunctionProto | None:
 def build_positional_aten(ctx) -> FunctionProto | None:
     """``org.pytorch.aten::ATen`` (torch's ``ONNX_ATEN_FALLBACK`` export) and
     ``com.microsoft::ATen``: attributes ``operator``/``overload_name``, every argument an
-    input (constants for non-tensors, an empty name for None)."""
+    input (constants for non-tensors, an empty name for None); or, as older exporters wrote
+    it, the non-tensor arguments as attributes (read as the default-domain ``ATen``)."""
     attrs = _attributes(ctx.node, ())
     operator = _text(attrs.pop("operator", b""))
     names = schema_names(operator, attrs.pop("overload_name", b""))
-    if attrs:
-        return None
+    if attrs:  # older exporters: tensors as inputs, the other arguments as attributes
+        return build_aten(ctx)
     call = _first(lambda name: _resolve_positional(name, list(ctx.node.input), ctx), names)
     return build_call(call, ctx)
 
@@ -1227,6 +1228,8 @@ _ATEN_KERNELS = {"adaptive_avg_pool1d": "adaptive_avg_pool1d",
 @hookimpl
 def register_kernels(registry):
     registry.add("", "ATen", f"{_KERNELS}:aten", description="pytorch: numpy aten operators")
+    registry.add(ATEN_DOMAIN, "ATen", f"{_KERNELS}:aten_named_form",
+                 description="pytorch: numpy aten operators (arguments as attributes)")
     registry.add(MS_DOMAIN, "ATenOp", f"{_KERNELS}:atenop",
                  description="pytorch: numpy aten operators")
     for operator, attr in _ATEN_KERNELS.items():

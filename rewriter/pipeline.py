@@ -225,7 +225,16 @@ class _Planner:
         ``declared``: the model's declared value types by name (for the builders)."""
         if finding.node is None:
             return self._pass_candidates(finding)
-        if finding.reason == "invalid-node":  # the model is wrong; no remedy makes it right
+        if finding.reason == "invalid-node":
+            # the export is wrong. For a vendor op (a schema the runtime has, onnx does not)
+            # a decomposition that takes the node as it is may stand in for it (its builder
+            # reads the inputs and declines what it cannot make sense of, e.g.
+            # GroupQueryAttention without total_sequence_length); a standard op that breaks
+            # the ONNX spec is the exporter's to fix
+            if not _has_onnx_schema(finding):
+                plan = self.plan(finding, constants, declared)
+                if plan.choice is not None and plan.choice.kind == "decomposition":
+                    return plan.candidates
             return [Candidate("decomposition", "-", "-", False,
                               f"the node itself is invalid ({finding.detail}); fix the export")]
         plan = self.plan(finding, constants, declared)
@@ -601,6 +610,12 @@ def _fingerprints(reads: tuple, node: NodeProto, constants, declared) -> tuple:
         else:
             out.append(hashlib.blake2b(value.SerializeToString(), digest_size=16).digest())
     return tuple(out)
+
+
+def _has_onnx_schema(finding: Finding) -> bool:
+    from onnx import defs
+
+    return defs.has(finding.op_type, normalize_domain(finding.domain))
 
 
 def replaced_op(finding: Finding) -> str:

@@ -274,17 +274,6 @@ def test_inside_if_branch(plugins):
         _check(model, plugins, feeds, F32)
 
 
-def test_failing_export_only_aten_remains(plugins):
-    """``onnx-rewriter rewrite examples/failing_export.onnx --target onnxruntime``: NhwcConv
-    and GemmFastGelu now have remedies; only the ATen node is left."""
-    model = load(str(EXAMPLES / "failing_export.onnx"))
-    with pytest.raises(UnfixableError) as info:
-        rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
-    message = str(info.value)
-    assert "ATen" in message
-    assert "NhwcConv" not in message and "GemmFastGelu" not in message
-
-
 # -- the rest of the contrib ops -----------------------------------------------------------
 
 

@@ -14,16 +14,13 @@ import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper, load
 from onnx.checker import check_model
-from onnx.inliner import inline_local_functions
 from rewriter_plugins.com_microsoft_attention import (
     attention_reference,
-    build_group_query_attention,
     remove_padding_kernel,
     restore_padding_kernel,
 )
 
 from rewriter.api import rewrite
-from rewriter.functions import DecompositionContext
 from rewriter.manager import load_plugins
 from rewriter.pipeline import UnfixableError
 from tests.conftest import CORPUS
@@ -679,28 +676,13 @@ def _with_total_sequence_length(model):
 
 def test_gqa_corpus_without_total_sequence_length(plugins):
     """OpenVINO's GQA test model leaves out input 6, so onnxruntime refuses the node as
-    invalid. The decomposition derives the total (max(seqlens_k) + 1) and runs on
-    onnxruntime, agreeing with onnxruntime's kernel given the total; the planner itself
-    does not offer remedies for an invalid node (yet)."""
+    invalid. The planner accepts a decomposition that takes the node as it is: this one
+    derives the total (max(seqlens_k) + 1), and the result runs on onnxruntime, agreeing
+    with onnxruntime's kernel given the total."""
     model = _corpus("ov_com_microsoft_gqa_rotary.onnx")
-    result = rewrite(model, ["onnxruntime"], plugins=plugins, partial=True, confirm=False,
-                     verify=False)
-    if result.report.remaining:
-        assert [f.as_dict()["reason"] for f in result.report.remaining] == ["invalid-node"]
-        node = model.graph.node[0]
-        ctx = DecompositionContext(
-            node=node, opset=11, opsets={"": 11, MS: 1},
-            input_types=[None if not n else "tensor(int32)" if n == "seqlens_k"
-                         else "tensor(float)" for n in node.input],
-            declared={i.name: i.type for i in model.graph.input})
-        function = build_group_query_attention(ctx)
-        decomposed = ModelProto()
-        decomposed.CopyFrom(model)
-        decomposed.graph.node[0].op_type = function.name
-        decomposed.functions.append(function)
-        decomposed = inline_local_functions(decomposed)
-    else:  # a planner that accepts the remedy
-        decomposed = result.model
+    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
+    assert not result.report.remaining
+    decomposed = result.model
     check_model(decomposed, full_check=True)
     assert {n.domain for n in decomposed.graph.node} <= {"", "ai.onnx"}
     with_total = _with_total_sequence_length(model)

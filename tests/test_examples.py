@@ -6,6 +6,7 @@ import runpy
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx.reference import ReferenceEvaluator
 
@@ -37,3 +38,19 @@ def test_failing_export_lists_the_vendor_ops(plugins):
     report = check(EXAMPLES / "failing_export.onnx", ["onnxruntime"], plugins=plugins,
                    confirm=False)
     assert sorted(f.op_type for f in report.findings) == ["ATen", "GemmFastGelu", "NhwcConv"]
+
+
+def test_failing_export_is_fixed_and_verified(plugins, tmp_path):
+    """All three vendor ops have remedies (com-microsoft and pytorch plugins); the result
+    holds only standard ops and the engine's own comparison (original run with the plugins'
+    numpy kernels on the reference evaluator) passes."""
+    out = tmp_path / "fixed.onnx"
+    result = rewrite(EXAMPLES / "failing_export.onnx", ["onnxruntime"], output=out,
+                     plugins=plugins)
+    assert result.report.ok and not result.report.remaining
+    assert result.report.verification["compare"] == "ok"
+    fixed = onnx.load(out)
+    assert {n.domain for n in fixed.graph.node} <= {"", "ai.onnx"}
+    ops = {op for (_kind, _plugin, _rule, op) in result.report.applied}
+    assert {"com.microsoft::NhwcConv(1)", "com.microsoft::GemmFastGelu(1)",
+            "org.pytorch.aten::ATen(1)"} <= ops

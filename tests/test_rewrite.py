@@ -832,3 +832,21 @@ def test_recheck_reports_a_node_the_new_types_break_like_a_full_walk(shapes_plug
     assert [(f.op_type, f.reason) for f in fast.remaining] == [("Tanh", "type-binding")]
     assert [f.as_dict() for f in fast.remaining] == [f.as_dict() for f in walked.remaining]
     assert not fast.ok
+
+
+def test_invalid_node_without_a_taking_decomposition_asks_to_fix_the_export(plugins):
+    """A standard node that breaks the ONNX spec (LayerNormalization without its required
+    scale) is the exporter's to fix: no remedy is tried (the spec's body would read the
+    missing scale), and the explanation says so. (A vendor op onnx has no schema for may be
+    taken by a decomposition as it is: tests/test_com_microsoft_attention.py, GQA.)"""
+    model = model_from_text("""
+        <ir_version: 9, opset_import: ["" : 17]>
+        g (float[2, 4] x) => (float[2, 4] y) {
+            y = LayerNormalization <axis: int = -1> (x, "")
+        }
+    """)
+    report = rewrite(model, ["onnxruntime"], plugins=plugins, explain=True, dry_run=True,
+                     verify=False).report
+    (finding,) = report.remaining
+    assert finding.reason == "invalid-node"
+    assert "fix the export" in json.dumps(report.explain)
