@@ -437,7 +437,7 @@ class OpenVINOTarget(Target):
         from onnx import TensorProto, helper
 
         node = query.node
-        constants = {} if in_body else self._constants
+        constants = dict(query.constants) if in_body else self._constants
         parts, key_inputs, seen = [], [], set()  # parts: (name, TensorProto or TypeProto)
         unranked = guessed = False
         names = [n for n in query.inputs if n]

@@ -46,7 +46,7 @@ MAX_DEPTH = 4
 # rewritten model up to this many nodes; above, on each distinct rewritten region (every
 # remedy function in a small wrapper model), plus the non-full checker on the whole model
 # and the target re-check with type agreement on every node whose input types changed.
-FULL_CHECK_MAX_NODES = 50_000
+FULL_CHECK_MAX_NODES = 10_000
 
 
 class UnfixableError(RewriterError):
@@ -502,6 +502,7 @@ class _Planner:
         for entry in fn.opset_import:
             body_opsets.setdefault(normalize_domain(entry.domain), entry.version)
         types = {formal: t for formal, t in zip(fn.input, finding.input_types) if t}
+        body_constants = _body_constants(fn)
         nested: dict[int, tuple[Candidate, Finding]] = {}
         for i, inner in enumerate(fn.node):
             domain = normalize_domain(inner.domain)
@@ -515,7 +516,8 @@ class _Planner:
                 if i in nested:
                     break
                 query = NodeQuery(inner, f"{finding.path}/<body>/node {i}", domain,
-                                  body_opsets.get(domain), types, body_opsets)
+                                  body_opsets.get(domain), types, body_opsets,
+                                  constants=body_constants)
                 problem = target.check_node(query)
                 if problem is None:
                     continue
@@ -610,6 +612,17 @@ def _fingerprints(reads: tuple, node: NodeProto, constants, declared) -> tuple:
         else:
             out.append(hashlib.blake2b(value.SerializeToString(), digest_size=16).digest())
     return tuple(out)
+
+
+def _body_constants(fn: FunctionProto) -> dict:
+    """The body's ``Constant(value=...)`` outputs (split sizes, axes, shapes) by name."""
+    out = {}
+    for node in fn.node:
+        if (node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+                and len(node.attribute) == 1 and node.attribute[0].name == "value"
+                and not node.attribute[0].ref_attr_name):
+            out[node.output[0]] = node.attribute[0].t
+    return out
 
 
 def _has_onnx_schema(finding: Finding) -> bool:

@@ -96,6 +96,9 @@ class NodeQuery:
     declared: Mapping[str, TypeProto] = field(default_factory=dict)  # stated types, with shapes
     inputs: tuple[str, ...] | None = None  # the node's input names, when already read
     outputs: tuple[str, ...] | None = None
+    # values known to be constant (name -> TensorProto): a decomposition body's Constant
+    # outputs, when the planner asks about a body node (the model's own: the target reads them)
+    constants: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.inputs is None:
