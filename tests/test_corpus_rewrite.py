@@ -26,6 +26,7 @@ FIXED = {
     "mmdeploy_nms_match.onnx",  # mmdeploy: NMSMatch kernel
     "onnx_op20_image_decoder_jpeg_rgb.onnx",  # ImageDecoder: Pillow kernel
     "onnx_op22_roialign_aligned_false.onnx",  # RoiAlign-22 -> opset 21 (RoiAlign-16)
+    "onnx_op26_bitcast_bool_to_uint8.onnx",  # onnx-standard: BitCast of bool as Cast
     "onnx_op28_swiglu.onnx",  # SwiGLU-28 and Swish-24: spec function bodies
     "onnx_preview_flexattention_score_mod.onnx",  # onnx-preview decompositions
     "onnx_preview_training_adam.onnx",
