@@ -73,6 +73,7 @@ import numpy as np
 from onnx import AttributeProto, FunctionProto, TensorProto, helper, numpy_helper
 
 from rewriter import hookimpl
+from rewriter.bodies import Declined, FunctionBuilder, declining, typed_tensor
 from rewriter.kernels import kernel
 
 DOMAIN = "com.microsoft"
@@ -133,7 +134,7 @@ def fold_literal_casts(fn: FunctionProto, elem_type: int | None) -> FunctionProt
     for node in fn.node:
         if (node.op_type == "CastLike" and node.domain in ("", "ai.onnx")
                 and node.input[0] in literals):
-            tensor = _tensor(literals[node.input[0]], elem_type, node.output[0])
+            tensor = typed_tensor(literals[node.input[0]], elem_type, node.output[0])
             new_nodes.append(helper.make_node("Constant", [], list(node.output), value=tensor))
         else:
             new_nodes.append(node)
@@ -165,108 +166,16 @@ def _trim_outputs(fn: FunctionProto, used: list[bool]) -> FunctionProto:
     return out
 
 
-def _tensor(value, elem_type: int, name: str = "") -> TensorProto:
-    """``value`` as a tensor of ``elem_type`` (bfloat16 and the 4-bit types included)."""
-    array = np.asarray(value)
-    if elem_type in (TensorProto.BFLOAT16, TensorProto.INT4, TensorProto.UINT4):
-        return helper.make_tensor(name, elem_type, array.shape,
-                                  array.astype(np.float32).ravel().tolist())
-    return numpy_helper.from_array(array.astype(helper.tensor_dtype_to_np_dtype(elem_type)),
-                                   name)
-
-
 # -- body builder -------------------------------------------------------------------------
 
 
-class Declined(Exception):
-    """Raised inside a builder for a node form the body cannot express."""
-
-
-class Body:
+class Body(FunctionBuilder):
     """Builds one FunctionProto node by node, in the forms of ai.onnx ``opset``."""
-
-    def __init__(self, opset: int, elem_type: int | None = None):
-        self.opset = opset
-        self.elem_type = elem_type  # element type of the float literals, if known
-        self.nodes: list = []
-        self._count = 0
-
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
-        """Append a node; returns its output name (a list for ``outputs > 1``)."""
-        names = []
-        for _ in range(outputs):
-            self._count += 1
-            names.append(f"{op_type[:1].lower()}{op_type[1:]}_{self._count}")
-        attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
-        return names[0] if outputs == 1 else names
-
-    def constant(self, value, elem_type: int | None = None) -> str:
-        """A Constant (``elem_type`` default: the array's own)."""
-        array = np.asarray(value)
-        if elem_type is None:
-            tensor = numpy_helper.from_array(array)
-        else:
-            tensor = _tensor(array, elem_type)
-        return self.op("Constant", value=tensor)
-
-    def ints(self, values: Sequence[int]) -> str:
-        return self.constant(np.asarray(values, dtype=np.int64))
-
-    def literal(self, value: float, like: str, elem_type: int | None = None) -> str:
-        """A float scalar in the element type of ``like`` (``elem_type``, else the body's;
-        a ``CastLike`` when neither is known, which needs opset 15)."""
-        elem_type = elem_type or self.elem_type
-        if elem_type is not None:
-            return self.constant(np.array(value), elem_type)
-        if self.opset < 15:
-            raise Declined("element type unknown below opset 15")
-        return self.op("CastLike", self.constant(np.array(value, np.float32)), like)
-
-    def cast(self, x: str, elem_type: int) -> str:
-        return self.op("Cast", x, to=elem_type)
-
-    def reduce(self, op_type: str, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
-        """``Reduce*`` over ``axes``: an input from opset 18 (``ReduceSum``: 13)."""
-        if self.opset >= (13 if op_type == "ReduceSum" else 18):
-            return self.op(op_type, x, self.ints(axes), keepdims=keepdims)
-        return self.op(op_type, x, axes=list(axes), keepdims=keepdims)
-
-    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", x, self.ints(axes))
-        return self.op("Unsqueeze", x, axes=list(axes))
-
-    def slice(self, x: str, starts, ends, axes) -> str:
-        """``Slice``; ``starts``/``ends`` are int lists or names of int64 tensors."""
-        def tensor(v):
-            return v if isinstance(v, str) else self.ints(v)
-        return self.op("Slice", x, tensor(starts), tensor(ends), self.ints(axes))
 
     def shape_part(self, x: str, start: int, end: int | None = None) -> str:
         """``Shape(x)[start:end]`` as an int64 vector."""
         shape = self.op("Shape", x)
         return self.slice(shape, [start], [end if end is not None else 2 ** 62], [0])
-
-    def clip(self, x: str, low: float | None, high: float | None) -> str:
-        if self.opset >= 11:
-            bounds = ["" if v is None else self.literal(v, x) for v in (low, high)]
-            while bounds and not bounds[-1]:
-                bounds.pop()
-            return self.op("Clip", x, *bounds)
-        return self.op("Clip", x, min=low, max=high)
-
-    def function(self, name: str, inputs: Sequence[str], outputs: Sequence[str],
-                 attributes: Sequence[str] = ()) -> FunctionProto:
-        produced = {o for n in self.nodes for o in n.output}
-        final = []
-        for out in outputs:
-            if out not in produced or out in final:  # an input passed through, or a repeat
-                out = self.op("Identity", out)
-            final.append(out)
-        return helper.make_function(DOMAIN, name, list(inputs), final, self.nodes,
-                                    [helper.make_opsetid("", self.opset)],
-                                    attributes=list(attributes))
 
 
 def _body_opset(ctx) -> int:
@@ -297,18 +206,6 @@ def _single_output(node) -> bool:
 def _inputs(node, formal: Sequence[str]) -> list[str]:
     """The formal input names the node binds: up to its last present input."""
     return list(formal[:len(node.input)])
-
-
-def _declining(builder):
-    """Wrap a builder so that ``Declined`` means None."""
-    def wrapper(ctx) -> FunctionProto | None:
-        try:
-            return builder(ctx)
-        except Declined:
-            return None
-    wrapper.__name__ = builder.__name__
-    wrapper.__doc__ = builder.__doc__
-    return wrapper
 
 
 def _unknown_attributes(node, known: Sequence[str]) -> bool:
@@ -376,35 +273,35 @@ def _conv_activation(b: Body, x: str, kind: str, params: Sequence[float]) -> str
 # -- elementwise builders -----------------------------------------------------------------
 
 
-@_declining
+@declining
 def build_fast_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not _present(node.input, 0) or not _single_output(node) or node.attribute:
         return None
     b = Body(_body_opset(ctx), _elem_type(ctx))
     x = b.op("Add", "X", "bias") if _present(node.input, 1) else "X"
-    return b.function("fast_gelu", _inputs(node, ["X", "bias"]), [_fast_gelu(b, x)])
+    return b.function(DOMAIN, "fast_gelu", _inputs(node, ["X", "bias"]), [_fast_gelu(b, x)])
 
 
-@_declining
+@declining
 def build_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not _present(node.input, 0) or not _single_output(node) or node.attribute:
         return None
     b = Body(_body_opset(ctx), _elem_type(ctx))
-    return b.function("gelu", ["X"], [_gelu(b, "X")])
+    return b.function(DOMAIN, "gelu", ["X"], [_gelu(b, "X")])
 
 
-@_declining
+@declining
 def build_bias_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node):
         return None
     b = Body(_body_opset(ctx), _elem_type(ctx))
-    return b.function("bias_gelu", ["A", "B"], [_gelu(b, b.op("Add", "A", "B"))])
+    return b.function(DOMAIN, "bias_gelu", ["A", "B"], [_gelu(b, b.op("Add", "A", "B"))])
 
 
-@_declining
+@declining
 def build_quick_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not _present(node.input, 0) or not _single_output(node)
@@ -412,11 +309,11 @@ def build_quick_gelu(ctx) -> FunctionProto | None:
         return None
     b = Body(_body_opset(ctx), _elem_type(ctx))
     alpha = b.literal(ctx.attribute("alpha", QUICKGELU_DEFAULT_ALPHA), "X")
-    return b.function("quick_gelu", ["X"], [b.op("Mul", "X", b.op("Sigmoid",
-                                                                  b.op("Mul", alpha, "X")))])
+    y = b.op("Mul", "X", b.op("Sigmoid", b.op("Mul", alpha, "X")))
+    return b.function(DOMAIN, "quick_gelu", ["X"], [y])
 
 
-@_declining
+@declining
 def build_gemm_fast_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
@@ -426,17 +323,18 @@ def build_gemm_fast_gelu(ctx) -> FunctionProto | None:
     x = b.op("MatMul", "X", "W")
     if _present(node.input, 2):
         x = b.op("Add", x, "bias")
-    return b.function("gemm_fast_gelu", _inputs(node, ["X", "W", "bias"]), [_fast_gelu(b, x)])
+    return b.function(DOMAIN, "gemm_fast_gelu", _inputs(node, ["X", "W", "bias"]),
+                      [_fast_gelu(b, x)])
 
 
-@_declining
+@declining
 def build_bias_add(ctx) -> FunctionProto | None:
     node = ctx.node
     if not all(_present(node.input, i) for i in range(3)) or not _single_output(node):
         return None
     b = Body(_body_opset(ctx))
     y = b.op("Add", b.op("Add", "X", "bias"), "skip")
-    return b.function("bias_add", ["X", "bias", "skip"], [y])
+    return b.function(DOMAIN, "bias_add", ["X", "bias", "skip"], [y])
 
 
 def _softmax_flattened(b: Body, x: str, axis: int) -> str:
@@ -447,7 +345,7 @@ def _softmax_flattened(b: Body, x: str, axis: int) -> str:
     return b.op("Reshape", b.op("Softmax", flat, axis=1), b.op("Shape", x))
 
 
-@_declining
+@declining
 def build_bias_softmax(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
@@ -457,7 +355,7 @@ def build_bias_softmax(ctx) -> FunctionProto | None:
         return None  # inner broadcast aligns the bias from the left: not numpy's rule
     b = Body(_body_opset(ctx))
     y = _softmax_flattened(b, b.op("Add", "data", "bias"), ctx.attribute("axis", 1))
-    return b.function("bias_softmax", ["data", "bias"], [y])
+    return b.function(DOMAIN, "bias_softmax", ["data", "bias"], [y])
 
 
 # -- normalizations -----------------------------------------------------------------------
@@ -515,23 +413,23 @@ def _skip_norm_body(ctx, name: str, formal: Sequence[str], bias_index: int,
         if has_beta:
             y = b.op("Add", y, "beta")
     outputs = [y, mean or inv_std_var, inv_std_var, s]
-    fn = b.function(name, _inputs(node, formal), outputs)
+    fn = b.function(DOMAIN, name, _inputs(node, formal), outputs)
     return _trim_outputs(fn, [_present(node.output, i) for i in range(4)])
 
 
-@_declining
+@declining
 def build_skip_layer_norm(ctx) -> FunctionProto | None:
     return _skip_norm_body(ctx, "skip_layer_norm",
                            ["input", "skip", "gamma", "beta", "bias"], 4, simplified=False)
 
 
-@_declining
+@declining
 def build_skip_simplified_layer_norm(ctx) -> FunctionProto | None:
     return _skip_norm_body(ctx, "skip_simplified_layer_norm",
                            ["input", "skip", "gamma", "bias"], 3, simplified=True)
 
 
-@_declining
+@declining
 def build_simplified_layer_norm(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _present(node.output, 0)
@@ -554,7 +452,7 @@ def build_simplified_layer_norm(ctx) -> FunctionProto | None:
             raise Declined("scale type unknown")
         normalized = b.op("CastLike", normalized, "scale")
     y = b.op("Mul", normalized, "scale")
-    fn = b.function("simplified_layer_norm", ["X", "scale"], [y, inv_std_var])
+    fn = b.function(DOMAIN, "simplified_layer_norm", ["X", "scale"], [y, inv_std_var])
     return _trim_outputs(fn, [_present(node.output, i) for i in range(2)])
 
 
@@ -570,7 +468,7 @@ def _transposed(b: Body, x: str, trans: int, trans_batch: int) -> str:
     return x
 
 
-@_declining
+@declining
 def build_fused_matmul(ctx) -> FunctionProto | None:
     node = ctx.node
     known = ["alpha", "transA", "transB", "transBatchA", "transBatchB"]
@@ -584,10 +482,10 @@ def build_fused_matmul(ctx) -> FunctionProto | None:
     alpha = ctx.attribute("alpha", 1.0)
     if alpha != 1.0:
         y = b.op("Mul", y, b.literal(alpha, y))
-    return b.function("fused_matmul", ["A", "B"], [y])
+    return b.function(DOMAIN, "fused_matmul", ["A", "B"], [y])
 
 
-@_declining
+@declining
 def build_fused_gemm(ctx) -> FunctionProto | None:
     node = ctx.node
     gemm_attributes = ["alpha", "beta", "transA", "transB"]
@@ -605,7 +503,7 @@ def build_fused_gemm(ctx) -> FunctionProto | None:
         return None  # onnxruntime rejects a FusedGemm without an activation, or with Clip
     y = _activation(b, y, kind, ctx.attribute("activation_alpha"),
                     ctx.attribute("activation_beta"), ctx.attribute("activation_gamma"))
-    return b.function("fused_gemm", _inputs(node, ["A", "B", "C"]), [y])
+    return b.function(DOMAIN, "fused_gemm", _inputs(node, ["A", "B", "C"]), [y])
 
 
 # -- convolutions -------------------------------------------------------------------------
@@ -667,20 +565,20 @@ def _conv_body(ctx, name: str, channels_last: bool, fused: bool) -> FunctionProt
         kind = ctx.attribute("activation", b"")
         kind = kind.decode() if isinstance(kind, bytes) else kind
         y = _conv_activation(b, y, kind, list(ctx.attribute("activation_params", [])))
-    return b.function(name, _inputs(node, ["X", "W", "B", "Z"]), [y])
+    return b.function(DOMAIN, name, _inputs(node, ["X", "W", "B", "Z"]), [y])
 
 
-@_declining
+@declining
 def build_nhwc_conv(ctx) -> FunctionProto | None:
     return _conv_body(ctx, "nhwc_conv", channels_last=True, fused=False)
 
 
-@_declining
+@declining
 def build_nhwc_fused_conv(ctx) -> FunctionProto | None:
     return _conv_body(ctx, "nhwc_fused_conv", channels_last=True, fused=True)
 
 
-@_declining
+@declining
 def build_fused_conv(ctx) -> FunctionProto | None:
     return _conv_body(ctx, "fused_conv", channels_last=False, fused=True)
 
@@ -688,7 +586,7 @@ def build_fused_conv(ctx) -> FunctionProto | None:
 # -- Trilu --------------------------------------------------------------------------------
 
 
-@_declining
+@declining
 def build_trilu(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not _present(node.input, 0) or not _single_output(node)
@@ -698,21 +596,21 @@ def build_trilu(ctx) -> FunctionProto | None:
     inputs = _inputs(node, ["X", "k"])
     b = Body(_body_opset(ctx))
     if b.opset >= 14:
-        return b.function("trilu", inputs, [b.op("Trilu", *inputs, upper=upper)])
+        return b.function(DOMAIN, "trilu", inputs, [b.op("Trilu", *inputs, upper=upper)])
     elem = _any_elem_type(ctx, 0)
     if elem is None or elem == TensorProto.BFLOAT16:
         return None
     # column - row compared with k: upper keeps col - row >= k, lower keeps col - row <= k
     shape = b.op("Shape", "X")
-    zero, one = b.constant(np.array(0, np.int64)), b.constant(np.array(1, np.int64))
-    rows = b.op("Range", zero, b.op("Gather", shape, b.constant(np.array(-2, np.int64))), one)
-    cols = b.op("Range", zero, b.op("Gather", shape, b.constant(np.array(-1, np.int64))), one)
+    zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    rows = b.op("Range", zero, b.op("Gather", shape, b.const(np.array(-2, np.int64))), one)
+    cols = b.op("Range", zero, b.op("Gather", shape, b.const(np.array(-1, np.int64))), one)
     offset = b.op("Sub", b.unsqueeze(cols, [0]), b.unsqueeze(rows, [1]))
     k = "k" if _present(node.input, 1) else zero
     keep = (b.op("Not", b.op("Less", offset, k)) if upper
             else b.op("Not", b.op("Greater", offset, k)))
-    y = b.op("Where", keep, "X", b.constant(np.zeros((), helper.tensor_dtype_to_np_dtype(elem))))
-    return b.function("trilu", inputs, [y])
+    y = b.op("Where", keep, "X", b.const(np.zeros((), helper.tensor_dtype_to_np_dtype(elem))))
+    return b.function(DOMAIN, "trilu", inputs, [y])
 
 
 # -- quantization -------------------------------------------------------------------------
@@ -725,15 +623,15 @@ def _unpack_bits(b: Body, packed: str, bits: int) -> str:
     wide = b.cast(packed, TensorProto.INT32)
     parts = []
     for j in range(8 // bits):
-        shifted = b.op("Div", wide, b.constant(np.array(2 ** (bits * j), np.int32)))
-        parts.append(b.unsqueeze(b.op("Mod", shifted, b.constant(np.array(2 ** bits,
+        shifted = b.op("Div", wide, b.const(np.array(2 ** (bits * j), np.int32)))
+        parts.append(b.unsqueeze(b.op("Mod", shifted, b.const(np.array(2 ** bits,
                                                                         np.int32))), [-1]))
     stacked = b.op("Concat", *parts, axis=-1)
     merged_shape = b.op("Concat", b.shape_part(packed, 0, -1), b.ints([-1]), axis=0)
     return b.op("Reshape", stacked, merged_shape)
 
 
-@_declining
+@declining
 def build_matmul_nbits(ctx) -> FunctionProto | None:
     node = ctx.node
     known = ["K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"]
@@ -763,7 +661,7 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
             return None
         zp = b.op("Reshape", zp, b.ints([n, blocks, 1]))
     else:
-        zp = b.constant(np.array(2 ** (bits - 1)), elem)
+        zp = b.const(np.array(2 ** (bits - 1)), elem)
     scales = b.op("Reshape", "scales", b.ints([n, blocks, 1]))
     weight = b.op("Mul", b.op("Sub", q, zp), scales)
     weight = b.op("Reshape", weight, b.ints([n, blocks * block]))
@@ -773,7 +671,7 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
     if _present(node.input, 5):
         y = b.op("Add", y, "bias")
     inputs = _inputs(node, ["A", "B", "scales", "zero_points", "g_idx", "bias"])
-    return b.function("matmul_nbits", inputs, [y])
+    return b.function(DOMAIN, "matmul_nbits", inputs, [y])
 
 
 def _repeat_blocks(b: Body, scales: str, axis: int, block: int, like: str) -> str:
@@ -790,7 +688,7 @@ def _repeat_blocks(b: Body, scales: str, axis: int, block: int, like: str) -> st
     return b.slice(merged, [0], size, [axis])
 
 
-@_declining
+@declining
 def build_gather_block_quantized(ctx) -> FunctionProto | None:
     node = ctx.node
     known = ["bits", "block_size", "gather_axis", "quantize_axis"]
@@ -833,7 +731,7 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
     indices = b.cast("indices", TensorProto.INT64)
     valid = b.op("And", b.op("Less", indices, size),
                  b.op("Not", b.op("Less", indices, b.op("Neg", size))))
-    indices = b.op("Where", valid, indices, b.constant(np.array(0, np.int64)))
+    indices = b.op("Where", valid, indices, b.const(np.array(0, np.int64)))
     # gather first (the table stays quantized), then dequantize the rows taken
     rows = b.op("Gather", q, indices, axis=gather_axis)
     scales = b.op("Gather", "scales", indices, axis=gather_axis)
@@ -853,16 +751,16 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
         values = b.op("Sub", values, b.cast(_repeat_blocks(b, zp, out_axis, block, rows),
                                             out_type))
     elif default_zp:
-        values = b.op("Sub", values, b.constant(np.array(default_zp), out_type))
+        values = b.op("Sub", values, b.const(np.array(default_zp), out_type))
     y = b.op("Mul", values, scales)
     # the mask (shape of indices) gets a 1 for each data axis behind the gathered one
     trailing = b.op("Sub", b.op("Size", b.op("Shape", "data")),
                     b.ints([gather_axis + 1]))
-    ones = b.op("ConstantOfShape", trailing, value=_tensor(np.array([1]), TensorProto.INT64))
+    ones = b.fill(trailing, 1, TensorProto.INT64)
     mask = b.op("Reshape", valid, b.op("Concat", b.op("Shape", "indices"), ones, axis=0))
-    y = b.op("Where", mask, y, b.constant(np.array(0), out_type))
+    y = b.op("Where", mask, y, b.const(np.array(0), out_type))
     inputs = _inputs(node, ["data", "indices", "scales", "zero_points"])
-    return b.function("gather_block_quantized", inputs, [y])
+    return b.function(DOMAIN, "gather_block_quantized", inputs, [y])
 
 
 _QDQ_8BIT = (TensorProto.INT8, TensorProto.UINT8)
@@ -887,7 +785,7 @@ def _qdq_opset(quantized: int | None, scale: int | None, dequantize: bool) -> in
 def _qdq_builder(op_type: str):
     dequantize = op_type == "DequantizeLinear"
 
-    @_declining
+    @declining
     def build(ctx) -> FunctionProto | None:
         node = ctx.node
         if (not (_present(node.input, 0) and _present(node.input, 1))
@@ -909,7 +807,7 @@ def _qdq_builder(op_type: str):
         if axis is None and (scale is None or scale.ndim != 0):
             return None  # per-tensor needs a scalar scale; unknown: not sure it is one
         y = b.op(op_type, *inputs, axis=axis)
-        return b.function(op_type.lower(), inputs, [y])
+        return b.function(DOMAIN, op_type.lower(), inputs, [y])
 
     build.__name__ = f"build_{op_type.lower()}"
     return build

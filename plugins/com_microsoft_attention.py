@@ -73,12 +73,11 @@ onnxruntime's contrib kernels, or these numpy kernels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
-from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper, numpy_helper
+from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper
 from rewriter_plugins.com_microsoft import _present
 
+from rewriter.bodies import FunctionBuilder
 from rewriter.kernels import kernel
 
 DOMAIN = "com.microsoft"
@@ -95,89 +94,23 @@ _FLOAT_TYPES = {
 }
 
 
-class _Body:
-    """Emits the nodes of a function body (or of a subgraph of it) at one ai.onnx opset."""
+class _Body(FunctionBuilder):
+    """A function body (or a subgraph of it) at one ai.onnx opset, with the attention
+    bodies' mask helpers."""
 
-    def __init__(self, opset: int, elem: int, prefix: str = "t", counter: list | None = None):
-        self.opset = opset
-        self.elem = elem
-        self.nodes: list[NodeProto] = []
-        self._prefix = prefix
-        self._counter = counter if counter is not None else [0]
-        self.zero = self.filter = ""
-
-    def child(self) -> _Body:
-        """A builder for a subgraph (names stay unique across the whole body)."""
-        child = _Body(self.opset, self.elem, self._prefix, self._counter)
-        child.zero, child.filter = self.zero, self.filter
-        return child
+    zero = filter = ""  # mask values, set by ``set_mask_values``
 
     def set_mask_values(self, mask_filter_value: float) -> None:
-        self.zero = self.scalar(0.0)
-        self.filter = self.scalar(mask_filter_value)
-
-    def fresh(self, hint: str = "") -> str:
-        self._counter[0] += 1
-        return f"{self._prefix}{self._counter[0]}_{hint}" if hint else \
-            f"{self._prefix}{self._counter[0]}"
-
-    def op(self, op_type: str, *inputs: str, outputs: int | list[str] = 1, **attrs) -> str:
-        names = outputs if isinstance(outputs, list) else [
-            self.fresh(op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
-        return names[0] if len(names) == 1 else names
-
-    def const(self, value, dtype=None) -> str:
-        array = np.asarray(value, dtype=dtype)
-        name = self.fresh("c")
-        tensor = numpy_helper.from_array(array, name)
-        self.nodes.append(helper.make_node("Constant", [], [name], value=tensor))
-        return name
-
-    def scalar(self, value: float) -> str:
-        """A scalar of the body's float element type."""
-        return self.const(value, helper.tensor_dtype_to_np_dtype(self.elem))
-
-    def ints(self, values: Sequence[int]) -> str:
-        return self.const(list(values), np.int64)
-
-    # -- ops whose form changed across opsets -------------------------------------------
-    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", x, self.ints(axes))
-        return self.op("Unsqueeze", x, axes=list(axes))
-
-    def squeeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Squeeze", x, self.ints(axes))
-        return self.op("Squeeze", x, axes=list(axes))
-
-    def split(self, x: str, sizes: Sequence[int] | None, parts: int, axis: int) -> list[str]:
-        if sizes is None:  # equal parts: no split input / attribute at any opset
-            if self.opset >= 18:
-                return self.op("Split", x, outputs=parts, axis=axis, num_outputs=parts)
-            return self.op("Split", x, outputs=parts, axis=axis)
-        if self.opset >= 13:
-            return self.op("Split", x, self.ints(sizes), outputs=len(sizes), axis=axis)
-        return self.op("Split", x, outputs=len(sizes), axis=axis, split=list(sizes))
+        self.zero = self.literal(0.0)
+        self.filter = self.literal(mask_filter_value)
 
     def dim(self, x: str, axis: int) -> str:
         """``Shape(x)[axis]`` as an int64 scalar."""
-        return self.op("Gather", self.op("Shape", x), self.const(axis, np.int64), axis=0)
-
-    def slice(self, x: str, starts, ends, axes) -> str:
-        def vec(v):
-            return v if isinstance(v, str) else self.ints(v)
-        return self.op("Slice", x, vec(starts), vec(ends), vec(axes))
+        return self.take(self.op("Shape", x), axis)
 
     def where_masked(self, keep: str) -> str:
         """``0`` where ``keep`` else the mask filter value (set by the caller)."""
         return self.op("Where", keep, self.zero, self.filter)
-
-
-def _function(name: str, inputs: list[str], outputs: list[str], body: _Body) -> FunctionProto:
-    return helper.make_function(DOMAIN, name, inputs, outputs, body.nodes,
-                                [helper.make_opsetid("", body.opset)])
 
 
 def _elem(ctx, *indices: int) -> int | None:
@@ -255,8 +188,7 @@ def _mask_bias_1d(b: _Body, mask: str, batch: str, t_len: str) -> str:
     """``(B)`` end positions or ``(2B)`` end then start positions -> ``(B, 1, 1, T)``."""
     mask64 = b.op("Cast", mask, to=TensorProto.INT64)
     batch_1 = b.unsqueeze(batch, [0])
-    zeros = b.op("ConstantOfShape", batch_1,
-                 value=numpy_helper.from_array(np.zeros([1], np.int64)))
+    zeros = b.fill(batch_1, 0, np.int64)
     padded = b.op("Concat", mask64, zeros, axis=0)  # (2B) or (3B): [B, 2B) is start or 0
     ends = b.slice(padded, [0], batch_1, [0])
     starts = b.slice(padded, batch_1, b.op("Add", batch_1, batch_1), [0])
@@ -302,7 +234,7 @@ def _as_rank(b: _Body, mask: str, rank: int) -> str:
 
 def _graph(b: _Body, output: str) -> GraphProto:
     return helper.make_graph(b.nodes, b.fresh("branch"), [],
-                             [helper.make_tensor_value_info(output, b.elem, None)])
+                             [helper.make_tensor_value_info(output, b.elem_type, None)])
 
 
 def _attend(b: _Body, qh: str, kh: str, vh: str, scale: float | None,
@@ -310,10 +242,10 @@ def _attend(b: _Body, qh: str, kh: str, vh: str, scale: float | None,
     """The core: ``(B, N, S, H)`` x ``(B, N, T, H)`` x ``(B, N, T, Hv)`` -> ``(B, S, N*Hv)``."""
     scores = b.op("MatMul", qh, b.op("Transpose", kh, perm=[0, 1, 3, 2]))
     if scale is None:  # 1/sqrt(H) from the run-time head size
-        head = b.op("Cast", b.dim(qh, 3), to=b.elem)
+        head = b.op("Cast", b.dim(qh, 3), to=b.elem_type)
         scale_value = b.op("Reciprocal", b.op("Sqrt", head))
     else:
-        scale_value = b.scalar(scale)
+        scale_value = b.literal(scale)
     scores = b.op("Mul", scores, scale_value)
     for bias in biases:
         scores = b.op("Add", scores, bias)
@@ -368,7 +300,7 @@ def build_attention(ctx) -> FunctionProto | None:
     qkv = b.op("MatMul", "input", "weights")
     if _present(node.input, 2):
         qkv = b.op("Add", qkv, "bias")
-    q, k, v = b.split(qkv, sizes, 3, axis=-1)
+    q, k, v = b.split(qkv, sizes, axis=-1, parts=3)
     qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))
     if _present(node.input, 4):
         zero, one = b.const(0, np.int64), b.const(1, np.int64)
@@ -390,7 +322,7 @@ def build_attention(ctx) -> FunctionProto | None:
         outputs.append("present")
     elif len(node.output) > 1:
         return None
-    return _function("attention", inputs, outputs, b)
+    return b.function(DOMAIN, "attention", inputs, outputs)
 
 
 def _dispatch_rank(b: _Body, x: str, ranks: list[int], make) -> str:
@@ -454,7 +386,7 @@ def build_multi_head_attention(ctx) -> FunctionProto | None:
         b.op("Identity", kh, outputs=["present_key"])
         b.op("Identity", vh, outputs=["present_value"])
         outputs += ["present_key", "present_value"]
-    return _function("multi_head_attention", inputs, outputs, b)
+    return b.function(DOMAIN, "multi_head_attention", inputs, outputs)
 
 
 def _add_qkv_bias(b: _Body, q: str, k: str, v: str, bias: str) -> tuple[str, str, str]:
@@ -558,8 +490,8 @@ def build_rotary_embedding(ctx) -> FunctionProto | None:
     else:
         return None
     b.op("Identity", out, outputs=["output"])
-    return _function("rotary_embedding", ["input", "position_ids", "cos_cache", "sin_cache"],
-                     ["output"], b)
+    return b.function(DOMAIN, "rotary_embedding",
+                      ["input", "position_ids", "cos_cache", "sin_cache"], ["output"])
 
 
 # -- EmbedLayerNormalization ----------------------------------------------------------------
@@ -579,7 +511,7 @@ def _layer_norm(b: _Body, x: str, gamma: str, beta: str, epsilon: float) -> str:
 
     centred = b.op("Sub", x, mean(x))
     variance = mean(b.op("Mul", centred, centred))
-    std = b.op("Sqrt", b.op("Add", variance, b.scalar(epsilon)))
+    std = b.op("Sqrt", b.op("Add", variance, b.literal(epsilon)))
     return b.op("Add", b.op("Mul", b.op("Div", centred, std), gamma), beta)
 
 
@@ -620,14 +552,13 @@ def build_embed_layer_norm(ctx) -> FunctionProto | None:
             else:
                 count = b.op("ReduceSum", ones, axes=[1], keepdims=0)
         else:
-            count = b.op("ConstantOfShape", b.unsqueeze(b.dim("input_ids", 0), [0]),
-                         value=numpy_helper.from_array(np.zeros([1], np.int32)))
+            count = b.fill(b.unsqueeze(b.dim("input_ids", 0), [0]), 0, np.int32)
         b.op("Identity", count, outputs=["mask_index"])
         outputs.append("mask_index")
     if len(node.output) > 2:
         b.op("Identity", total, outputs=["embedding_sum"])
         outputs.append("embedding_sum")
-    return _function("embed_layer_norm", names[:len(node.input)], outputs, b)
+    return b.function(DOMAIN, "embed_layer_norm", names[:len(node.input)], outputs)
 
 
 # -- RemovePadding / RestorePadding ---------------------------------------------------------
@@ -666,8 +597,8 @@ def build_remove_padding(ctx) -> FunctionProto | None:
     b.op("Concat", b.const([0], np.int32), cumsum, axis=0, outputs=["cumulated_seq_len"])
     b.op("ReduceMax", "sequence_token_count", keepdims=1, outputs=["max_seq_len"])
     outputs = ["output", "token_offset", "cumulated_seq_len", "max_seq_len"]
-    return _function("remove_padding", ["input", "sequence_token_count"],
-                     outputs[:max(len(node.output), 1)], b)
+    return b.function(DOMAIN, "remove_padding", ["input", "sequence_token_count"],
+                      outputs[:max(len(node.output), 1)])
 
 
 def build_restore_padding(ctx) -> FunctionProto | None:
@@ -684,12 +615,12 @@ def build_restore_padding(ctx) -> FunctionProto | None:
     offsets = b.op("Cast", b.op("Reshape", "token_offset", b.ints([-1])), to=TensorProto.INT64)
     indices = b.unsqueeze(b.slice(offsets, [0], tokens_1, [0]), [1])
     n_flat = b.unsqueeze(b.op("Size", "token_offset"), [0])
-    zeros = b.op("Expand", b.scalar(0.0), b.op("Concat", n_flat, b.unsqueeze(
+    zeros = b.op("Expand", b.literal(0.0), b.op("Concat", n_flat, b.unsqueeze(
         b.dim("input", 1), [0]), axis=0))
     scattered = b.op("ScatterND", zeros, indices, "input")
     b.op("Reshape", scattered, b.op("Concat", b.op("Shape", "token_offset"), b.ints([-1]),
                                     axis=0), outputs=["output"])
-    return _function("restore_padding", ["input", "token_offset"], ["output"], b)
+    return b.function(DOMAIN, "restore_padding", ["input", "token_offset"], ["output"])
 
 
 # -- GroupQueryAttention --------------------------------------------------------------------
@@ -749,7 +680,7 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
         v = b.op("Reshape", "value", b.ints([0, 0, kv_heads, -1]))
     else:  # packed QKV: (B, S, (N + 2 N_kv) H)
         packed = b.op("Reshape", "query", b.ints([0, 0, num_heads + 2 * kv_heads, -1]))
-        q, k, v = b.split(packed, [num_heads, kv_heads, kv_heads], 3, axis=2)
+        q, k, v = b.split(packed, [num_heads, kv_heads, kv_heads], axis=2)
     seq = b.dim("query", 1)
     total_b = b.op("Add", b.op("Cast", b.op("Reshape", "seqlens_k", b.ints([-1])),
                                 to=TensorProto.INT64), one)          # (B) keys after the step
@@ -801,17 +732,17 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
         head = b.op("Cast", b.dim(qh, 3), to=elem)
         scale_value = b.op("Reciprocal", b.op("Sqrt", head))
     else:
-        scale_value = b.scalar(scale)
+        scale_value = b.literal(scale)
     scores = b.op("Mul", scores, scale_value)
     if softcap > 0:
-        cap = b.scalar(softcap)
+        cap = b.literal(softcap)
         scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap)
     if _present(node.input, 10):  # (B|1, N|1, S, total): zero columns up to present_len
         bias_shape = b.op("Shape", "attention_bias")
         missing = b.op("Sub", present_len, b.dim("attention_bias", 3))
         pad_shape = b.op("Concat", b.slice(bias_shape, [0], [3], [0]),
                          b.unsqueeze(missing, [0]), axis=0)
-        padding = b.op("Expand", b.scalar(0.0), pad_shape)
+        padding = b.op("Expand", b.literal(0.0), pad_shape)
         scores = b.op("Add", scores, b.op("Concat", "attention_bias", padding, axis=3))
 
     # key j is visible to query row s iff j <= past_b + s, j < total_b (and, with a local
@@ -823,14 +754,14 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
     if window > 0:
         first = b.op("Sub", last, b.const(window, np.int64))
         visible = b.op("And", visible, b.op("Greater", key_pos, first))
-    lowest = b.scalar(float(np.finfo(helper.tensor_dtype_to_np_dtype(elem)).min))
+    lowest = b.literal(float(np.finfo(helper.tensor_dtype_to_np_dtype(elem)).min))
     scores = b.op("Where", b.unsqueeze(visible, [1]), scores, lowest)
 
     sink = None
     if _present(node.input, 11):  # one extra logit per head
         sink = b.op("Reshape", "head_sink", b.ints([1, -1, 1, 1]))
     elif ctx.attribute("smooth_softmax", -1) == 1:  # one extra zero logit
-        sink = b.scalar(0.0)
+        sink = b.literal(0.0)
     if sink is not None:
         scores_shape = b.op("Shape", scores)
         sink_shape = b.op("Concat", b.slice(scores_shape, [0], [3], [0]), b.ints([1]), axis=0)
@@ -845,7 +776,7 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
         b.op("Identity", present_k, outputs=["present_key"])
         b.op("Identity", present_v, outputs=["present_value"])
         outputs += ["present_key", "present_value"]
-    return _function("group_query_attention", _GQA_INPUTS[:len(node.input)], outputs, b)
+    return b.function(DOMAIN, "group_query_attention", _GQA_INPUTS[:len(node.input)], outputs)
 
 
 def _gqa_present(b: _Body, past: str | None, new: str, past_b: str, seq: str, past_len: str,
@@ -856,7 +787,7 @@ def _gqa_present(b: _Body, past: str | None, new: str, past_b: str, seq: str, pa
     lead, head = b.slice(shape, [0], [2], [0]), b.slice(shape, [3], [4], [0])
 
     def zeros(length: str) -> str:
-        return b.op("Expand", b.scalar(0.0), b.op("Concat", lead, b.unsqueeze(length, [0]),
+        return b.op("Expand", b.literal(0.0), b.op("Concat", lead, b.unsqueeze(length, [0]),
                                                     head, axis=0))
     one = b.const(1, np.int64)
     parts = ([past, zeros(b.op("Sub", present_len, past_len))] if past
@@ -936,7 +867,7 @@ def build_decoder_masked_mha(ctx) -> FunctionProto | None:
         b.op("Identity", present_k, outputs=["present_key"])
         b.op("Identity", present_v, outputs=["present_value"])
         outputs += ["present_key", "present_value"]
-    return _function("decoder_masked_mha", _DMMHA_INPUTS[:len(node.input)], outputs, b)
+    return b.function(DOMAIN, "decoder_masked_mha", _DMMHA_INPUTS[:len(node.input)], outputs)
 
 
 def _through_beams(b: _Body, present: str, past_len: str, total: str) -> str:

@@ -67,11 +67,13 @@ Kernels (numpy, ``rewriter_custom_ops.mm_*`` / ``ov_*``, float32):
 from __future__ import annotations
 
 import numpy as np
-from onnx import FunctionProto, TensorProto, helper, numpy_helper
+from onnx import FunctionProto, TensorProto, helper
 
 from rewriter import hookimpl
+from rewriter.bodies import FunctionBuilder
 
 DOMAINS = ("mmdeploy", "mmcv")
+BODY_DOMAIN = "mmdeploy"  # the domain of the bodies' FunctionProtos
 OPENVINO = "org.openvinotoolkit"
 
 GRID_SAMPLE_OPSETS = (16, None)
@@ -102,7 +104,7 @@ def _is_float(ctx) -> bool:
 
 def _function(name: str, inputs: list[str], outputs: list[str], nodes, opset: int
               ) -> FunctionProto:
-    return helper.make_function("mmdeploy", name, inputs, outputs, nodes,
+    return helper.make_function(BODY_DOMAIN, name, inputs, outputs, nodes,
                                 [helper.make_opsetid("", opset)])
 
 
@@ -231,57 +233,15 @@ def build_modulated_deform_conv(ctx) -> FunctionProto | None:
                      max(ctx.opset, DEFORM_CONV_OPSETS[0]))
 
 
-class _Body:
-    """A function body under construction: unique value names, constants, and the ops whose
-    form depends on the ai.onnx opset."""
+class _Body(FunctionBuilder):
+    """A function body under construction (constants are int64 unless told otherwise)."""
 
-    def __init__(self, opset: int) -> None:
-        self.opset = opset
-        self.nodes: list = []
-        self._count = 0
-
-    def _name(self, hint: str) -> str:
-        self._count += 1
-        return f"_{hint}_{self._count}"
-
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
-        names = [self._name(op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
-        return names[0] if outputs == 1 else names
-
-    def output(self, op_type: str, inputs: list[str], name: str, **attrs) -> None:
-        self.nodes.append(helper.make_node(op_type, inputs, [name], **attrs))
-
-    def const(self, value, dtype=np.int64) -> str:
-        name = self._name("const")
-        tensor = numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
-        self.nodes.append(helper.make_node("Constant", [], [name], value=tensor))
-        return name
-
-    def fill(self, shape: str, value: float, dtype=np.float32) -> str:
-        tensor = numpy_helper.from_array(np.asarray([value], dtype=dtype), "value")
-        return self.op("ConstantOfShape", shape, value=tensor)
-
-    def unsqueeze(self, x: str, axes: list[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", x, self.const(axes))
-        return self.op("Unsqueeze", x, axes=axes)
-
-    def reduce_sum(self, x: str, axes: list[int], keepdims: int = 1) -> str:
-        if self.opset >= 13:
-            return self.op("ReduceSum", x, self.const(axes), keepdims=keepdims)
-        return self.op("ReduceSum", x, axes=axes, keepdims=keepdims)
+    default_dtype = np.int64
 
     def dim(self, x: str, index: int) -> str:
         """Dimension ``index`` of ``x`` as a 1-element vector."""
         return self.op("Slice", self.op("Shape", x), self.const([index]),
                        self.const([index + 1]))
-
-    def slice(self, x: str, axis: int, start: int, end: int) -> str:
-        return self.op("Slice", x, self.const([start]), self.const([end]), self.const([axis]))
-
-    def function(self, name: str, inputs: list[str], outputs: list[str]) -> FunctionProto:
-        return _function(name, inputs, outputs, self.nodes, self.opset)
 
 
 # -- grid_sampler before GridSample ------------------------------------------------------
@@ -370,8 +330,8 @@ def build_grid_sampler_gather(ctx) -> FunctionProto | None:
                                (x1, y1, wx1, wy1)):
             term = g.op("Mul", neighbour(xi, yi), g.unsqueeze(g.op("Mul", wx, wy), [3]))
             sampled = term if sampled is None else g.op("Add", sampled, term)
-    g.output("Transpose", [sampled], "output", perm=[0, 3, 1, 2])
-    return g.function("grid_sampler_gather", ["input", "grid"], ["output"])
+    g.op("Transpose", sampled, outputs=["output"], perm=[0, 3, 1, 2])
+    return g.function(BODY_DOMAIN, "grid_sampler_gather", ["input", "grid"], ["output"])
 
 
 # -- deformable convolution before DeformConv ---------------------------------------------
@@ -477,10 +437,10 @@ def _deform_conv_gather(ctx, attrs: dict, inputs: list[str], name: str
     out_shape = g.op("Concat", n, g.const([-1]), out_h, out_w, axis=0)
     if "bias" in inputs:
         out = g.op("Reshape", out, out_shape)
-        g.output("Add", [out, g.op("Reshape", "bias", g.const([-1, 1, 1]))], "output")
+        g.op("Add", out, g.op("Reshape", "bias", g.const([-1, 1, 1])), outputs=["output"])
     else:
-        g.output("Reshape", [out, out_shape], "output")
-    return g.function(name, inputs, ["output"])
+        g.op("Reshape", out, out_shape, outputs=["output"])
+    return g.function(BODY_DOMAIN, name, inputs, ["output"])
 
 
 def build_deform_conv_gather(ctx) -> FunctionProto | None:
@@ -586,7 +546,7 @@ def build_batched_nms(ctx) -> FunctionProto | None:
     # per-class boxes [B, N, C, 4]; for NMS a reversed box becomes an empty one (overlaps
     # nothing, as the plugin's zero area)
     boxes = g.op("Expand", "boxes", g.op("Concat", g.const([1, 1]), c, g.const([1]), axis=0))
-    x1y1, x2y2 = g.slice(boxes, 3, 0, 2), g.slice(boxes, 3, 2, 4)
+    x1y1, x2y2 = g.slice(boxes, [0], [2], [3]), g.slice(boxes, [2], [4], [3])
     reversed_box = g.op("Greater", g.reduce_sum(g.op("Cast", g.op("Less", x2y2, x1y1),
                                                        to=TensorProto.FLOAT), [3]),
                         g.const(0.0, np.float32))
@@ -624,16 +584,16 @@ def build_batched_nms(ctx) -> FunctionProto | None:
     zero = g.const(0.0, np.float32)
     dets_box = g.op("Where", g.unsqueeze(valid, [2]), picked, zero)
     dets_score = g.unsqueeze(g.op("Where", valid, values, zero), [2])
-    g.output("Concat", [dets_box, dets_score], "dets", axis=2)
+    g.op("Concat", dets_box, dets_score, outputs=["dets"], axis=2)
     if n_out > 1:
         labels = g.op("Where", valid, out_cls, g.const(-1))
-        g.output("Cast", [labels], "labels", to=int_types[0])
+        g.op("Cast", labels, outputs=["labels"], to=int_types[0])
     if n_out > 2:
         shared = g.op("Equal", g.dim("boxes", 2), g.const([1]))
         box_index = g.op("Where", shared, box, slots)  # slots: class * N + box
-        g.output("Cast", [g.op("Where", valid, box_index, g.const(-1))], "index",
-                 to=int_types[1])
-    return g.function("trt_batched_nms", ["boxes", "scores"], outputs[:n_out])
+        g.op("Cast", g.op("Where", valid, box_index, g.const(-1)), outputs=["index"],
+             to=int_types[1])
+    return g.function(BODY_DOMAIN, "trt_batched_nms", ["boxes", "scores"], outputs[:n_out])
 
 
 @hookimpl

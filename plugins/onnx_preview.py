@@ -61,6 +61,7 @@ import numpy as np
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TensorProto, helper
 
 from rewriter import hookimpl
+from rewriter.bodies import FunctionBuilder
 from rewriter.functions import DecompositionContext
 
 PREVIEW = "ai.onnx.preview"
@@ -87,14 +88,15 @@ def _elem_type(type_str: str | None) -> int | None:
     return _ELEM_TYPES.get(type_str or "")
 
 
-class _Body:
-    """Accumulates the nodes of a function body, naming each value uniquely."""
+class _Body(FunctionBuilder):
+    """A function body whose values keep readable names: the hint itself, numbered only when
+    it is taken."""
 
-    def __init__(self) -> None:
-        self.nodes: list[NodeProto] = []
+    def __init__(self, opset: int) -> None:
+        super().__init__(opset)
         self._used: set[str] = set()
 
-    def name(self, hint: str) -> str:
+    def fresh(self, hint: str = "v") -> str:
         name, k = hint, 1
         while name in self._used:
             k += 1
@@ -105,28 +107,14 @@ class _Body:
     def reserve(self, names: Iterable[str]) -> None:
         self._used.update(names)
 
-    def op(self, op_type: str, inputs: list[str], hint: str, out: str | None = None,
-           **attributes) -> str:
-        output = out or self.name(hint)
-        self.nodes.append(helper.make_node(op_type, inputs, [output], **attributes))
-        return output
+    def named(self, op_type: str, inputs: list[str], hint: str, out: str | None = None,
+              **attributes) -> str:
+        """Append a node whose one output is ``out``, else a fresh name from ``hint``."""
+        return self.op(op_type, *inputs, outputs=[out or self.fresh(hint)], **attributes)
 
-    def const(self, value, elem_type: int, hint: str) -> str:
-        array = np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(elem_type))
-        output = self.name(hint)
-        if elem_type == TensorProto.BFLOAT16:
-            tensor = helper.make_tensor(output, elem_type, array.shape,
-                                        array.astype(np.float32).ravel().tolist())
-        else:
-            from onnx import numpy_helper
-
-            tensor = numpy_helper.from_array(array, output)
-        self.nodes.append(helper.make_node("Constant", [], [output], value=tensor))
-        return output
-
-    def cast(self, value: str, to: int, hint: str, source: int | None) -> str:
+    def converted(self, value: str, to: int, hint: str, source: int | None) -> str:
         """``value`` as element type ``to`` (unchanged when ``source`` is ``to``)."""
-        return value if source == to else self.op("Cast", [value], hint, to=to)
+        return value if source == to else self.named("Cast", [value], hint, to=to)
 
 
 def _plain_attributes(node: NodeProto, known: Iterable[str]) -> bool:
@@ -224,7 +212,7 @@ def _splice_graph(body: _Body, graph: GraphProto, value: str, tag: str) -> str |
     copy = GraphProto()
     copy.CopyFrom(graph)
     formal = copy.input[0].name
-    names = {n: body.name(f"{tag}__{n}") for n in sorted(_defined_names(copy)) if n != formal}
+    names = {n: body.fresh(f"{tag}__{n}") for n in sorted(_defined_names(copy)) if n != formal}
     names[formal] = value
     _rename_graph(copy, names)
     for t in copy.initializer:
@@ -234,7 +222,7 @@ def _splice_graph(body: _Body, graph: GraphProto, value: str, tag: str) -> str |
     body.nodes.extend(copy.node)
     result = copy.output[0].name
     if result == value:  # the graph hands its input back unchanged
-        result = body.op("Identity", [value], f"{tag}_out")
+        result = body.named("Identity", [value], f"{tag}_out")
     return result
 
 
@@ -255,28 +243,28 @@ def build_flex_attention(ctx: DecompositionContext) -> FunctionProto | None:
     if precision not in _FLOATS:
         return None
 
-    b = _Body()
+    b = _Body(_body_opset(ctx))
     b.reserve(["Q", "K", "V", "Y"])
     i64 = TensorProto.INT64
-    q_shape = b.op("Shape", ["Q"], "QShape")
-    k_shape = b.op("Shape", ["K"], "KShape")
-    v_shape = b.op("Shape", ["V"], "VShape")
+    q_shape = b.named("Shape", ["Q"], "QShape")
+    k_shape = b.named("Shape", ["K"], "KShape")
+    v_shape = b.named("Shape", ["V"], "VShape")
     one, two, four = (b.const([k], i64, f"I{k}") for k in (1, 2, 4))
-    q_heads = b.op("Slice", [q_shape, one, two], "QNumHeads")
-    kv_heads = b.op("Slice", [k_shape, one, two], "KVNumHeads")
-    repeat = b.op("Div", [q_heads, kv_heads], "KVRepeat")
+    q_heads = b.named("Slice", [q_shape, one, two], "QNumHeads")
+    kv_heads = b.named("Slice", [k_shape, one, two], "KVNumHeads")
+    repeat = b.named("Div", [q_heads, kv_heads], "KVRepeat")
     ones = b.const([1, 1], i64, "Ones2")
-    expand_shape = b.op("Concat", [ones, repeat, ones], "KVExpandShape", axis=0)
+    expand_shape = b.named("Concat", [ones, repeat, ones], "KVExpandShape", axis=0)
     zero = b.const([0], i64, "I0")
 
     def aligned(x: str, shape: str) -> str:
         """``x`` (B, Hkv, S, D) with each head repeated: (B, Hq, S, D)."""
-        batch = b.op("Slice", [shape, zero, one], f"{x}Batch")
-        tail = b.op("Slice", [shape, two, four], f"{x}Tail")
-        unsqueezed = b.op("Unsqueeze", [x, two], f"{x}Unsqueezed")
-        expanded = b.op("Expand", [unsqueezed, expand_shape], f"{x}Expanded")
-        target = b.op("Concat", [batch, q_heads, tail], f"{x}AlignedShape", axis=0)
-        return b.op("Reshape", [expanded, target], f"{x}Aligned")
+        batch = b.named("Slice", [shape, zero, one], f"{x}Batch")
+        tail = b.named("Slice", [shape, two, four], f"{x}Tail")
+        unsqueezed = b.named("Unsqueeze", [x, two], f"{x}Unsqueezed")
+        expanded = b.named("Expand", [unsqueezed, expand_shape], f"{x}Expanded")
+        target = b.named("Concat", [batch, q_heads, tail], f"{x}AlignedShape", axis=0)
+        return b.named("Reshape", [expanded, target], f"{x}Aligned")
 
     k_aligned = aligned("K", k_shape)
     v_aligned = aligned("V", v_shape)
@@ -285,44 +273,42 @@ def build_flex_attention(ctx: DecompositionContext) -> FunctionProto | None:
     if scale is not None:
         sqrt_scale = b.const(np.sqrt(np.float32(scale)), q_type, "ScaleSqrt")
     else:  # 1 / sqrt(E) in double, rounded to float, its square root, in Q's type
-        head = b.op("Slice", [q_shape, b.const([3], i64, "I3"), four], "HeadSize")
-        head_d = b.op("Cast", [head], "HeadSizeD", to=TensorProto.DOUBLE)
-        scale_d = b.op("Reciprocal", [b.op("Sqrt", [head_d], "SqrtHeadSize")], "ScaleD")
-        scale_f = b.op("Cast", [scale_d], "Scale", to=TensorProto.FLOAT)
-        sqrt_f = b.op("Sqrt", [scale_f], "ScaleSqrtF")
-        sqrt_scale = b.cast(sqrt_f, q_type, "ScaleSqrt", TensorProto.FLOAT)
-    q_scaled = b.op("Mul", ["Q", sqrt_scale], "QScaled")
-    k_scaled = b.op("Mul", [k_aligned, sqrt_scale], "KScaled")
-    k_t = b.op("Transpose", [k_scaled], "KTransposed", perm=[0, 1, 3, 2])
-    scores = b.cast(b.op("MatMul", [q_scaled, k_t], "Scores"), precision, "ScoresP", q_type)
+        head = b.named("Slice", [q_shape, b.const([3], i64, "I3"), four], "HeadSize")
+        head_d = b.named("Cast", [head], "HeadSizeD", to=TensorProto.DOUBLE)
+        scale_d = b.named("Reciprocal", [b.named("Sqrt", [head_d], "SqrtHeadSize")], "ScaleD")
+        scale_f = b.named("Cast", [scale_d], "Scale", to=TensorProto.FLOAT)
+        sqrt_f = b.named("Sqrt", [scale_f], "ScaleSqrtF")
+        sqrt_scale = b.converted(sqrt_f, q_type, "ScaleSqrt", TensorProto.FLOAT)
+    q_scaled = b.named("Mul", ["Q", sqrt_scale], "QScaled")
+    k_scaled = b.named("Mul", [k_aligned, sqrt_scale], "KScaled")
+    k_t = b.named("Transpose", [k_scaled], "KTransposed", perm=[0, 1, 3, 2])
+    scores = b.converted(b.named("MatMul", [q_scaled, k_t], "Scores"), precision, "ScoresP", q_type)
 
     score_mod = ctx.attribute("score_mod")
     if score_mod is not None:
         scores = _splice_graph(b, score_mod, scores, "score_mod")
         if scores is None:
             return None
-    probs = b.op("Softmax", [scores], "Probs", axis=-1)
+    probs = b.named("Softmax", [scores], "Probs", axis=-1)
     prob_mod = ctx.attribute("prob_mod")
     if prob_mod is not None:
         probs = _splice_graph(b, prob_mod, probs, "prob_mod")
         if probs is None:
             return None
-    v_p = b.cast(v_aligned, precision, "VAlignedP", v_type)
+    v_p = b.converted(v_aligned, precision, "VAlignedP", v_type)
     if precision == v_type:
-        b.op("MatMul", [probs, v_p], "", out="Y")
+        b.named("MatMul", [probs, v_p], "", out="Y")
     else:
-        b.op("Cast", [b.op("MatMul", [probs, v_p], "YP")], "", out="Y", to=v_type)
+        b.named("Cast", [b.named("MatMul", [probs, v_p], "YP")], "", out="Y", to=v_type)
 
-    opsets = {"": _body_opset(ctx)}
+    opsets = {}  # the modifier graphs' domains besides ai.onnx
     for graph in (g for g in (score_mod, prob_mod) if g is not None):
         for domain in _domains(graph) - {""}:
             if domain not in ctx.opsets:
                 return None
             opsets[domain] = ctx.opsets[domain]
-    return helper.make_function(
-        BODY_DOMAIN, "flex_attention", ["Q", "K", "V"], ["Y"], b.nodes,
-        [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
-    )
+    return b.function(BODY_DOMAIN, "flex_attention", ["Q", "K", "V"], ["Y"],
+                      opset_imports=opsets)
 
 
 # -- training optimizers --------------------------------------------------------------------
@@ -368,27 +354,24 @@ def _optimizer_setup(ctx: DecompositionContext, op_type: str):
     return values, count, elem
 
 
-def _new_body(count: int, inputs: str, outputs: str) -> _Body:
+def _new_body(ctx: DecompositionContext, count: int, inputs: str, outputs: str) -> _Body:
     """A body whose formal inputs are ``R, T`` and ``<kind><i>`` for each kind in
     ``inputs``; outputs ``<kind><i>_new`` for each kind in ``outputs``."""
-    b = _Body()
+    b = _Body(_body_opset(ctx))
     b.reserve(["R", "T"] + [f"{k}{i}" for k in inputs for i in range(count)])
     b.reserve([f"{k}{i}_new" for k in outputs for i in range(count)])
     return b
 
 
-def _optimizer_function(ctx: DecompositionContext, name: str, count: int, inputs: str,
-                        outputs: str, body: _Body) -> FunctionProto:
-    return helper.make_function(
-        BODY_DOMAIN, name,
-        ["R", "T"] + [f"{k}{i}" for k in inputs for i in range(count)],
-        [f"{k}{i}_new" for k in outputs for i in range(count)],
-        body.nodes, [helper.make_opsetid("", _body_opset(ctx))],
-    )
+def _optimizer_function(name: str, count: int, inputs: str, outputs: str, body: _Body
+                        ) -> FunctionProto:
+    return body.function(BODY_DOMAIN, name,
+                         ["R", "T"] + [f"{k}{i}" for k in inputs for i in range(count)],
+                         [f"{k}{i}_new" for k in outputs for i in range(count)])
 
 
 def _regularized(b: _Body, x: str, g: str, norm: str) -> str:
-    return b.op("Add", [b.op("Mul", [norm, x], f"{x}Scaled"), g], f"{g}Regularized")
+    return b.named("Add", [b.named("Mul", [norm, x], f"{x}Scaled"), g], f"{g}Regularized")
 
 
 def build_adagrad(ctx: DecompositionContext) -> FunctionProto | None:
@@ -398,25 +381,25 @@ def build_adagrad(ctx: DecompositionContext) -> FunctionProto | None:
         return None
     values, count, elem = setup
     f64 = TensorProto.DOUBLE
-    b = _new_body(count, "XGH", "XH")
-    r_d = b.cast("R", f64, "RD", _elem_type(ctx.input_types[0]))
-    t_d = b.op("Cast", ["T"], "TD", to=f64)
+    b = _new_body(ctx, count, "XGH", "XH")
+    r_d = b.converted("R", f64, "RD", _elem_type(ctx.input_types[0]))
+    t_d = b.named("Cast", ["T"], "TD", to=f64)
     decay = b.const(values["decay_factor"], f64, "DecayFactor")
     one_d = b.const(1.0, f64, "OneD")
-    rate = b.op("Div", [r_d, b.op("Add", [one_d, b.op("Mul", [t_d, decay], "TDecay")],
-                                  "Decay")], "RateD")
-    rate = b.cast(rate, elem, "Rate", f64)
+    rate = b.named("Div", [r_d, b.named("Add", [one_d, b.named("Mul", [t_d, decay], "TDecay")],
+                                        "Decay")], "RateD")
+    rate = b.converted(rate, elem, "Rate", f64)
     norm = b.const(values["norm_coefficient"], elem, "NormCoefficient")
     epsilon = b.const(values["epsilon"], elem, "Epsilon")
     for i in range(count):
         x, g, h = f"X{i}", f"G{i}", f"H{i}"
         g_reg = _regularized(b, x, g, norm)
-        h_new = b.op("Add", [h, b.op("Mul", [g_reg, g_reg], f"{g}Squared")], "",
-                     out=f"H{i}_new")
-        adaptive = b.op("Add", [b.op("Sqrt", [h_new], f"{h}Sqrt"), epsilon], f"{h}Adaptive")
-        step = b.op("Div", [b.op("Mul", [rate, g_reg], f"{g}Rated"), adaptive], f"{x}Step")
-        b.op("Sub", [x, step], "", out=f"X{i}_new")
-    return _optimizer_function(ctx, "adagrad", count, "XGH", "XH", b)
+        h_new = b.named("Add", [h, b.named("Mul", [g_reg, g_reg], f"{g}Squared")], "",
+                        out=f"H{i}_new")
+        adaptive = b.named("Add", [b.named("Sqrt", [h_new], f"{h}Sqrt"), epsilon], f"{h}Adaptive")
+        step = b.named("Div", [b.named("Mul", [rate, g_reg], f"{g}Rated"), adaptive], f"{x}Step")
+        b.named("Sub", [x, step], "", out=f"X{i}_new")
+    return _optimizer_function("adagrad", count, "XGH", "XH", b)
 
 
 def build_adam(ctx: DecompositionContext) -> FunctionProto | None:
@@ -426,20 +409,20 @@ def build_adam(ctx: DecompositionContext) -> FunctionProto | None:
         return None
     values, count, elem = setup
     f64 = TensorProto.DOUBLE
-    b = _new_body(count, "XGVH", "XVH")
+    b = _new_body(ctx, count, "XGVH", "XVH")
     alpha, beta = values["alpha"], values["beta"]
     # R' = T > 0 ? R * sqrt(1 - beta**T) / (1 - alpha**T) : R, in double
-    r_d = b.cast("R", f64, "RD", _elem_type(ctx.input_types[0]))
-    t_d = b.op("Cast", ["T"], "TD", to=f64)
+    r_d = b.converted("R", f64, "RD", _elem_type(ctx.input_types[0]))
+    t_d = b.named("Cast", ["T"], "TD", to=f64)
     one_d = b.const(1.0, f64, "OneD")
-    beta_t = b.op("Pow", [b.const(beta, f64, "BetaD"), t_d], "BetaPowT")
-    alpha_t = b.op("Pow", [b.const(alpha, f64, "AlphaD"), t_d], "AlphaPowT")
-    corrected = b.op("Div", [
-        b.op("Mul", [r_d, b.op("Sqrt", [b.op("Sub", [one_d, beta_t], "OneMinusBetaPowT")],
+    beta_t = b.named("Pow", [b.const(beta, f64, "BetaD"), t_d], "BetaPowT")
+    alpha_t = b.named("Pow", [b.const(alpha, f64, "AlphaD"), t_d], "AlphaPowT")
+    corrected = b.named("Div", [
+        b.named("Mul", [r_d, b.named("Sqrt", [b.named("Sub", [one_d, beta_t], "OneMinusBetaPowT")],
                                 "SqrtOneMinusBetaPowT")], "RSqrt"),
-        b.op("Sub", [one_d, alpha_t], "OneMinusAlphaPowT")], "RCorrected")
-    positive = b.op("Greater", ["T", b.const(0, TensorProto.INT64, "ZeroI")], "TPositive")
-    rate = b.cast(b.op("Where", [positive, corrected, r_d], "RateD"), elem, "Rate", f64)
+        b.named("Sub", [one_d, alpha_t], "OneMinusAlphaPowT")], "RCorrected")
+    positive = b.named("Greater", ["T", b.const(0, TensorProto.INT64, "ZeroI")], "TPositive")
+    rate = b.converted(b.named("Where", [positive, corrected, r_d], "RateD"), elem, "Rate", f64)
 
     def c(value: float, hint: str) -> str:
         return b.const(value, elem, hint)
@@ -456,17 +439,19 @@ def build_adam(ctx: DecompositionContext) -> FunctionProto | None:
     for i in range(count):
         x, g, v, h = f"X{i}", f"G{i}", f"V{i}", f"H{i}"
         g_reg = _regularized(b, x, g, norm)
-        b.op("Add", [b.op("Mul", [alpha_c, v], f"{v}Decayed"),
-                     b.op("Mul", [one_minus_alpha, g_reg], f"{g}Weighted")], "", out=f"V{i}_new")
-        squared = b.op("Mul", [g_reg, g_reg], f"{g}Squared")
-        b.op("Add", [b.op("Mul", [beta_c, h], f"{h}Decayed"),
-                     b.op("Mul", [one_minus_beta, squared], f"{g}SquaredWeighted")], "",
-             out=f"H{i}_new")
-        h_sqrt = b.op("Add", [b.op("Sqrt", [f"H{i}_new"], f"{h}Sqrt"), epsilon], f"{h}SqrtEps")
-        direction = b.op("Div", [f"V{i}_new", h_sqrt], f"{x}Direction")
-        updated = b.op("Sub", [x, b.op("Mul", [rate, direction], f"{x}Step")], f"{x}Updated")
-        b.op("Mul", [post, updated], "", out=f"X{i}_new")
-    return _optimizer_function(ctx, "adam", count, "XGVH", "XVH", b)
+        b.named("Add", [b.named("Mul", [alpha_c, v], f"{v}Decayed"),
+                        b.named("Mul", [one_minus_alpha, g_reg], f"{g}Weighted")], "",
+                out=f"V{i}_new")
+        squared = b.named("Mul", [g_reg, g_reg], f"{g}Squared")
+        b.named("Add", [b.named("Mul", [beta_c, h], f"{h}Decayed"),
+                        b.named("Mul", [one_minus_beta, squared], f"{g}SquaredWeighted")], "",
+                out=f"H{i}_new")
+        h_sqrt = b.named("Add", [b.named("Sqrt", [f"H{i}_new"], f"{h}Sqrt"), epsilon],
+                         f"{h}SqrtEps")
+        direction = b.named("Div", [f"V{i}_new", h_sqrt], f"{x}Direction")
+        updated = b.named("Sub", [x, b.named("Mul", [rate, direction], f"{x}Step")], f"{x}Updated")
+        b.named("Mul", [post, updated], "", out=f"X{i}_new")
+    return _optimizer_function("adam", count, "XGVH", "XVH", b)
 
 
 def build_momentum(ctx: DecompositionContext) -> FunctionProto | None:
@@ -475,25 +460,25 @@ def build_momentum(ctx: DecompositionContext) -> FunctionProto | None:
     if setup is None:
         return None
     values, count, elem = setup
-    b = _new_body(count, "XGV", "XV")
-    rate = b.cast("R", elem, "Rate", _elem_type(ctx.input_types[0]))
+    b = _new_body(ctx, count, "XGV", "XV")
+    rate = b.converted("R", elem, "Rate", _elem_type(ctx.input_types[0]))
     norm = b.const(values["norm_coefficient"], elem, "NormCoefficient")
     alpha = b.const(values["alpha"], elem, "Alpha")
-    positive = b.op("Greater", ["T", b.const(0, TensorProto.INT64, "ZeroI")], "TPositive")
-    beta = b.op("Where", [positive, b.const(values["beta"], elem, "Beta"),
-                          b.const(1.0, elem, "One")], "BetaAdjusted")
+    positive = b.named("Greater", ["T", b.const(0, TensorProto.INT64, "ZeroI")], "TPositive")
+    beta = b.named("Where", [positive, b.const(values["beta"], elem, "Beta"),
+                             b.const(1.0, elem, "One")], "BetaAdjusted")
     nesterov = values["mode"] == "nesterov"
     for i in range(count):
         x, g, v = f"X{i}", f"G{i}", f"V{i}"
         g_reg = _regularized(b, x, g, norm)
-        b.op("Add", [b.op("Mul", [alpha, v], f"{v}Decayed"),
-                     b.op("Mul", [beta, g_reg], f"{g}Weighted")], "", out=f"V{i}_new")
+        b.named("Add", [b.named("Mul", [alpha, v], f"{v}Decayed"),
+                        b.named("Mul", [beta, g_reg], f"{g}Weighted")], "", out=f"V{i}_new")
         direction = f"V{i}_new"
         if nesterov:
-            direction = b.op("Add", [g_reg, b.op("Mul", [alpha, direction], f"{v}Ahead")],
-                             f"{x}Direction")
-        b.op("Sub", [x, b.op("Mul", [rate, direction], f"{x}Step")], "", out=f"X{i}_new")
-    return _optimizer_function(ctx, "momentum", count, "XGV", "XV", b)
+            direction = b.named("Add", [g_reg, b.named("Mul", [alpha, direction], f"{v}Ahead")],
+                                f"{x}Direction")
+        b.named("Sub", [x, b.named("Mul", [rate, direction], f"{x}Step")], "", out=f"X{i}_new")
+    return _optimizer_function("momentum", count, "XGV", "XV", b)
 
 
 @hookimpl

@@ -90,10 +90,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from onnx import FunctionProto, TensorProto, helper, numpy_helper
+from onnx import FunctionProto, TensorProto, helper
 from rewriter_plugins.com_microsoft import _present
 
 from rewriter import hookimpl
+from rewriter.bodies import FunctionBuilder
 
 ATEN_DOMAIN = "org.pytorch.aten"
 MS_DOMAIN = "com.microsoft"
@@ -341,67 +342,16 @@ def _attributes(node, skip: Sequence[str]) -> dict[str, Any]:
 # -- body construction -------------------------------------------------------------------
 
 
-class _Body:
-    """Collects the nodes of one function body written for ai.onnx ``opset``."""
-
-    def __init__(self, opset: int, elem: int, prefix: str = ""):
-        self.opset = opset
-        self.elem = elem  # element type of the computation (float32 for float16 inputs)
-        self.nodes: list = []
-        self._count = 0
-        self._prefix = prefix  # keeps a subgraph's names apart from its outer scope's
-
-    def _fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{self._prefix}{hint}_{self._count}"
-
-    def op(self, op_type: str, inputs: Sequence[str], outputs: int = 1, **attrs) -> Any:
-        names = [self._fresh(op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
-        return names[0] if outputs == 1 else names
-
-    def const(self, array: np.ndarray) -> str:
-        name = self._fresh("const")
-        tensor = numpy_helper.from_array(np.asarray(array), name)
-        self.nodes.append(helper.make_node("Constant", [], [name], value=tensor))
-        return name
-
-    def scalar(self, value: float) -> str:
-        return self.const(np.array(value, dtype=helper.tensor_dtype_to_np_dtype(self.elem)))
-
-    def int64s(self, values: Sequence[int]) -> str:
-        return self.const(np.array(list(values), dtype=np.int64))
-
-    def cast(self, x: str, to: int) -> str:
-        return self.op("Cast", [x], to=to)
-
-    def reduce_mean(self, x: str, axes: Sequence[int], keepdims: int = 1) -> str:
-        if self.opset >= 18:
-            return self.op("ReduceMean", [x, self.int64s(axes)], keepdims=keepdims)
-        return self.op("ReduceMean", [x], axes=list(axes), keepdims=keepdims)
-
-    def reshape(self, x: str, shape: Sequence[int] | str) -> str:
-        target = shape if isinstance(shape, str) else self.int64s(shape)
-        return self.op("Reshape", [x, target])
-
-    def slice(self, x: str, starts: str, ends: str, axes: Sequence[int]) -> str:
-        return self.op("Slice", [x, starts, ends, self.int64s(axes)])
-
-    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", [x, self.int64s(axes)])
-        return self.op("Unsqueeze", [x], axes=list(axes))
-
-    def take(self, x: str, index: int, axis: int) -> str:
-        """``x`` at ``index`` along ``axis`` (that axis removed)."""
-        return self.op("Gather", [x, self.const(np.array(index, np.int64))], axis=axis)
+class _Body(FunctionBuilder):
+    """Collects the nodes of one function body written for ai.onnx ``opset``; ``elem_type``
+    is the element type of the computation (float32 for float16 inputs). A subgraph's body
+    gets a ``prefix`` that keeps its names apart from its outer scope's."""
 
     def iota(self, length: str) -> str:
         """``[0, 1, ..., n - 1]`` (int64) for ``length = [n]``, valid from opset 9 (no
         Range before 11): the indices of a tensor of ones."""
-        ones = self.op("ConstantOfShape", [length],
-                       value=numpy_helper.from_array(np.array([1], np.int64)))
-        return self.reshape(self.op("NonZero", [ones]), [-1])
+        ones = self.fill(length, 1, np.int64)
+        return self.reshape(self.op("NonZero", ones), [-1])
 
     def live_nodes(self, outputs: Sequence[str]) -> list:
         """The nodes ``outputs`` depend on (a builder may compute a value it then drops)."""
@@ -415,7 +365,10 @@ class _Body:
                         needed.update(i for n in attr.g.node for i in n.input)
         return live[::-1]
 
-    def function(self, name: str, n_inputs: int, outputs: Sequence[str]) -> FunctionProto:
+    def positional_function(self, name: str, n_inputs: int, outputs: Sequence[str]
+                            ) -> FunctionProto:
+        """The body as a function of inputs ``in0..`` and outputs ``out0..``, keeping only
+        the nodes the outputs depend on."""
         body = self.live_nodes(outputs)
         out_names = [f"out{i}" for i in range(len(outputs))]
         produced = {name for node in body for name in node.output}
@@ -428,7 +381,7 @@ class _Body:
                  for value, out in zip(outputs, out_names) if value not in produced]
         return helper.make_function(
             BODY_DOMAIN, name, [f"in{i}" for i in range(n_inputs)], out_names, body,
-            [helper.make_opsetid("", self.opset)])
+            self.opset_imports())
 
 
 def _compute_type(elem: int) -> int:
@@ -438,22 +391,22 @@ def _compute_type(elem: int) -> int:
 
 def _in(b: _Body, name: str | None, elem: int) -> str | None:
     """An input converted to the computation type (absent stays None)."""
-    if name is None or b.elem == elem:
+    if name is None or b.elem_type == elem:
         return name
-    return b.cast(name, b.elem)
+    return b.cast(name, b.elem_type)
 
 
 def _out(b: _Body, value: str, elem: int) -> str:
-    return value if b.elem == elem else b.cast(value, elem)
+    return value if b.elem_type == elem else b.cast(value, elem)
 
 
 def _normalize(b: _Body, x: str, axis: int, eps: float) -> str:
     """``(x - mean) / sqrt(var + eps)`` along ``axis`` (biased variance)."""
     mean = b.reduce_mean(x, [axis])
-    centred = b.op("Sub", [x, mean])
-    var = b.reduce_mean(b.op("Mul", [centred, centred]), [axis])
-    std = b.op("Sqrt", [b.op("Add", [var, b.scalar(eps)])])
-    return b.op("Div", [centred, std])
+    centred = b.op("Sub", x, mean)
+    var = b.reduce_mean(b.op("Mul", centred, centred), [axis])
+    std = b.op("Sqrt", b.op("Add", var, b.literal(eps)))
+    return b.op("Div", centred, std)
 
 
 def _layer_norm(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
@@ -462,13 +415,13 @@ def _layer_norm(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
         return None
     x = _in(b, call.tensors["input"], elem)
     y = _normalize(b, b.reshape(x, [-1, int(np.prod(shape))]), 1, call.values["eps"])
-    y = b.reshape(y, b.op("Shape", [x]))
+    y = b.reshape(y, b.op("Shape", x))
     weight = _in(b, call.tensors["weight"], elem)
     if weight is not None:
-        y = b.op("Mul", [y, weight])
+        y = b.op("Mul", y, weight)
     bias = _in(b, call.tensors["bias"], elem)
     if bias is not None:
-        y = b.op("Add", [y, bias])
+        y = b.op("Add", y, bias)
     return [_out(b, y, elem)]
 
 
@@ -482,14 +435,14 @@ def _group_norm(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
     bias = _in(b, call.tensors["bias"], elem)
     if weight is not None or bias is not None:
         # per channel: view as [N, C, -1] and broadcast [C, 1]
-        channels = b.op("Gather", [b.op("Shape", [x]), b.int64s([1])], axis=0)
-        view = b.op("Concat", [b.int64s([0]), channels, b.int64s([-1])], axis=0)
+        channels = b.op("Gather", b.op("Shape", x), b.ints([1]), axis=0)
+        view = b.op("Concat", b.ints([0]), channels, b.ints([-1]), axis=0)
         y = b.reshape(y, view)
         if weight is not None:
-            y = b.op("Mul", [y, b.reshape(weight, [-1, 1])])
+            y = b.op("Mul", y, b.reshape(weight, [-1, 1]))
         if bias is not None:
-            y = b.op("Add", [y, b.reshape(bias, [-1, 1])])
-    y = b.reshape(y, b.op("Shape", [x]))
+            y = b.op("Add", y, b.reshape(bias, [-1, 1]))
+    y = b.reshape(y, b.op("Shape", x))
     return [_out(b, y, elem)]
 
 
@@ -501,29 +454,29 @@ def _adaptive_avg_pool(rank: int) -> Callable[[_Body, AtenCall, int], list[str] 
         x = _in(b, call.tensors["self"], elem)
         if all(s == 1 for s in sizes):
             return [_out(b, b.reduce_mean(x, list(range(-rank, 0))), elem)]
-        shape = b.op("Shape", [x])
+        shape = b.op("Shape", x)
         y = x
         for k, size in enumerate(sizes):
             axis = k - rank
-            length = b.op("Gather", [shape, b.int64s([axis])], axis=0)
-            count = b.int64s([size])
-            starts = b.op("Div", [b.op("Mul", [length, b.int64s(range(size))]), count])
-            ends = b.op("Div", [b.op("Add", [b.op("Mul", [length, b.int64s(range(1, size + 1))]),
-                                             b.int64s([size - 1])]), count])
+            length = b.op("Gather", shape, b.ints([axis]), axis=0)
+            count = b.ints([size])
+            starts = b.op("Div", b.op("Mul", length, b.ints(range(size))), count)
+            ends = b.op("Div", b.op("Add", b.op("Mul", length, b.ints(range(1, size + 1))),
+                                           b.ints([size - 1])), count)
             pieces = []
             for i in range(size):
-                index = b.int64s([i])
-                start = b.op("Gather", [starts, index], axis=0)
-                end = b.op("Gather", [ends, index], axis=0)
+                index = b.ints([i])
+                start = b.op("Gather", starts, index, axis=0)
+                end = b.op("Gather", ends, index, axis=0)
                 pieces.append(b.reduce_mean(b.slice(y, start, end, [axis]), [axis]))
-            y = pieces[0] if size == 1 else b.op("Concat", pieces, axis=axis)
+            y = pieces[0] if size == 1 else b.op("Concat", *pieces, axis=axis)
         return [_out(b, y, elem)]
 
     return build
 
 
 def _embedding(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
-    return [b.op("Gather", [call.tensors["weight"], call.tensors["indices"]], axis=0)]
+    return [b.op("Gather", call.tensors["weight"], call.tensors["indices"], axis=0)]
 
 
 def _index_select(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
@@ -531,30 +484,30 @@ def _index_select(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
     if dim < 0 and b.opset < 11:
         return None  # negative Gather axes arrive at opset 11
     index = b.reshape(call.tensors["index"], [-1])
-    return [b.op("Gather", [call.tensors["self"], index], axis=dim)]
+    return [b.op("Gather", call.tensors["self"], index, axis=dim)]
 
 
 def _gelu(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
     x = _in(b, call.tensors["self"], elem)
     mode = call.values["approximate"]
-    half, one = b.scalar(0.5), b.scalar(1.0)
+    half, one = b.literal(0.5), b.literal(1.0)
     if mode == "none":
         if b.opset < 9:
             return None  # Erf arrives at opset 9
-        inner = b.op("Erf", [b.op("Mul", [x, b.scalar(0.7071067811865476)])])
+        inner = b.op("Erf", b.op("Mul", x, b.literal(0.7071067811865476)))
     elif mode == "tanh":
-        cube = b.op("Mul", [b.op("Mul", [x, x]), x])
-        poly = b.op("Add", [x, b.op("Mul", [cube, b.scalar(0.044715)])])
-        inner = b.op("Tanh", [b.op("Mul", [poly, b.scalar(0.7978845608028654)])])
+        cube = b.op("Mul", b.op("Mul", x, x), x)
+        poly = b.op("Add", x, b.op("Mul", cube, b.literal(0.044715)))
+        inner = b.op("Tanh", b.op("Mul", poly, b.literal(0.7978845608028654)))
     else:
         return None
-    y = b.op("Mul", [b.op("Mul", [half, x]), b.op("Add", [one, inner])])
+    y = b.op("Mul", b.op("Mul", half, x), b.op("Add", one, inner))
     return [_out(b, y, elem)]
 
 
 def _silu(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
     x = _in(b, call.tensors["self"], elem)
-    return [_out(b, b.op("Mul", [x, b.op("Sigmoid", [x])]), elem)]
+    return [_out(b, b.op("Mul", x, b.op("Sigmoid", x)), elem)]
 
 
 _GRID_MODES = {16: ("bilinear", "nearest", "bicubic"), 20: ("linear", "nearest", "cubic")}
@@ -567,7 +520,7 @@ def _grid_sampler(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
         return None
     names = _GRID_MODES[20 if b.opset >= 20 else 16]
     x, grid = _in(b, call.tensors["input"], elem), _in(b, call.tensors["grid"], elem)
-    y = b.op("GridSample", [x, grid], mode=names[mode], padding_mode=_GRID_PADDING[padding],
+    y = b.op("GridSample", x, grid, mode=names[mode], padding_mode=_GRID_PADDING[padding],
              align_corners=int(call.values["align_corners"]))
     return [_out(b, y, elem)]
 
@@ -583,7 +536,7 @@ def _axis(call: AtenCall, arg: str, dim: int, opset: int) -> int | None:
 
 def _length(b: _Body, x: str, axis: int) -> str:
     """``x.shape[axis]`` as an int64 ``[1]``."""
-    return b.op("Gather", [b.op("Shape", [x]), b.int64s([axis])], axis=0)
+    return b.op("Gather", b.op("Shape", x), b.ints([axis]), axis=0)
 
 
 def _zero_like(b: _Body, elem: int) -> str:
@@ -609,7 +562,7 @@ def _cumsum(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
     x = call.tensors["self"]
     x = x if elem == compute else b.cast(x, compute)
     if b.opset >= 11:
-        y = b.op("CumSum", [x, b.const(np.array(axis, np.int64))])
+        y = b.op("CumSum", x, b.const(np.array(axis, np.int64)))
     else:
         y = _cumsum_matmul(b, call, x, axis, compute)
         if y is None:
@@ -629,11 +582,11 @@ def _cumsum_matmul(b: _Body, call: AtenCall, x: str, axis: int, elem: int) -> st
     if axis != rank - 1:
         perm = list(range(rank))
         perm[axis], perm[-1] = perm[-1], perm[axis]
-        x = b.op("Transpose", [x], perm=perm)
+        x = b.op("Transpose", x, perm=perm)
     index = b.iota(_length(b, x, rank - 1))
-    upper = b.op("Not", [b.op("Greater", [b.reshape(index, [-1, 1]), b.reshape(index, [1, -1])])])
-    y = b.op("MatMul", [x, b.cast(upper, elem)])
-    return y if perm is None else b.op("Transpose", [y], perm=perm)
+    upper = b.op("Not", b.op("Greater", b.reshape(index, [-1, 1]), b.reshape(index, [1, -1])))
+    y = b.op("MatMul", x, b.cast(upper, elem))
+    return y if perm is None else b.op("Transpose", y, perm=perm)
 
 
 def _triangle(upper: bool) -> Callable[[_Body, AtenCall, int], list[str] | None]:
@@ -647,10 +600,10 @@ def _triangle(upper: bool) -> Callable[[_Body, AtenCall, int], list[str] | None]
         x = call.tensors["self"]
         row = b.reshape(b.iota(_length(b, x, rows)), [-1, 1])
         col = b.reshape(b.iota(_length(b, x, cols)), [1, -1])
-        offset = b.op("Sub", [col, row])
+        offset = b.op("Sub", col, row)
         diagonal = b.const(np.array(call.values["diagonal"], np.int64))
-        outside = b.op("Less" if upper else "Greater", [offset, diagonal])
-        return [b.op("Where", [outside, _zero_like(b, elem), x])]
+        outside = b.op("Less" if upper else "Greater", offset, diagonal)
+        return [b.op("Where", outside, _zero_like(b, elem), x)]
 
     return build
 
@@ -659,8 +612,8 @@ def _modulo(b: _Body, value: str, length: str) -> str:
     """``value mod length`` (int64, non-negative; Mod arrives at opset 10): through double
     floor division, exact below 2**53."""
     as_double = [b.cast(v, TensorProto.DOUBLE) for v in (value, length)]
-    quotient = b.op("Floor", [b.op("Div", as_double)])
-    return b.op("Sub", [value, b.op("Mul", [b.cast(quotient, TensorProto.INT64), length])])
+    quotient = b.op("Floor", b.op("Div", *as_double))
+    return b.op("Sub", value, b.op("Mul", b.cast(quotient, TensorProto.INT64), length))
 
 
 def _flip(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
@@ -671,9 +624,9 @@ def _flip(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
         return None
     for axis in axes:
         length = _length(b, y, axis)
-        last = b.op("Sub", [length, b.int64s([1])])
-        y = b.op("Gather", [y, b.op("Sub", [last, b.iota(length)])], axis=axis)
-    return [y if axes else b.op("Identity", [y])]
+        last = b.op("Sub", length, b.ints([1]))
+        y = b.op("Gather", y, b.op("Sub", last, b.iota(length)), axis=axis)
+    return [y if axes else b.op("Identity", y)]
 
 
 def _roll(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
@@ -694,9 +647,9 @@ def _roll(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
             return None
     for shift, axis in zip(shifts, axes):
         length = _length(b, y, axis)
-        source = _modulo(b, b.op("Sub", [b.iota(length), b.int64s([shift])]), length)
-        y = b.op("Gather", [y, source], axis=axis)
-    return [b.reshape(y, b.op("Shape", [x])) if flat else y]
+        source = _modulo(b, b.op("Sub", b.iota(length), b.ints([shift])), length)
+        y = b.op("Gather", y, source, axis=axis)
+    return [b.reshape(y, b.op("Shape", x)) if flat else y]
 
 
 def _masked_fill(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
@@ -705,7 +658,7 @@ def _masked_fill(b: _Body, call: AtenCall, elem: int) -> list[str] | None:
     if mask_type not in (None, "tensor(bool)"):
         return None
     value = b.cast(call.tensors["value"], elem)
-    return [b.op("Where", [call.tensors["mask"], value, call.tensors["self"]])]
+    return [b.op("Where", call.tensors["mask"], value, call.tensors["self"])]
 
 
 def _upsample_scales(values: dict[str, Any], rank: int) -> list[float | None]:
@@ -725,17 +678,17 @@ def _cubic_weights(b: _Body, t: str, num: Callable[[float], str]) -> list[str]:
     a = -0.75
 
     def near(x: str) -> str:  # ((A + 2) x - (A + 3)) x x + 1
-        inner = b.op("Sub", [b.op("Mul", [num(a + 2), x]), num(a + 3)])
-        return b.op("Add", [b.op("Mul", [b.op("Mul", [inner, x]), x]), num(1.0)])
+        inner = b.op("Sub", b.op("Mul", num(a + 2), x), num(a + 3))
+        return b.op("Add", b.op("Mul", b.op("Mul", inner, x), x), num(1.0))
 
     def far(x: str) -> str:  # ((A x - 5 A) x + 8 A) x - 4 A
-        inner = b.op("Sub", [b.op("Mul", [num(a), x]), num(5 * a)])
-        inner = b.op("Add", [b.op("Mul", [inner, x]), num(8 * a)])
-        return b.op("Sub", [b.op("Mul", [inner, x]), num(4 * a)])
+        inner = b.op("Sub", b.op("Mul", num(a), x), num(5 * a))
+        inner = b.op("Add", b.op("Mul", inner, x), num(8 * a))
+        return b.op("Sub", b.op("Mul", inner, x), num(4 * a))
 
-    rest = b.op("Sub", [num(1.0), t])
+    rest = b.op("Sub", num(1.0), t)
     one = num(1.0)
-    return [far(b.op("Add", [t, one])), near(t), near(rest), far(b.op("Add", [rest, one]))]
+    return [far(b.op("Add", t, one)), near(t), near(rest), far(b.op("Add", rest, one))]
 
 
 def _upsample(mode: str, rank: int) -> Callable[[_Body, AtenCall, int], list[str] | None]:
@@ -759,7 +712,7 @@ def _upsample(mode: str, rank: int) -> Callable[[_Body, AtenCall, int], list[str
             return None
         # torch computes linear/cubic indices in opmath (float, double for double), nearest
         # ones in float
-        real = TensorProto.FLOAT if mode == "nearest" else b.elem
+        real = TensorProto.FLOAT if mode == "nearest" else b.elem_type
         real_np = helper.tensor_dtype_to_np_dtype(real)
 
         def num(value: float) -> str:
@@ -770,52 +723,52 @@ def _upsample(mode: str, rank: int) -> Callable[[_Body, AtenCall, int], list[str
             axis, scale = axes[k], scales[k]
             length = _length(b, x, axis)
             if sizes is not None:
-                size = b.int64s([sizes[k]])
+                size = b.ints([sizes[k]])
             else:  # floor(L * scale) in double, as torch's output size
-                scaled = b.op("Mul", [b.cast(length, TensorProto.DOUBLE),
-                                      b.const(np.array([scale], np.float64))])
-                size = b.cast(b.op("Floor", [scaled]), TensorProto.INT64)
+                scaled = b.op("Mul", b.cast(length, TensorProto.DOUBLE),
+                                     b.const(np.array([scale], np.float64)))
+                size = b.cast(b.op("Floor", scaled), TensorProto.INT64)
             length_f, size_f = b.cast(length, real), b.cast(size, real)
-            last = b.op("Sub", [length_f, num(1.0)])
+            last = b.op("Sub", length_f, num(1.0))
             dst = b.cast(b.iota(size), real)
             if scale is not None:
                 ratio = b.const(np.array([1.0 / scale], real_np))
             else:
-                ratio = b.op("Div", [length_f, size_f])
+                ratio = b.op("Div", length_f, size_f)
             if mode == "nearest":
-                general = b.op("Min", [b.op("Floor", [b.op("Mul", [dst, ratio])]), last])
-                halved = b.op("Floor", [b.op("Mul", [dst, num(0.5)])])
-                doubled = b.op("Mul", [length, b.int64s([2])])
-                index = b.op("Where", [b.op("Equal", [size, length]), dst, b.op(
-                    "Where", [b.op("Equal", [size, doubled]), halved, general])])
-                y = b.op("Gather", [y, b.cast(index, TensorProto.INT64)], axis=axis)
+                general = b.op("Min", b.op("Floor", b.op("Mul", dst, ratio)), last)
+                halved = b.op("Floor", b.op("Mul", dst, num(0.5)))
+                doubled = b.op("Mul", length, b.ints([2]))
+                index = b.op("Where", b.op("Equal", size, length), dst, b.op(
+                   "Where", b.op("Equal", size, doubled), halved, general))
+                y = b.op("Gather", y, b.cast(index, TensorProto.INT64), axis=axis)
                 continue
             if align:
-                spans = b.op("Div", [last, b.op("Sub", [size_f, num(1.0)])])
-                ratio = b.op("Where", [b.op("Greater", [size, b.int64s([1])]), spans,
-                                       num(0.0)])
-                source = b.op("Mul", [ratio, dst])
+                spans = b.op("Div", last, b.op("Sub", size_f, num(1.0)))
+                ratio = b.op("Where", b.op("Greater", size, b.ints([1])), spans,
+                                      num(0.0))
+                source = b.op("Mul", ratio, dst)
             else:
-                source = b.op("Sub", [b.op("Mul", [ratio, b.op("Add", [dst, num(0.5)])]),
-                                      num(0.5)])
+                source = b.op("Sub", b.op("Mul", ratio, b.op("Add", dst, num(0.5))),
+                                     num(0.5))
                 if mode == "linear":
-                    source = b.op("Max", [source, num(0.0)])
-            start = b.op("Min", [b.op("Floor", [source]), last])
-            t = b.op("Min", [b.op("Max", [b.op("Sub", [source, start]), num(0.0)]),
-                             num(1.0)])
+                    source = b.op("Max", source, num(0.0))
+            start = b.op("Min", b.op("Floor", source), last)
+            t = b.op("Min", b.op("Max", b.op("Sub", source, start), num(0.0)),
+                            num(1.0))
             if mode == "linear":
-                taps = [(start, b.op("Sub", [num(1.0), t])),
-                        (b.op("Min", [b.op("Add", [start, num(1.0)]), last]), t)]
+                taps = [(start, b.op("Sub", num(1.0), t)),
+                        (b.op("Min", b.op("Add", start, num(1.0)), last), t)]
             else:
-                taps = [(b.op("Max", [b.op("Min", [b.op("Add", [start, num(j - 1.0)]),
-                                                   last]), num(0.0)]), w)
+                taps = [(b.op("Max", b.op("Min", b.op("Add", start, num(j - 1.0)),
+                                                 last), num(0.0)), w)
                         for j, w in enumerate(_cubic_weights(b, t, num))]
             trailing = [1] * (rank - 1 - k)
             total = None
             for index, weight in taps:
-                picked = b.op("Gather", [y, b.cast(index, TensorProto.INT64)], axis=axis)
-                term = b.op("Mul", [picked, b.reshape(weight, [-1, *trailing])])
-                total = term if total is None else b.op("Add", [total, term])
+                picked = b.op("Gather", y, b.cast(index, TensorProto.INT64), axis=axis)
+                term = b.op("Mul", picked, b.reshape(weight, [-1, *trailing]))
+                total = term if total is None else b.op("Add", total, term)
             y = total
         return [_out(b, y, elem)]
 
@@ -897,7 +850,7 @@ def build_call(call: AtenCall | None, ctx) -> FunctionProto | None:
     if outputs is None:
         return None
     name = call.operator.replace(".", "_")
-    return b.function(f"aten_{name}", len(ctx.node.input), outputs)
+    return b.positional_function(f"aten_{name}", len(ctx.node.input), outputs)
 
 
 def _text(value: Any) -> str:
@@ -1015,31 +968,31 @@ def _greedy_nms(b: _Body, boxes: Sequence[str], areas: str, alive: str, count_in
     x1, y1, x2, y2 = boxes
     body = _Body(b.opset, TensorProto.FLOAT, prefix="nms_")
     it, cond_in, alive_in, count_in = "nms_iter", "nms_cond", "nms_alive", "nms_count"
-    keep = body.op("Gather", [alive_in, it], axis=1)
+    keep = body.op("Gather", alive_in, it, axis=1)
     if post_nms_topN > 0:
-        keep = body.op("And", [keep, body.op("Less", [count_in, body.scalar(post_nms_topN)])])
+        keep = body.op("And", keep, body.op("Less", count_in, body.literal(post_nms_topN)))
 
     def at(values: str) -> str:
-        return body.unsqueeze(body.op("Gather", [values, it], axis=1), [1])
+        return body.unsqueeze(body.op("Gather", values, it, axis=1), [1])
 
     def overlap(lo: str, hi: str) -> str:
-        side = body.op("Sub", [body.op("Min", [hi, at(hi)]), body.op("Max", [lo, at(lo)])])
+        side = body.op("Sub", body.op("Min", hi, at(hi)), body.op("Max", lo, at(lo)))
         if one is not None:
-            side = body.op("Add", [side, body.scalar(1.0)])
-        return body.op("Max", [side, body.scalar(0.0)])
+            side = body.op("Add", side, body.literal(1.0))
+        return body.op("Max", side, body.literal(0.0))
 
-    inter = body.op("Mul", [overlap(x1, x2), overlap(y1, y2)])
-    iou = body.op("Div", [inter, body.op("Sub", [body.op("Add", [at(areas), areas]), inter])])
-    drop = body.op("Or", [body.op("Greater", [iou, body.scalar(thresh)]),
-                          body.op("IsNaN", [iou])])
-    drop = body.op("And", [drop, body.unsqueeze(keep, [1])])
-    alive_out = body.op("And", [alive_in, body.op("Not", [drop])])
-    count_out = body.op("Add", [count_in, body.cast(keep, TensorProto.FLOAT)])
+    inter = body.op("Mul", overlap(x1, x2), overlap(y1, y2))
+    iou = body.op("Div", inter, body.op("Sub", body.op("Add", at(areas), areas), inter))
+    drop = body.op("Or", body.op("Greater", iou, body.literal(thresh)),
+                         body.op("IsNaN", iou))
+    drop = body.op("And", drop, body.unsqueeze(keep, [1]))
+    alive_out = body.op("And", alive_in, body.op("Not", drop))
+    count_out = body.op("Add", count_in, body.cast(keep, TensorProto.FLOAT))
     if post_nms_topN > 0:
-        fewest = body.op("ReduceMin", [count_out], keepdims=0)
-        cond_out = body.op("Less", [fewest, body.scalar(post_nms_topN)])
+        fewest = body.op("ReduceMin", count_out, keepdims=0)
+        cond_out = body.op("Less", fewest, body.literal(post_nms_topN))
     else:
-        cond_out = body.op("Identity", [cond_in])
+        cond_out = body.op("Identity", cond_in)
     vi = helper.make_tensor_value_info
     graph = helper.make_graph(
         body.nodes, "greedy_nms",
@@ -1047,10 +1000,10 @@ def _greedy_nms(b: _Body, boxes: Sequence[str], areas: str, alive: str, count_in
          vi(alive_in, TensorProto.BOOL, None), vi(count_in, TensorProto.FLOAT, None)],
         [vi(cond_out, TensorProto.BOOL, []), vi(alive_out, TensorProto.BOOL, None),
          vi(count_out, TensorProto.FLOAT, None), vi(keep, TensorProto.BOOL, None)])
-    trips = b.reshape(b.op("Gather", [b.op("Shape", [x1]), b.int64s([1])], axis=0), [])
+    trips = b.reshape(b.op("Gather", b.op("Shape", x1), b.ints([1]), axis=0), [])
     start = b.const(np.array(True))
-    _, _, kept = b.op("Loop", [trips, start, alive, count_init], outputs=3, body=graph)
-    return b.op("Transpose", [kept], perm=[1, 0])
+    _, _, kept = b.op("Loop", trips, start, alive, count_init, outputs=3, body=graph)
+    return b.op("Transpose", kept, perm=[1, 0])
 
 
 def build_generate_proposals(ctx) -> FunctionProto | None:
@@ -1082,109 +1035,108 @@ def build_generate_proposals(ctx) -> FunctionProto | None:
 
     b = _Body(opset, TensorProto.FLOAT)
     scores, deltas, im_info, anchors = "in0", "in1", "in2", "in3"
-    one = b.scalar(1.0) if plus_one else None
-    half = b.scalar(0.5)
+    one = b.literal(1.0) if plus_one else None
+    half = b.literal(0.5)
 
     def plus(x: str) -> str:  # ``x + 1`` in legacy_plus_one mode
-        return b.op("Add", [x, one]) if one is not None else x
+        return b.op("Add", x, one) if one is not None else x
 
     def minus(x: str) -> str:
-        return b.op("Sub", [x, one]) if one is not None else x
+        return b.op("Sub", x, one) if one is not None else x
 
     # per image, scores and deltas in (h, w, a) order: (N, HWA) and (N * HWA, 4)
-    shape = b.op("Shape", [scores])
-    flat_scores = b.reshape(b.op("Transpose", [scores], perm=[0, 2, 3, 1]), [0, -1])
-    split = b.op("Concat", [b.op("Gather", [shape, b.int64s([0, 1])], axis=0), b.int64s([4]),
-                            b.op("Gather", [shape, b.int64s([2, 3])], axis=0)], axis=0)
-    flat_deltas = b.reshape(b.op("Transpose", [b.reshape(deltas, split)], perm=[0, 3, 4, 1, 2]),
+    shape = b.op("Shape", scores)
+    flat_scores = b.reshape(b.op("Transpose", scores, perm=[0, 2, 3, 1]), [0, -1])
+    split = b.op("Concat", b.op("Gather", shape, b.ints([0, 1]), axis=0), b.ints([4]),
+                           b.op("Gather", shape, b.ints([2, 3]), axis=0), axis=0)
+    flat_deltas = b.reshape(b.op("Transpose", b.reshape(deltas, split), perm=[0, 3, 4, 1, 2]),
                             [-1, 4])
     # anchors at every cell, (HWA,) per coordinate: anchor[a] + (w, h, w, h) * stride
-    stride = b.scalar(np.float32(1.0 / spatial_scale))
-    height, width = (b.op("Gather", [shape, b.int64s([k])], axis=0) for k in (2, 3))
-    grid = b.op("Concat", [height, width, b.int64s([1])], axis=0)
-    shift_x = b.reshape(b.op("Mul", [b.cast(b.iota(width), TensorProto.FLOAT), stride]),
+    stride = b.literal(np.float32(1.0 / spatial_scale))
+    height, width = (b.op("Gather", shape, b.ints([k]), axis=0) for k in (2, 3))
+    grid = b.op("Concat", height, width, b.ints([1]), axis=0)
+    shift_x = b.reshape(b.op("Mul", b.cast(b.iota(width), TensorProto.FLOAT), stride),
                         [1, -1, 1])
-    shift_y = b.reshape(b.op("Mul", [b.cast(b.iota(height), TensorProto.FLOAT), stride]),
+    shift_y = b.reshape(b.op("Mul", b.cast(b.iota(height), TensorProto.FLOAT), stride),
                         [-1, 1, 1])
-    shift_x, shift_y = (b.op("Expand", [s, grid]) for s in (shift_x, shift_y))
+    shift_x, shift_y = (b.op("Expand", s, grid) for s in (shift_x, shift_y))
     cells = []
     for column, shift in enumerate((shift_x, shift_y, shift_x, shift_y)):
         corner = b.reshape(b.take(anchors, column, 1), [1, 1, -1])
-        cells.append(b.reshape(b.op("Add", [corner, shift]), [-1]))
+        cells.append(b.reshape(b.op("Add", corner, shift), [-1]))
 
     # the pre_nms_topN best scores of each image, highest first
     k = count if pre_nms_topN <= 0 or (count is not None and pre_nms_topN >= count) else \
         pre_nms_topN if count is not None else None
     if opset < 10:
-        top, order = b.op("TopK", [flat_scores], outputs=2, k=k, axis=1)
+        top, order = b.op("TopK", flat_scores, outputs=2, k=k, axis=1)
     else:
         if k is not None:
-            k_input = b.int64s([k])
+            k_input = b.ints([k])
         else:
-            available = b.op("Gather", [b.op("Shape", [flat_scores]), b.int64s([1])], axis=0)
+            available = b.op("Gather", b.op("Shape", flat_scores), b.ints([1]), axis=0)
             if pre_nms_topN <= 0:
                 k_input = available
             else:
-                wanted = b.int64s([pre_nms_topN])
-                k_input = b.op("Where", [b.op("Less", [available, wanted]), available, wanted])
-        top, order = b.op("TopK", [flat_scores, k_input], outputs=2, axis=1)
-    ax1, ay1, ax2, ay2 = (b.op("Gather", [c, order], axis=0) for c in cells)  # (N, K)
-    per_image = b.op("Gather", [b.op("Shape", [flat_scores]), b.int64s([1])], axis=0)
-    images = b.op("Gather", [shape, b.int64s([0])], axis=0)
-    offsets = b.op("Mul", [b.reshape(b.iota(images), [-1, 1]), per_image])
-    picked = b.op("Gather", [flat_deltas, b.op("Add", [order, offsets])], axis=0)  # (N, K, 4)
+                wanted = b.ints([pre_nms_topN])
+                k_input = b.op("Where", b.op("Less", available, wanted), available, wanted)
+        top, order = b.op("TopK", flat_scores, k_input, outputs=2, axis=1)
+    ax1, ay1, ax2, ay2 = (b.op("Gather", c, order, axis=0) for c in cells)  # (N, K)
+    per_image = b.op("Gather", b.op("Shape", flat_scores), b.ints([1]), axis=0)
+    images = b.op("Gather", shape, b.ints([0]), axis=0)
+    offsets = b.op("Mul", b.reshape(b.iota(images), [-1, 1]), per_image)
+    picked = b.op("Gather", flat_deltas, b.op("Add", order, offsets), axis=0)  # (N, K, 4)
     dx, dy, dw, dh = (b.take(picked, c, 2) for c in range(4))
 
     # box transform (caffe2's bbox_transform_upright, float32)
-    clip = b.scalar(BBOX_XFORM_CLIP)
+    clip = b.literal(BBOX_XFORM_CLIP)
     new = []
     for lo, hi, delta, log_size in ((ax1, ax2, dx, dw), (ay1, ay2, dy, dh)):
-        size = plus(b.op("Sub", [hi, lo]))
-        centre = b.op("Add", [lo, b.op("Mul", [half, size])])
-        pred_centre = b.op("Add", [b.op("Mul", [delta, size]), centre])
-        pred_half = b.op("Mul", [half, b.op("Mul", [b.op("Exp", [b.op("Min", [log_size, clip])]),
-                                                     size])])
-        new.append((b.op("Sub", [pred_centre, pred_half]),
-                    minus(b.op("Add", [pred_centre, pred_half]))))
+        size = plus(b.op("Sub", hi, lo))
+        centre = b.op("Add", lo, b.op("Mul", half, size))
+        pred_centre = b.op("Add", b.op("Mul", delta, size), centre)
+        pred_half = b.op("Mul", half, b.op("Mul", b.op("Exp", b.op("Min", log_size, clip)),
+                                                   size))
+        new.append((b.op("Sub", pred_centre, pred_half),
+                    minus(b.op("Add", pred_centre, pred_half))))
     # clip to the image: x to [0, int(width) - p], y to [0, int(height) - p]
     limits = [b.reshape(b.take(im_info, c, 1), [-1, 1]) for c in range(3)]  # (N, 1) each
-    zero = b.scalar(0.0)
+    zero = b.literal(0.0)
     boxes = {}
     for (lo, hi), limit, names in zip(new, (limits[1], limits[0]), (("x1", "x2"), ("y1", "y2"))):
         bound = minus(b.cast(b.cast(limit, TensorProto.INT64), TensorProto.FLOAT))
         for value, name in zip((lo, hi), names):
-            boxes[name] = b.op("Max", [b.op("Min", [value, bound]), zero])
+            boxes[name] = b.op("Max", b.op("Min", value, bound), zero)
     # keep sides >= min_size * im_scale (in double, as caffe2) and centres inside the image
-    threshold = b.op("Mul", [b.cast(limits[2], TensorProto.DOUBLE),
-                             b.const(np.array(min_size, np.float64))])
+    threshold = b.op("Mul", b.cast(limits[2], TensorProto.DOUBLE),
+                            b.const(np.array(min_size, np.float64)))
     sides, alive = [], None
     for lo, hi, limit in (("x1", "x2", limits[1]), ("y1", "y2", limits[0])):
-        side = plus(b.op("Sub", [boxes[hi], boxes[lo]]))
+        side = plus(b.op("Sub", boxes[hi], boxes[lo]))
         sides.append(side)
-        big = b.op("Not", [b.op("Less", [b.cast(side, TensorProto.DOUBLE), threshold])])
-        centre = b.op("Add", [boxes[lo], b.op("Div", [side, b.scalar(2.0)])])
-        inside = b.op("And", [big, b.op("Less", [centre, limit])])
-        alive = inside if alive is None else b.op("And", [alive, inside])
-    areas = b.op("Mul", sides)
-    no_boxes = b.op("ConstantOfShape", [images],
-                    value=numpy_helper.from_array(np.array([0], np.float32)))
+        big = b.op("Not", b.op("Less", b.cast(side, TensorProto.DOUBLE), threshold))
+        centre = b.op("Add", boxes[lo], b.op("Div", side, b.literal(2.0)))
+        inside = b.op("And", big, b.op("Less", centre, limit))
+        alive = inside if alive is None else b.op("And", alive, inside)
+    areas = b.op("Mul", *sides)
+    no_boxes = b.fill(images, 0, np.float32)
     kept = _greedy_nms(b, [boxes[c] for c in ("x1", "y1", "x2", "y2")], areas, alive, no_boxes,
                        nms_thresh, post_nms_topN, one)
 
     # the kept candidates, image by image, in score order
-    where = b.op("NonZero", [kept])  # (2, R)
+    where = b.op("NonZero", kept)  # (2, R)
     image, position = b.take(where, 0, 0), b.take(where, 1, 0)
-    candidates = b.op("Gather", [b.op("Shape", [top]), b.int64s([1])], axis=0)
-    flat_index = b.op("Add", [b.op("Mul", [image, candidates]), position])
-    stacked = b.op("Concat", [b.unsqueeze(boxes[c], [2]) for c in ("x1", "y1", "x2", "y2")],
+    candidates = b.op("Gather", b.op("Shape", top), b.ints([1]), axis=0)
+    flat_index = b.op("Add", b.op("Mul", image, candidates), position)
+    stacked = b.op("Concat", *[b.unsqueeze(boxes[c], [2]) for c in ("x1", "y1", "x2", "y2")],
                    axis=2)
-    kept_boxes = b.op("Gather", [b.reshape(stacked, [-1, 4]), flat_index], axis=0)
-    rois = b.op("Concat", [b.unsqueeze(b.cast(image, TensorProto.FLOAT), [1]), kept_boxes],
+    kept_boxes = b.op("Gather", b.reshape(stacked, [-1, 4]), flat_index, axis=0)
+    rois = b.op("Concat", b.unsqueeze(b.cast(image, TensorProto.FLOAT), [1]), kept_boxes,
                 axis=1)
-    probs = b.op("Gather", [b.reshape(top, [-1]), flat_index], axis=0)
+    probs = b.op("Gather", b.reshape(top, [-1]), flat_index, axis=0)
     # (not com_microsoft's _trim_outputs: an unnamed Loop output crashes onnxruntime 1.32)
     outputs = [rois, probs] if _present(node.output, 1) else [rois]
-    return b.function("caffe2_generate_proposals", 4, outputs)
+    return b.positional_function("caffe2_generate_proposals", 4, outputs)
 
 
 # int64: cumsum, tril/triu, flip, roll, masked_fill (tested); the rest are float only

@@ -52,11 +52,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import FunctionProto, TensorProto, helper, numpy_helper
+from onnx import FunctionProto, TensorProto, helper
 
 from rewriter import hookimpl
+from rewriter.bodies import FunctionBuilder
 
 DOMAINS = ("", "TRT", "trt.plugins")
+BODY_DOMAIN = "trt"  # the domain of the bodies' FunctionProtos
 NMS_OPSETS = (11, None)  # NonMaxSuppression with scores/Range/ScatterND/GatherND/TopK(k input)
 ATTENTION_OPSETS = (11, None)  # Range, GatherElements, Clip with inputs
 MAX_SELECTED = 4096  # EfficientNMS: candidates per image that enter NMS (numSelectedBoxes)
@@ -77,65 +79,29 @@ FMHA_ATTRIBUTES = {"scale", "dropout_p", "causal", "return_attn_probs"}
 DISENTANGLED_ATTRIBUTES = {"span", "factor", "plugin_version", "plugin_namespace"}
 
 
-class _Body:
-    """A function body under construction: unique value names, constants, and the few ops
-    whose form depends on the ai.onnx opset."""
+class _Body(FunctionBuilder):
+    """A function body under construction (constants are int64 unless told otherwise), with
+    the NMS bodies' shorthands."""
 
-    def __init__(self, opset: int) -> None:
-        self.opset = opset
-        self.nodes: list = []
-        self._count = 0
-
-    def _name(self, hint: str) -> str:
-        self._count += 1
-        return f"_{hint}_{self._count}"
-
-    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs):
-        names = [self._name(op_type.lower()) for _ in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), names, **attrs))
-        return names[0] if outputs == 1 else names
-
-    def const(self, value, dtype=np.int64) -> str:
-        name = self._name("const")
-        tensor = numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
-        self.nodes.append(helper.make_node("Constant", [], [name], value=tensor))
-        return name
-
-    def fill(self, shape: str, value: float, dtype=np.float32) -> str:
-        tensor = numpy_helper.from_array(np.asarray([value], dtype=dtype), "value")
-        return self.op("ConstantOfShape", shape, value=tensor)
-
-    def unsqueeze(self, x: str, axes: list[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", x, self.const(axes))
-        return self.op("Unsqueeze", x, axes=axes)
-
-    def reduce_sum(self, x: str, axes: list[int], keepdims: int = 1) -> str:
-        if self.opset >= 13:
-            return self.op("ReduceSum", x, self.const(axes), keepdims=keepdims)
-        return self.op("ReduceSum", x, axes=axes, keepdims=keepdims)
+    default_dtype = np.int64
 
     def dim(self, shape: str, index: int) -> str:
         """Dimension ``index`` of a shape, as a scalar."""
-        return self.op("Gather", shape, self.const(index))
+        return self.take(shape, index)
 
     def vec(self, scalar: str) -> str:
-        return self.op("Reshape", scalar, self.const([1]))
+        return self.reshape(scalar, [1])
 
     def column(self, matrix: str, index: int) -> str:
-        return self.op("Gather", matrix, self.const(index), axis=1)
+        return self.take(matrix, index, axis=1)
 
     def last(self, x: str, start: int, end: int) -> str:
-        return self.op("Slice", x, self.const([start]), self.const([end]), self.const([-1]))
+        return self.slice(x, [start], [end], [-1])
 
     def greater_equal(self, a: str, b: str) -> str:
         if self.opset >= 12:
             return self.op("GreaterOrEqual", a, b)
         return self.op("Or", self.op("Greater", a, b), self.op("Equal", a, b))
-
-    def function(self, name: str, inputs: list[str], outputs: list[str]) -> FunctionProto:
-        return helper.make_function("trt", name, inputs, outputs, self.nodes,
-                                    [helper.make_opsetid("", self.opset)])
 
 
 def _present(names, index: int) -> bool:
@@ -318,7 +284,7 @@ def build_efficient_nms(ctx) -> FunctionProto | None:
     g.nodes.append(helper.make_node("Cast", [g.op("Where", r.valid, r.cls, g.const(0))],
                                     ["detection_classes"], to=TensorProto.INT32))
     outputs = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]
-    return g.function("efficient_nms", inputs, outputs)
+    return g.function(BODY_DOMAIN, "efficient_nms", inputs, outputs)
 
 
 def build_efficient_nms_onnx(ctx) -> FunctionProto | None:
@@ -356,7 +322,8 @@ def build_efficient_nms_onnx(ctx) -> FunctionProto | None:
     result = g.op("Where", any_selected, padded, g.const(-1))
     g.nodes.append(helper.make_node("Cast", [result], ["selected_indices"],
                                     to=TensorProto.INT32))
-    return g.function("efficient_nms_onnx", ["boxes", "scores"], ["selected_indices"])
+    return g.function(BODY_DOMAIN, "efficient_nms_onnx", ["boxes", "scores"],
+                      ["selected_indices"])
 
 
 def build_batched_nms(ctx) -> FunctionProto | None:
@@ -430,7 +397,7 @@ def build_batched_nms(ctx) -> FunctionProto | None:
         "Where", [valid, g.op("Cast", out_cls, to=TensorProto.FLOAT),
                   g.const(-1.0, np.float32)], ["nmsed_classes"]))
     outputs = ["num_detections", "nmsed_boxes", "nmsed_scores", "nmsed_classes"]
-    return g.function("batched_nms", ["boxes", "scores"], outputs)
+    return g.function(BODY_DOMAIN, "batched_nms", ["boxes", "scores"], outputs)
 
 
 # -- attention -------------------------------------------------------------------------------
@@ -460,7 +427,7 @@ def build_fmha(ctx) -> FunctionProto | None:
     probs = g.op("Softmax", logits, axis=-1)  # the last axis at every opset
     out = g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
     g.nodes.append(helper.make_node("Cast", [out], ["output"], to=elem))
-    return g.function("fmha", ["q", "k", "v"], ["output"])
+    return g.function(BODY_DOMAIN, "fmha", ["q", "k", "v"], ["output"])
 
 
 def build_disentangled_attention(ctx) -> FunctionProto | None:
@@ -506,8 +473,9 @@ def build_disentangled_attention(ctx) -> FunctionProto | None:
         total = g.op("Add", g.op("Add", "c2c", c2p), p2c)
     else:  # the fp16 kernel adds c2c + (c2p + p2c)
         total = g.op("Add", "c2c", g.op("Add", c2p, p2c))
-    g.nodes.append(helper.make_node("Mul", [total, g.const(float(factor), dtype)], ["output"]))
-    return g.function("disentangled_attention", ["c2c", "c2p", "p2c"], ["output"])
+    g.op("Mul", total, g.const(float(factor), dtype), outputs=["output"])
+    return g.function(BODY_DOMAIN, "disentangled_attention", ["c2c", "c2p", "p2c"],
+                      ["output"])
 
 
 # -- registration ----------------------------------------------------------------------------
