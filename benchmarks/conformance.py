@@ -358,13 +358,13 @@ def _same_nodes(a, b) -> bool:
         f.SerializeToString(deterministic=True) for f in b.functions]
 
 
-def _rewrite(model, plugins):
+def rewrite_case(model, plugins, target: str = "onnxruntime", verify: bool = True):
     """(rewritten model, report) or (None, reason) when rewrite raises."""
     from rewriter.api import rewrite
     from rewriter.pipeline import UnfixableError
 
     try:
-        result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False)
+        result = rewrite(model, [target], plugins=plugins, confirm=False, verify=verify)
     except UnfixableError as e:
         parts = sorted({f"{op}: {_short(detail, 120)} — {_short(why, 200)}"
                         for _t, op, detail, why, _n in e.groups})
@@ -374,7 +374,7 @@ def _rewrite(model, plugins):
     return result.model, result.report
 
 
-def _verification_problem(report) -> str | None:
+def verification_problem(report) -> str | None:
     if report.remaining:
         parts = sorted({f"{f.op_label} ({_short(f.detail, 120)})" for f in report.remaining})
         return "still unsupported after rewriting: " + "; ".join(parts)
@@ -459,13 +459,13 @@ def measure_rescue(cases=None, *, progress=None) -> Rescue:
                     note(out.refused_other, _short(error), case.name)
                     continue
                 out.refused.append(case.name)
-                model, report = _rewrite(case.model, plugins)
+                model, report = rewrite_case(case.model, plugins)
                 if model is None:
                     note(out.failed, report, case.name)
                     continue
                 out.compared[case.name] = _compare_with_reference(case, model, report,
                                                                   plugins)
-                problem = _verification_problem(report)
+                problem = verification_problem(report)
                 if problem is None and not report.applied:
                     problem = (f"nothing to rewrite: check finds no problem, but onnxruntime "
                                f"refuses: {_short(error)}")
@@ -479,7 +479,7 @@ def measure_rescue(cases=None, *, progress=None) -> Rescue:
                     note(out.failed, problem, case.name)
                 continue
             out.running.append(case.name)
-            model, report = _rewrite(case.model, plugins)
+            model, report = rewrite_case(case.model, plugins)
             if model is None:
                 note(out.changed, report, case.name)
                 continue

@@ -36,6 +36,8 @@ from conformance import (  # noqa: E402
     _short,
     compare_outputs,
     node_testcases,
+    rewrite_case,
+    verification_problem,
 )
 
 RUN_TIMEOUT_S = 120
@@ -277,31 +279,6 @@ class Rescue:
         }
 
 
-def _rewrite(model, plugins, verify: bool):
-    from rewriter.api import rewrite
-    from rewriter.pipeline import UnfixableError
-
-    try:
-        result = rewrite(model, [TARGET], plugins=plugins, confirm=False, verify=verify)
-    except UnfixableError as e:
-        parts = sorted({f"{op}: {_short(detail, 120)} — {_short(why, 160)}"
-                        for _t, op, detail, why, _n in e.groups})
-        return None, "unfixable: " + "; ".join(parts)
-    except Exception as e:  # noqa: BLE001 - a crash of the engine is a result here
-        return None, f"rewrite raised {type(e).__name__}: {_short(str(e))}"
-    return result.model, result.report
-
-
-def _report_problem(report) -> str | None:
-    if report.remaining:
-        parts = sorted({f"{f.op_label} ({_short(f.detail, 120)})" for f in report.remaining})
-        return "still unsupported after rewriting: " + "; ".join(parts)
-    for name, verdict in report.verification.items():
-        if not (verdict == "ok" or verdict.startswith(("skipped", "pre-existing"))):
-            return f"verification failed: {name}: {_short(verdict)}"
-    return None
-
-
 def measure_rescue(cases=None, *, verify: bool = True, progress=None) -> Rescue:
     """Rewrite every case OpenVINO refuses and check the result on OpenVINO against the
     case's expected outputs; check that the cases it runs are left alone.
@@ -332,11 +309,11 @@ def measure_rescue(cases=None, *, verify: bool = True, progress=None) -> Rescue:
             if not before.runs:
                 out.refused.append(case.name)
                 note(out.refused_why, _short(before.problem or "", 120), case.name)
-                model, report = _rewrite(case.model, plugins, verify)
+                model, report = rewrite_case(case.model, plugins, TARGET, verify)
                 if model is None:
                     note(out.failed, report, case.name)
                     continue
-                problem = _report_problem(report)
+                problem = verification_problem(report)
                 if problem is None and not report.applied:
                     problem = "nothing to rewrite: check finds no problem, but OpenVINO " \
                               f"fails: {_short(before.problem or '', 120)}"
@@ -349,7 +326,7 @@ def measure_rescue(cases=None, *, verify: bool = True, progress=None) -> Rescue:
                     note(out.failed, problem, case.name)
                 continue
             out.running.append(case.name)
-            model, report = _rewrite(case.model, plugins, verify)
+            model, report = rewrite_case(case.model, plugins, TARGET, verify)
             if model is None:
                 note(out.changed, report, case.name)
                 continue

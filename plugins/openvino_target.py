@@ -508,10 +508,7 @@ class OpenVINOTarget(Target):
         return "OpenVINO runs no Python or onnxruntime custom-op kernels"
 
     def wants_confirm(self, loaded) -> bool:
-        if self.confirm_option is not None:
-            return self.confirm_option
-        total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
-        return total <= CONFIRM_BY_DEFAULT_BELOW
+        return self.confirm_by_size(self.confirm_option, loaded, CONFIRM_BY_DEFAULT_BELOW)
 
     def confirm(self, model, base_dir) -> str | None:
         """Convert and compile the whole model in a child process (a crash is an answer)."""

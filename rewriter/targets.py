@@ -174,6 +174,16 @@ class Target:
         """Whether to confirm by default (e.g. only for small models)."""
         return False
 
+    @staticmethod
+    def confirm_by_size(confirm_option: bool | None, loaded: LoadedModel, below: int) -> bool:
+        """``--confirm``/``--no-confirm`` when given, else whether the model and its
+        external data together are at most ``below`` bytes (a helper for
+        :meth:`wants_confirm`)."""
+        if confirm_option is not None:
+            return confirm_option
+        total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
+        return total <= below
+
     def kernel_problem(self, remedy: KernelRemedy) -> str | None:
         """Why this target cannot run a node retargeted to a custom kernel (None: it can).
         Targets that run no custom kernels keep this default."""
