@@ -185,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no corpus at {CORPUS}", file=sys.stderr)
         return 2
     models = [CORPUS / m for m in args.models] or sorted(CORPUS.glob("*.onnx"))
+    from rewriter.console import native_stdout_to_stderr
     from rewriter.manager import load_plugins
 
     plugins = load_plugins()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, native_stdout_to_stderr():
         rows = [measure(m, args.target, Path(tmp), plugins) for m in models]
     if args.json_out:
         Path(args.json_out).write_text(json.dumps([asdict(r) for r in rows], indent=1))

@@ -6,13 +6,12 @@ Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stder
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import traceback
 
 import click
 
+from rewriter.console import native_stdout_to_stderr
 from rewriter.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, RewriterError, one_line
 
 
@@ -386,41 +385,10 @@ def ops(ctx, as_json, markdown, plugin_specs, debug):
     ctx.exit(EXIT_OK)
 
 
-@contextlib.contextmanager
-def _native_stdout_to_stderr():
-    """Send what C++ code prints to stdout (onnx's checker: "Warning: Model contains
-    experimental ops") to stderr, so stdout holds only what we print (``--json`` stays
-    parseable). Python's ``sys.stdout`` keeps writing to the real stdout."""
-    try:
-        python_on_fd1 = sys.stdout.fileno() == 1
-    except (AttributeError, OSError, ValueError):  # captured (tests) or replaced
-        python_on_fd1 = False
-    try:
-        saved = os.dup(1)
-    except OSError:
-        yield
-        return
-    sys.stdout.flush()
-    os.dup2(2, 1)
-    previous = sys.stdout
-    if python_on_fd1:
-        sys.stdout = os.fdopen(os.dup(saved), "w", encoding=previous.encoding,
-                               errors=previous.errors, buffering=1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        if python_on_fd1:
-            sys.stdout.close()
-            sys.stdout = previous
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point."""
     try:
-        with _native_stdout_to_stderr():
+        with native_stdout_to_stderr():
             cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=True)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)
