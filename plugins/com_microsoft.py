@@ -74,6 +74,7 @@ from onnx import AttributeProto, FunctionProto, TensorProto, helper, numpy_helpe
 
 from rewriter import hookimpl
 from rewriter.bodies import Declined, FunctionBuilder, declining, typed_tensor
+from rewriter.bodies import present as _present
 from rewriter.kernels import kernel
 
 DOMAIN = "com.microsoft"
@@ -109,10 +110,6 @@ _LOW_PRECISION = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 # -- helpers shared with com_microsoft_attention -----------------------------------------
-
-
-def _present(names, index: int) -> bool:
-    return len(names) > index and bool(names[index])
 
 
 def fold_literal_casts(fn: FunctionProto, elem_type: int | None) -> FunctionProto:

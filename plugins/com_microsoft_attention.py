@@ -75,9 +75,9 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper
-from rewriter_plugins.com_microsoft import _present
 
 from rewriter.bodies import FunctionBuilder
+from rewriter.bodies import present as _present
 from rewriter.kernels import kernel
 
 DOMAIN = "com.microsoft"

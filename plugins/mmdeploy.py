@@ -71,6 +71,7 @@ from onnx import FunctionProto, TensorProto, helper
 
 from rewriter import hookimpl
 from rewriter.bodies import FunctionBuilder
+from rewriter.bodies import present as _present
 
 DOMAINS = ("mmdeploy", "mmcv")
 BODY_DOMAIN = "mmdeploy"  # the domain of the bodies' FunctionProtos
@@ -87,10 +88,6 @@ BATCHED_NMS_OPSETS = (11, None)  # ScatterND, GatherND, Range, TopK with a k inp
 _GRID_MODES_16 = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _GRID_MODES_20 = {0: "linear", 1: "nearest", 2: "cubic"}
 _GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
-
-
-def _present(names, index: int) -> bool:
-    return len(names) > index and bool(names[index])
 
 
 def _attributes(node) -> dict:

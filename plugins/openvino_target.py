@@ -36,6 +36,7 @@ from pathlib import Path
 from rewriter import hookimpl
 from rewriter.errors import TargetError
 from rewriter.targets import Finding, NodeQuery, Target, TargetOptions
+from rewriter.walk import outer_references
 
 NOT_INSTALLED = "OpenVINO is not installed: pip install 'onnx-graph-rewriter[openvino]'"
 DEFAULT_DEVICE = "CPU"
@@ -191,35 +192,6 @@ def probe(model_bytes: bytes, device: str, op_label: str, *, unknown_ranks: bool
 def _has_dynamic_rank(ov_model) -> bool:
     return any(p.get_partial_shape().rank.is_dynamic or p.get_element_type().is_dynamic()
                for p in ov_model.get_parameters())
-
-
-def _outer_references(node) -> list[str]:
-    """Names a node's subgraphs read from enclosing graphs (If/Loop/Scan bodies)."""
-    from onnx import AttributeProto
-
-    found: list[str] = []
-
-    def graph(g, defined: set[str]) -> None:
-        defined = defined | {i.name for i in g.input} | {t.name for t in g.initializer}
-        for n in g.node:
-            for name in n.input:
-                if name and name not in defined and name not in found:
-                    found.append(name)
-            for a in n.attribute:
-                if a.type == AttributeProto.GRAPH:
-                    graph(a.g, defined)
-                elif a.type == AttributeProto.GRAPHS:
-                    for sub in a.graphs:
-                        graph(sub, defined)
-            defined |= set(n.output)
-
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            graph(a.g, set())
-        elif a.type == AttributeProto.GRAPHS:
-            for sub in a.graphs:
-                graph(sub, set())
-    return found
 
 
 def _blames_subgraph(node, detail: str) -> bool:
@@ -442,7 +414,7 @@ class OpenVINOTarget(Target):
         unranked = guessed = False
         names = [n for n in query.inputs if n]
         if node.attribute:
-            names += _outer_references(node)
+            names += outer_references(node)
         for name in names:
             if name in seen:
                 continue

@@ -58,7 +58,7 @@ from rewriter import hookimpl
 from rewriter.functions import REMEDY_DOMAIN, retarget, specialise, splice
 from rewriter.passes import PassContext, RewritePass
 from rewriter.targets import Finding, NodeQuery, Target
-from rewriter.walk import iter_scopes, normalize_domain, opset_map
+from rewriter.walk import iter_scopes, normalize_domain, opset_map, outer_references
 
 #: domains this pass converts (other domains are left alone)
 CONVERTIBLE = ("", "ai.onnx.ml")
@@ -1535,36 +1535,6 @@ def _seed_subgraph_types(node: NodeProto, env: Env) -> None:
             env.types[f.name] = t
 
 
-def _outer_references(node: NodeProto) -> set[str]:
-    """Names the node's subgraphs read from enclosing graphs."""
-    found: set[str] = set()
-
-    def graph(g: GraphProto, defined: set[str]) -> None:
-        defined = defined | {v.name for v in (*g.input, *g.initializer)}
-        defined |= {v.name for v in g.sparse_initializer}
-        for n in g.node:
-            visit(n, defined)
-            defined |= set(n.output)
-        found.update(v.name for v in g.output if v.name not in defined)
-
-    def visit(n: NodeProto, defined: set[str]) -> None:
-        found.update(x for x in n.input if x and x not in defined)
-        for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                graph(a.g, defined)
-            elif a.type == AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    graph(g, defined)
-
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            graph(a.g, set())
-        elif a.type == AttributeProto.GRAPHS:
-            for g in a.graphs:
-                graph(g, set())
-    return found
-
-
 def _formal_problem(node: NodeProto, schema, domain: str, version: int, env: Env) -> str | None:
     """For nodes with subgraphs (If, Loop, Scan): attributes, arity and the types of inputs
     and of the subgraphs' inputs and outputs against the older schema."""
@@ -1981,7 +1951,7 @@ class OpsetConversionPass(RewritePass):
         how = converter.used_rules[-1] if converter.used_rules else "same op, older version"
         if len(nodes) == 1 and nodes[0].SerializeToString() == node.SerializeToString():
             return Conversion(how)
-        if _has_graphs(node) and _outer_references(node):
+        if _has_graphs(node) and outer_references(node):
             raise Decline("a node whose subgraphs use the enclosing graph's values must be "
                           "lowered as it is")
         if any(a.ref_attr_name for a in node.attribute):

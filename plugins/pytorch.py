@@ -91,10 +91,10 @@ from typing import Any
 
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
-from rewriter_plugins.com_microsoft import _present
 
 from rewriter import hookimpl
 from rewriter.bodies import FunctionBuilder
+from rewriter.bodies import present as _present
 
 ATEN_DOMAIN = "org.pytorch.aten"
 MS_DOMAIN = "com.microsoft"

@@ -56,6 +56,7 @@ from onnx import FunctionProto, TensorProto, helper
 
 from rewriter import hookimpl
 from rewriter.bodies import FunctionBuilder
+from rewriter.bodies import present as _present
 
 DOMAINS = ("", "TRT", "trt.plugins")
 BODY_DOMAIN = "trt"  # the domain of the bodies' FunctionProtos
@@ -102,10 +103,6 @@ class _Body(FunctionBuilder):
         if self.opset >= 12:
             return self.op("GreaterOrEqual", a, b)
         return self.op("Or", self.op("Greater", a, b), self.op("Equal", a, b))
-
-
-def _present(names, index: int) -> bool:
-    return len(names) > index and bool(names[index])
 
 
 def _unknown_attributes(node, allowed: set[str]) -> bool:

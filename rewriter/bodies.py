@@ -76,6 +76,11 @@ def declining(builder: Callable[[Any], FunctionProto | None]
     return wrapper
 
 
+def present(names, index: int) -> bool:
+    """Whether a node's input or output ``index`` is given (exists and is not "")."""
+    return len(names) > index and bool(names[index])
+
+
 def typed_tensor(value, elem_type: int, name: str = "") -> TensorProto:
     """``value`` as a tensor of ONNX element type ``elem_type`` (bfloat16 and the 4-bit
     types included, which numpy has no dtype for)."""

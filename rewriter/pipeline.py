@@ -502,7 +502,7 @@ class _Planner:
         for entry in fn.opset_import:
             body_opsets.setdefault(normalize_domain(entry.domain), entry.version)
         types = {formal: t for formal, t in zip(fn.input, finding.input_types) if t}
-        body_constants = _body_constants(fn)
+        body_constants = _constant_outputs(fn.node)
         nested: dict[int, tuple[Candidate, Finding]] = {}
         for i, inner in enumerate(fn.node):
             domain = normalize_domain(inner.domain)
@@ -614,17 +614,6 @@ def _fingerprints(reads: tuple, node: NodeProto, constants, declared) -> tuple:
     return tuple(out)
 
 
-def _body_constants(fn: FunctionProto) -> dict:
-    """The body's ``Constant(value=...)`` outputs (split sizes, axes, shapes) by name."""
-    out = {}
-    for node in fn.node:
-        if (node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-                and len(node.attribute) == 1 and node.attribute[0].name == "value"
-                and not node.attribute[0].ref_attr_name):
-            out[node.output[0]] = node.attribute[0].t
-    return out
-
-
 def _has_onnx_schema(finding: Finding) -> bool:
     from onnx import defs
 
@@ -675,11 +664,19 @@ def _constants(model: ModelProto) -> dict:
         if scope.graph is not None:
             for t in scope.graph.initializer:
                 out[t.name] = t
-        for node in scope.nodes:
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
-                for a in node.attribute:
-                    if a.name == "value":
-                        out[node.output[0]] = a.t
+        out.update(_constant_outputs(scope.nodes))
+    return out
+
+
+def _constant_outputs(nodes) -> dict:
+    """``Constant(value=...)`` outputs by name (split sizes, axes, shapes); a value taken
+    from a function's attribute (``value = @v``) is not known here."""
+    out = {}
+    for node in nodes:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            for a in node.attribute:
+                if a.name == "value" and not a.ref_attr_name:
+                    out[node.output[0]] = a.t
     return out
 
 

@@ -101,6 +101,26 @@ def subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
                 yield f"{attr.name}[{i}]", g
 
 
+def outer_references(node: NodeProto) -> list[str]:
+    """Names the node's subgraphs (If/Loop/Scan bodies, at any depth) read from the
+    enclosing graphs, in the order first read."""
+    found: dict[str, None] = {}
+
+    def graph(g: GraphProto, defined: set[str]) -> None:
+        defined = defined | {v.name for v in (*g.input, *g.initializer)}
+        defined |= {v.name for v in g.sparse_initializer}
+        for n in g.node:
+            found.update((x, None) for x in n.input if x and x not in defined)
+            for _, sub in subgraphs(n):
+                graph(sub, defined)
+            defined |= set(n.output)
+        found.update((v.name, None) for v in g.output if v.name not in defined)
+
+    for _, sub in subgraphs(node):
+        graph(sub, set())
+    return list(found)
+
+
 def iter_scopes(model: ModelProto) -> Iterator[Scope]:
     """The main graph, every nested subgraph (depth first, in order), then every function.
 

@@ -9,6 +9,21 @@ import pytest
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
+# com.acme::FusedSwish (x * sigmoid(alpha * x)) as a function, in the source of the test
+# plugins written to files (tests/test_rewrite.py, test_kernels.py, test_compare.py); the
+# plugin imports `parser` from onnx.
+FUSED_SWISH_SOURCE = '''FUSED_SWISH = parser.parse_function("""
+<domain: "com.acme", opset_import: ["": 18]>
+FusedSwish <alpha: float = 1.0> (x) => (y) {
+    a = Constant <value_float: float = @alpha> ()
+    ac = CastLike (a, x)
+    ax = Mul (ac, x)
+    s = Sigmoid (ax)
+    y = Mul (x, s)
+}
+""")
+'''
+
 
 @pytest.fixture(scope="session")
 def plugins():

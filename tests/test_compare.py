@@ -34,7 +34,7 @@ from rewriter.errors import RewriterError
 from rewriter.inputs import InputError, generate_inputs, load_inputs, load_outputs, parse_dims
 from rewriter.isolation import Job, Runner
 from rewriter.manager import load_plugins
-from tests.conftest import model_from_text, write_model
+from tests.conftest import FUSED_SWISH_SOURCE, model_from_text, write_model
 
 # -- oracles: Python kernels for the reference evaluator (module level: the child imports
 # them by reference) ------------------------------------------------------------------------
@@ -70,17 +70,7 @@ from onnx import parser
 from rewriter import hookimpl
 from rewriter.kernels import kernel
 
-FUSED_SWISH = parser.parse_function("""
-<domain: "com.acme", opset_import: ["": 18]>
-FusedSwish <alpha: float = 1.0> (x) => (y) {
-    a = Constant <value_float: float = @alpha> ()
-    ac = CastLike (a, x)
-    ax = Mul (ac, x)
-    s = Sigmoid (ax)
-    y = Mul (x, s)
-}
-""")
-
+''' + FUSED_SWISH_SOURCE + '''
 WRONG_GELU = parser.parse_function("""
 <domain: "com.acme", opset_import: ["": 18]>
 ErfGelu (x) => (y) {

@@ -40,7 +40,7 @@ from rewriter.kernels import (
 from rewriter.manager import load_plugins
 from rewriter.pipeline import UnfixableError
 from rewriter.runtime import KernelRunError, session
-from tests.conftest import model_from_text, write_model
+from tests.conftest import FUSED_SWISH_SOURCE, model_from_text, write_model
 from tests.test_rewrite import CONTAINERS, all_nodes, make_model
 
 ACME_OP = "FusedSwish__com_acme__float"
@@ -60,17 +60,7 @@ ACME_BOTH = ACME_KERNEL + '''
 
 from onnx import parser
 
-FUSED_SWISH = parser.parse_function("""
-<domain: "com.acme", opset_import: ["": 18]>
-FusedSwish <alpha: float = 1.0> (x) => (y) {
-    a = Constant <value_float: float = @alpha> ()
-    ac = CastLike (a, x)
-    ax = Mul (ac, x)
-    s = Sigmoid (ax)
-    y = Mul (x, s)
-}
-""")
-
+''' + FUSED_SWISH_SOURCE + '''
 
 @hookimpl
 def register_decompositions(registry):

@@ -78,6 +78,8 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
                 assert verdicts[which] == "equal" or (
                     which == "generated inputs" and verdicts[which].startswith(cannot)), (
                     name, which, verdicts)
-    generated_equal = [n for n in result.rescued if result.compared[n]["generated inputs"]
-                       == "equal"]
-    assert len(generated_equal) >= len(result.rescued) // 2  # most take random inputs
+    # random bytes are no image to decode; random batch indices point past RoiAlign's batch
+    cannot_take_random = ("test_image_decoder", "test_roialign")
+    for name in result.rescued:
+        if not name.startswith(cannot_take_random):
+            assert result.compared[name]["generated inputs"] == "equal", name

@@ -25,7 +25,7 @@ from rewriter.cli import main
 from rewriter.functions import PROVENANCE_PLUGIN, PROVENANCE_RULE, REMEDY_DOMAIN
 from rewriter.manager import load_plugins
 from rewriter.pipeline import UnfixableError
-from tests.conftest import model_from_text, write_model
+from tests.conftest import FUSED_SWISH_SOURCE, model_from_text, write_model
 
 RTOL, ATOL = 1e-5, 1e-6
 X = np.linspace(-3, 3, 7).astype(np.float32)
@@ -38,17 +38,7 @@ from onnx import parser
 
 from rewriter import hookimpl
 
-FUSED_SWISH = parser.parse_function("""
-<domain: "com.acme", opset_import: ["": 18]>
-FusedSwish <alpha: float = 1.0> (x) => (y) {
-    a = Constant <value_float: float = @alpha> ()
-    ac = CastLike (a, x)
-    ax = Mul (ac, x)
-    s = Sigmoid (ax)
-    y = Mul (x, s)
-}
-""")
-
+''' + FUSED_SWISH_SOURCE + '''
 
 @hookimpl
 def register_decompositions(registry):
