@@ -60,7 +60,7 @@ def _python_model(domain, op, kernel_ref, n_inputs, attrs=None):
 
     k = resolve_reference(kernel_ref)
     sig = Signature.parse(", ".join(["float"] * n_inputs) + " -> float")
-    use = KernelUse(op_name(domain, op, sig), domain, op, kernel_ref, "bench", sig)
+    use = KernelUse(op_name(domain, op, sig, kernel_ref), domain, op, kernel_ref, "bench", sig)
     register_onnxruntime([use], {use.op_name: k})
     node = helper.make_node(op, [f"x{i}" for i in range(n_inputs)], ["y"], domain=domain,
                             **(attrs or {}))

@@ -115,6 +115,8 @@ def rewrite(
     prefer: str = "decompose",
     verify: bool = True,
     compare_options: Mapping[str, Any] | None = None,
+    allow_unverified: bool = False,
+    keep_failed: bool = False,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -122,7 +124,8 @@ def rewrite(
         model: a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``.
         targets: target names; the rewrite must satisfy all of them.
         output: where to save (paths only; required for a path unless ``dry_run``).
-        partial: rewrite what can be rewritten and report the rest instead of failing.
+        partial: rewrite what can be rewritten and report the rest instead of failing; what
+            was changed is verified as a whole rewrite is.
         dry_run: plan only; change and write nothing.
         explain: record, for each finding, which plugins were asked and why each declined.
         in_place: allow ``output`` to be the input path.
@@ -130,21 +133,33 @@ def rewrite(
             or ``"kernel"``: which remedy wins for an op that has both. A kernel remedy
             retargets the node and records in the model's metadata what it needs; run the
             result with :func:`rewriter.session`.
-        verify: compare the result with the original on every target that runs models
-            (:func:`rewriter.compare`); a mismatch fails the rewrite. The verdict is
-            ``report.verification["compare"]``, the details ``report.comparison``.
-        compare_options: keyword arguments for that comparison (``inputs``, ``runs``,
-            ``dims``, ``atol``, ``rtol``, ``reference_ops``, ``timeout``, ...).
+        verify: compare the result with the original (:func:`rewriter.compare`: the
+            original on the first runtime that runs it, the result on every target). False:
+            the verdict is ``unverified`` ("verification turned off") and the result is
+            written and returned all the same.
+        compare_options: keyword arguments for that comparison (``inputs``, ``expected``,
+            ``runs``, ``seed``, ``dims``, ``atol``, ``rtol``, ``original_target``,
+            ``reference_ops``, ``timeout``, ``memory_limit``, ``save_inputs``). Given
+            inputs and expected outputs are checked against the model before any work.
+        allow_unverified: write (and return) an ``unverified`` result too.
+        keep_failed: write (and return) a result whose verdict is ``mismatch`` too.
 
     Returns:
-        the rewritten model in the kind it was given (for a path: the output path) and a
-        :class:`~rewriter.pipeline.RewriteReport`.
+        the rewritten model in the kind it was given (for a path: the output path, None when
+        nothing was written) and a :class:`~rewriter.pipeline.RewriteReport`, whose
+        ``verdict`` is ``verified``, ``mismatch``, ``unverified`` or ``unchanged``
+        (:mod:`rewriter.verdicts`) and ``exit_code`` the CLI's. A result is written (and
+        returned) when verified or unchanged, when ``verify`` is False, when unverified
+        with ``allow_unverified``, or when mismatched with ``keep_failed``; otherwise the
+        model returned for a ``ModelProto``/``onnx_ir.Model`` input is None.
 
     Raises:
         UnfixableError: a finding has no remedy (and not ``partial``); nothing was changed.
+        InputError: given inputs or expected outputs do not fit the model (before any work).
     """
     from rewriter.io import check_output_path, save_model
     from rewriter.pipeline import RewriteResult, rewrite_proto
+    from rewriter.verdicts import MISMATCH, UNVERIFIED
 
     plugins = plugins or load_plugins()
     ir_model = None
@@ -159,36 +174,48 @@ def rewrite(
     loaded = as_loaded(model)
     if output is not None and not dry_run:  # refuse a bad output before doing the work
         check_output_path(output, loaded.path if is_path else None, in_place=in_place)
-    options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
-    resolved = resolve_targets(plugins, targets, options)
+    options = dict(compare_options or {})
+    if verify and not dry_run:
+        options = _checked_compare_options(options, loaded, is_path)
+    target_options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries),
+                                   confirm=confirm)
+    resolved = resolve_targets(plugins, targets, target_options)
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
         model_name=str(loaded.path), prefer=prefer,
         base_dir=loaded.base_dir if is_path else None,
     )
-    if verify and not dry_run and report.applied and not report.remaining:
+    report.verify = verify
+    if verify and not dry_run and report.applied:
         from rewriter.isolation import shared_runner  # its worker imports while we confirm
 
-        shared_runner(plugins, memory_limit=(compare_options or {}).get("memory_limit")).start()
+        shared_runner(plugins, memory_limit=options.get("memory_limit")).start()
     if not dry_run and not report.remaining:
         for target in resolved:
             wants = confirm if confirm is not None else target.wants_confirm(loaded)
             if wants:
                 error = target.confirm(rewritten, loaded.base_dir)
                 report.verification[f"{target.name} load"] = error or "ok"
-    if verify and not dry_run and not report.remaining:
+    # in_place names the input file; an in-memory model has none to write back to
+    destination = output if output is not None else (loaded.path if in_place and is_path else None)
+    if verify and not dry_run:
         from rewriter.comparison import verify_rewrite
 
         verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
-                       custom_op_libraries=custom_op_libraries, **dict(compare_options or {}))
+                       custom_op_libraries=custom_op_libraries, output=destination, **options)
+    report.decide()
     if dry_run:
         return RewriteResult(model if not ir_model else ir_model, report)
-    # in_place names the input file; an in-memory model has none to write back to
-    destination = output if output is not None else (loaded.path if in_place and is_path else None)
-    if destination is not None and (report.ok or partial):
+    if report.remaining and not partial:  # --explain of an unfixable model: nothing changed
+        return RewriteResult(None, report)
+    keep = not ((report.verdict == MISMATCH and not keep_failed)
+                or (report.verdict == UNVERIFIED and verify and not allow_unverified))
+    if destination is not None and keep:
         written = save_model(rewritten, destination, source=loaded if is_path else None,
                              in_place=in_place)
-        report.output = str(written)
+        report.output, report.written = str(written), True
+    if not keep:
+        return RewriteResult(None, report)
     if ir_model is not None:
         import onnx_ir
 
@@ -196,6 +223,45 @@ def rewrite(
     if is_path:
         return RewriteResult(report.output, report)
     return RewriteResult(rewritten, report)
+
+
+def _checked_compare_options(options: dict[str, Any], loaded: LoadedModel,
+                             is_path: bool) -> dict[str, Any]:
+    """``compare_options`` with given inputs and expected outputs loaded and checked against
+    the model (names, element types, ranks), and ``save_inputs`` checked, so a mistake
+    fails before any work (InputError, OutputError)."""
+    from rewriter.inputs import InputError, check_feeds, feed_sets
+    from rewriter.io import check_output_path
+
+    if options.get("inputs") is not None:
+        sets = feed_sets(options["inputs"], loaded.model, "inputs")
+        for i, feeds in enumerate(sets):
+            check_feeds(feeds, loaded.model, f"input set {i}" if len(sets) > 1 else "inputs")
+        options["inputs"] = sets
+    if options.get("expected") is not None:
+        want = feed_sets(options["expected"], loaded.model, "expected")
+        names = {o.name for o in loaded.model.graph.output}
+        for outputs in want:
+            unknown = sorted(set(outputs) - names)
+            if unknown:
+                raise InputError(f"expected: the model has no output "
+                                 f"{', '.join(map(repr, unknown))} (its outputs: "
+                                 f"{', '.join(sorted(names))})")
+        count = len(options["inputs"]) if options.get("inputs") is not None else \
+            options.get("runs", 1)
+        if len(want) != count:
+            raise InputError(f"expected: {len(want)} output set(s) for {count} input set(s)")
+        options["expected"] = want
+    save = options.get("save_inputs")
+    if save is not None:
+        check_output_path(save, loaded.path if is_path else None, in_place=False,
+                          folder_ok=not str(save).endswith(".npz"))
+        sets = len(options["inputs"]) if options.get("inputs") is not None else \
+            options.get("runs", 1)
+        if str(save).endswith(".npz") and sets != 1:
+            raise InputError(f"--save-inputs {save}: a .npz file holds one input set; name a "
+                             f"folder to save {sets}")
+    return options
 
 
 def _is_onnx_ir_model(model) -> bool:

@@ -1,6 +1,6 @@
 """``onnx-rewriter``: inspect | check | rewrite | compare | run | plugins | ops.
 
-Exit codes: 0 ok, 1 findings, 2 bad input or usage. Errors are one line on stderr; pass
+Exit codes: 0 ok (verified), 1 findings or mismatch, 2 bad input or usage, 3 unverified. Errors are one line on stderr; pass
 ``--debug`` for a traceback. Heavy imports happen inside commands so ``--help`` stays fast.
 """
 
@@ -69,6 +69,56 @@ def _load_plugins(obj):
     from rewriter.manager import load_plugins
 
     return load_plugins(obj["plugins"])
+
+
+def _comparison_options(f):
+    """The options of the numeric comparison, shared by ``compare`` and ``rewrite``."""
+    options = [
+        click.option("--inputs", "inputs", multiple=True, metavar="PATH",
+                     help="Inputs: .npz, .pb files or ONNX test-data folders (repeatable; "
+                     "default: generated). Checked against the model before any work."),
+        click.option("--expected", "expected", multiple=True, metavar="PATH",
+                     help="Outputs of the original (.npz or test data) to compare with, "
+                     "instead of running it."),
+        click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Generated input sets (seeds SEED, SEED+1, ...)."),
+        click.option("--seed", type=int, default=0, show_default=True, help="First seed."),
+        click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
+                     help="Value of a symbolic dimension for generated inputs (repeatable)."),
+        click.option("--atol", "atol", multiple=True, metavar="[OUTPUT=]VALUE",
+                     help="Absolute tolerance, for every output or one (repeatable)."),
+        click.option("--rtol", "rtol", multiple=True, metavar="[OUTPUT=]VALUE",
+                     help="Relative tolerance, for every output or one (repeatable)."),
+        click.option("--original-target", metavar="TARGET",
+                     help="Evaluate the original on this runtime only (default: the first "
+                     "of onnxruntime, onnxruntime with plugin kernels, openvino, reference "
+                     "that runs it)."),
+        click.option("--timeout", type=float, default=300.0, show_default=True,
+                     help="Seconds each run may take (in a child process)."),
+        click.option("--memory-limit", type=click.IntRange(min=1), metavar="MIB",
+                     help="Address space each run may use, in MiB."),
+        click.option("--save-inputs", type=click.Path(), metavar="PATH",
+                     help="Write the inputs used (.npz for one set, else a test-data "
+                     "folder), to reproduce the verdict with --inputs PATH."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol, original_target,
+                       timeout, memory_limit, save_inputs) -> dict:
+    """The comparison options as keyword arguments of rewriter.compare."""
+    from rewriter.comparison import parse_tolerances
+    from rewriter.inputs import parse_dims
+
+    return {
+        "inputs": list(inputs) or None, "expected": list(expected) or None, "runs": runs,
+        "seed": seed, "dims": parse_dims(dims), "atol": parse_tolerances(atol, "--atol") or None,
+        "rtol": parse_tolerances(rtol, "--rtol") or None, "original_target": original_target,
+        "timeout": timeout, "memory_limit": memory_limit * 2**20 if memory_limit else None,
+        "save_inputs": save_inputs,
+    }
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -164,41 +214,44 @@ def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug)
 )
 @click.option(
     "--verify/--no-verify", default=True, show_default=True,
-    help="Compare the result with the original on every target that runs models "
-    "(see 'onnx-rewriter compare'); a mismatch fails the rewrite.",
+    help="Compare the result with the original run on the first runtime that runs it "
+    "(see 'onnx-rewriter compare'). --no-verify writes the result unverified, exit 0.",
 )
-@click.option("--inputs", "inputs", multiple=True, type=click.Path(),
-              help="Inputs for that comparison (.npz or ONNX test-data folder; repeatable; "
-              "default: generated).")
-@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
-              help="Value of a symbolic dimension for generated inputs (repeatable).")
+@click.option("--allow-unverified", is_flag=True,
+              help="Write the result even when no comparison could decide (exit 3 all the "
+              "same).")
+@click.option("--keep-failed", is_flag=True,
+              help="Write the result even when it does not match the original (exit 1).")
+@_comparison_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
-            libraries, prefer, verify, inputs, dims, as_json, plugin_specs, debug):
+            libraries, prefer, verify, allow_unverified, keep_failed, inputs, expected, runs,
+            seed, dims, atol, rtol, original_target, timeout, memory_limit, save_inputs,
+            as_json, plugin_specs, debug):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
-    Exit 0 when the result runs on every target and passes verification, 1 when findings
-    remain (nothing is written unless --partial), 2 on bad input.
+    The result is compared with the original (run on the first installed runtime that runs
+    it) on every target. Exit 0 verified (or nothing to do, or --no-verify), 1 mismatch or
+    findings left (nothing written unless --keep-failed or --partial), 2 bad input,
+    3 unverified (nothing written unless --allow-unverified).
     """
     obj = _state(ctx, plugin_specs, debug)
     from rewriter import report as render
     from rewriter.api import rewrite as run_rewrite
-    from rewriter.inputs import parse_dims
     from rewriter.pipeline import UnfixableError
 
     plugins = _load_plugins(obj)
-    compare_options = {}
-    if inputs:
-        compare_options["inputs"] = list(inputs)
-    if dims:
-        compare_options["dims"] = parse_dims(dims)
+    compare_options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
+                                         original_target, timeout, memory_limit, save_inputs)
+    compare_options = {k: v for k, v in compare_options.items() if v is not None}
     try:
         result = run_rewrite(
             model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
             explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
-            prefer=prefer, verify=verify, compare_options=compare_options or None,
+            prefer=prefer, verify=verify, compare_options=compare_options,
+            allow_unverified=allow_unverified, keep_failed=keep_failed,
         )
     except UnfixableError as e:
         if as_json:
@@ -210,7 +263,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
         click.echo(render.dumps(report.as_dict()))
     else:
         render.print_rewrite(report)
-    ctx.exit(EXIT_OK if report.ok else EXIT_FINDINGS)
+    ctx.exit(report.exit_code)
 
 
 @cli.command()
@@ -270,27 +323,7 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, as_json, plugin_
     "-t", "--target", "targets", multiple=True, default=("onnxruntime",), show_default=True,
     help="Target to run the rewritten model on (repeatable).",
 )
-@click.option("--inputs", "inputs", multiple=True, metavar="PATH",
-              help="Inputs: .npz, .pb files or ONNX test-data folders (default: generated).")
-@click.option("--expected", "expected", multiple=True, metavar="PATH",
-              help="Reference outputs (.npz or test data) instead of running ORIGINAL; with "
-              "one model argument, that model is the one compared.")
-@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Generated input sets (seeds SEED, SEED+1, ...).")
-@click.option("--seed", type=int, default=0, show_default=True, help="First seed.")
-@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
-              help="Value of a symbolic dimension for generated inputs (repeatable).")
-@click.option("--atol", "atol", multiple=True, metavar="[OUTPUT=]VALUE",
-              help="Absolute tolerance, for every output or one (repeatable).")
-@click.option("--rtol", "rtol", multiple=True, metavar="[OUTPUT=]VALUE",
-              help="Relative tolerance, for every output or one (repeatable).")
-@click.option("--original-target", metavar="TARGET",
-              help="Where to evaluate ORIGINAL (default: a requested target that runs it as "
-              "it is, else the reference evaluator with the plugins' kernels).")
-@click.option("--timeout", type=float, default=300.0, show_default=True,
-              help="Seconds each run may take (in a child process).")
-@click.option("--memory-limit", type=click.IntRange(min=1), metavar="MIB",
-              help="Address space each run may use, in MiB.")
+@_comparison_options
 @click.option("--no-localize", is_flag=True,
               help="Do not look for the first diverging rewritten region on a mismatch.")
 @click.option(
@@ -301,32 +334,26 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, as_json, plugin_
 @_common
 @click.pass_context
 def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dims, atol, rtol,
-            original_target, timeout, memory_limit, no_localize, libraries, as_json,
-            plugin_specs, debug):
+            original_target, timeout, memory_limit, save_inputs, no_localize, libraries,
+            as_json, plugin_specs, debug):
     """Prove REWRITTEN computes what ORIGINAL did, on every target.
 
-    Exit 0 when every output agrees within tolerance on every target, 1 on a mismatch (the
-    first diverging rewritten region and its rule are named), 2 when something could not run
-    (the report says why).
+    ORIGINAL runs on the first installed runtime that runs it (or --expected gives its
+    outputs). Exit 0 verified: every output agrees within tolerance on every target; 1
+    mismatch (the first diverging rewritten region and its rule are named); 3 unverified:
+    nothing could decide (the report says why); 2 bad input.
     """
     obj = _state(ctx, plugin_specs, debug)
     from rewriter import report as render
     from rewriter.comparison import compare as run_compare
-    from rewriter.comparison import parse_tolerances
-    from rewriter.inputs import parse_dims
 
     if rewritten is None and not expected:
         raise click.UsageError("give REWRITTEN, or --expected outputs for ORIGINAL")
     plugins = _load_plugins(obj)
-    result = run_compare(
-        original, rewritten, targets, expected=list(expected) or None,
-        inputs=list(inputs) or None, runs=runs, seed=seed, dims=parse_dims(dims),
-        atol=parse_tolerances(atol, "--atol") or None,
-        rtol=parse_tolerances(rtol, "--rtol") or None, original_target=original_target,
-        plugins=plugins, custom_op_libraries=libraries, timeout=timeout,
-        memory_limit=memory_limit * 2**20 if memory_limit else None,
-        localize=not no_localize,
-    )
+    options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
+                                 original_target, timeout, memory_limit, save_inputs)
+    result = run_compare(original, rewritten, targets, plugins=plugins,
+                         custom_op_libraries=libraries, localize=not no_localize, **options)
     if as_json:
         click.echo(render.dumps(result.as_dict()))
     else:

@@ -9,7 +9,11 @@ result. Outputs are compared with tolerances by element type; when they diverge,
 boundaries of every rewritten region are exposed and the first diverging region is named
 with the plugin and rule that produced it (:mod:`rewriter.localize`).
 
-Exit codes: 0 equal within tolerance, 1 mismatch, 2 could not run (the report says why).
+The verdict (:mod:`rewriter.verdicts`) and exit code: ``verified`` 0 (equal within tolerance
+on every target), ``mismatch`` 1 (outputs differ, or the rewritten model fails where the
+original runs), ``unverified`` 3 (nothing could decide: the original runs nowhere, a run
+crashed or timed out; the report says why), 2 for bad input (inputs that do not fit the
+model).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rewriter.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, RewriterError
+from rewriter.errors import EXIT_BAD_INPUT, RewriterError
 from rewriter.isolation import DEFAULT_TIMEOUT_S, Job, RunResult, shared_runner
+from rewriter.verdicts import EXIT_CODES, MISMATCH as MISMATCHED, UNVERIFIED, VERIFIED
 
 if TYPE_CHECKING:
     from rewriter.localize import Localization
@@ -327,9 +332,17 @@ class TargetComparison:
     status: str  # equal | mismatch | error
     outputs: list[OutputComparison] = field(default_factory=list)
     error: str = ""
-    error_kind: str = ""  # error | crash | timeout | oom | unsupported
+    error_kind: str = ""  # error | crash | timeout | oom | unsupported | no-runtime
     seconds: float = 0.0
     localization: Localization | None = None
+    runtime: str = ""  # where it ran, when not on the target itself (``opset:N``, partial)
+    runner: Any = field(default=None, repr=False, compare=False)  # a rewriter.oracles.Runner
+
+    @property
+    def decided(self) -> bool:
+        """Whether this target's result says something about the rewrite: outputs were
+        compared, or the rewritten model itself was refused or raised on it."""
+        return self.status != ERROR or self.error_kind == "error"
 
     @property
     def max_abs(self) -> float | None:
@@ -339,7 +352,8 @@ class TargetComparison:
     def as_dict(self) -> dict[str, Any]:
         worst = self.max_abs
         return {
-            "target": self.target, "status": self.status, "error": self.error or None,
+            "target": self.target, "runtime": self.runtime or self.target,
+            "status": self.status, "error": self.error or None,
             "error_kind": self.error_kind or None, "seconds": round(self.seconds, 3),
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "outputs": [c.as_dict() for c in self.outputs],
@@ -376,8 +390,22 @@ class CompareReport:
         return self.status == EQUAL
 
     @property
+    def verdict(self) -> str:
+        """``verified``, ``mismatch`` or ``unverified`` (:mod:`rewriter.verdicts`): a
+        rewritten model that raises (or is refused) on a target where the original ran is a
+        mismatch; a crash, a timeout or running out of memory decides nothing."""
+        if self.error or self.oracle_error or not self.targets:
+            return UNVERIFIED
+        if any(t.status == MISMATCH or (t.status == ERROR and t.decided) for t in self.targets):
+            return MISMATCHED
+        return VERIFIED if all(t.status == EQUAL for t in self.targets) else UNVERIFIED
+
+    @property
     def exit_code(self) -> int:
-        return {EQUAL: EXIT_OK, MISMATCH: EXIT_FINDINGS}.get(self.status, EXIT_BAD_INPUT)
+        """0 verified, 1 mismatch, 3 unverified; 2 when the inputs or models were bad."""
+        if self.error:
+            return EXIT_BAD_INPUT
+        return EXIT_CODES[self.verdict]
 
     @property
     def max_abs(self) -> float | None:
@@ -391,20 +419,24 @@ class CompareReport:
             return f"could not evaluate the original: {self.oracle_error}"
         if not self.targets:
             return "no target to run the rewritten model on"
-        return "; ".join(f"{t.target}: {t.error}" for t in self.targets if t.status == ERROR)
+        return "; ".join(f"{_where(t)}: {t.error}" for t in self.targets if t.status == ERROR)
 
     def summary(self) -> str:
         """One line: the verdict and the largest error, or why there is none."""
-        status = self.status
-        against = f"against {self.oracle}" if self.oracle else ""
-        if status == EQUAL:
+        verdict = self.verdict
+        against = f"against the original run on {self.oracle}" if self.oracle else ""
+        if self.oracle == EXPECTED:
+            against = "against the expected outputs"
+        if verdict == VERIFIED:
             worst = self.max_abs
             err = "" if worst is None else f", max abs error {worst:.3g}"
-            names = ", ".join(t.target for t in self.targets)
+            names = ", ".join(_where(t) for t in self.targets)
             return f"equal within tolerance on {names} {against}{err}".replace("  ", " ")
-        if status == MISMATCH:
+        if verdict == MISMATCHED:
             parts = []
             for t in self.targets:
+                if t.status == ERROR and t.decided:
+                    parts.append(f"{_where(t)}: the rewritten model fails: {t.error}")
                 if t.status != MISMATCH:
                     continue
                 bad = [c for c in t.outputs if not c.ok]
@@ -420,17 +452,28 @@ class CompareReport:
             return f"mismatch {against}: " + "; ".join(parts)
         return f"could not compare: {self.why_not_run()}"
 
+    @property
+    def oracle_label(self) -> str:
+        """Where the original was evaluated, for people."""
+        return "the expected outputs" if self.oracle == EXPECTED else self.oracle
+
     def as_dict(self) -> dict[str, Any]:
         worst = self.max_abs
         return {
             "original": self.original, "rewritten": self.rewritten, "status": self.status,
-            "ok": self.ok, "exit_code": self.exit_code, "summary": self.summary(),
+            "verdict": self.verdict, "ok": self.ok, "exit_code": self.exit_code,
+            "summary": self.summary(),
             "error": self.error or None, "oracle": self.oracle or None,
             "oracle_error": self.oracle_error or None, "oracle_attempts": self.oracle_attempts,
             "inputs": self.inputs, "tolerances": self.tolerances,
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
         }
+
+
+def _where(t: TargetComparison) -> str:
+    return f"{t.target} (run on {t.runtime})" if t.runtime and t.runtime != t.target \
+        else t.target
 
 
 # -- kernels for the reference evaluator ---------------------------------------------------
@@ -450,28 +493,6 @@ def plugin_reference_ops(plugins: Plugins, model=None) -> list[type]:
 
 
 # -- the comparison ------------------------------------------------------------------------
-
-
-def _as_feed_sets(value, model, what: str) -> list[dict[str, Any]]:
-    from rewriter.inputs import load_inputs, load_outputs
-
-    if isinstance(value, Mapping):
-        return [dict(value)]
-    if isinstance(value, (str, os.PathLike)):
-        value = [value]
-    items = list(value)
-    if items and all(isinstance(x, (str, os.PathLike)) for x in items):
-        return (load_inputs if what == "inputs" else load_outputs)(items, model)
-    if items and all(isinstance(x, Mapping) for x in items):
-        return [dict(x) for x in items]
-    if what == "expected" and items:  # a list of arrays: the model's outputs in order
-        names = [o.name for o in model.graph.output]
-        if len(items) != len(names):
-            raise RewriterError(f"expected: {len(items)} arrays, the model has {len(names)} "
-                                "outputs")
-        return [dict(zip(names, items))]
-    raise RewriterError(f"{what}: give a dict of arrays by name, a list of such dicts, or "
-                        "paths to .npz / .pb files or test-data folders")
 
 
 def _describe_inputs(feeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -504,11 +525,15 @@ def compare(
     timeout: float | None = DEFAULT_TIMEOUT_S,
     memory_limit: int | None = None,
     localize: bool = True,
+    save_inputs: str | os.PathLike | None = None,
+    off_target: Sequence[str] = (),
 ) -> CompareReport:
     """Run the rewritten model on each target and compare it with the original.
 
-    ``compare(original, rewritten, targets)`` evaluates ``original`` on the oracle (see
-    ``original_target``); ``compare(model, expected=...)`` checks one model against outputs
+    ``compare(original, rewritten, targets)`` evaluates ``original`` on the oracle: the
+    first runtime of :mod:`rewriter.oracles`' chain that runs it (onnxruntime, onnxruntime
+    with plugin kernels, OpenVINO, the reference evaluator with plugin kernels), whatever
+    ``targets`` are; ``compare(model, expected=...)`` checks one model against outputs
     computed elsewhere (PyTorch, a test-data folder). With both, ``expected`` is the oracle
     and the original is only run to localize a divergence.
 
@@ -516,8 +541,8 @@ def compare(
         model: the original model (a path, ``ModelProto`` or ``LoadedModel``); the model
             under test when ``rewritten`` is None.
         rewritten: the rewritten model.
-        targets: target names to run the rewritten model on (``onnxruntime``, ``reference``,
-            a plugin's target).
+        targets: target names to run the rewritten model on. A target that cannot run
+            models (``opset:N``) has the rewritten model run on the chain instead.
         expected: reference outputs: a dict of arrays by output name, a list of arrays in
             output order, a list of dicts (one per input set), or .npz / test-data paths.
         inputs: a dict of arrays, a list of dicts, or .npz / .pb / test-data paths; default:
@@ -525,8 +550,8 @@ def compare(
             ``seed + 1``, ... and symbolic dimensions from ``dims``.
         atol, rtol: tolerance overrides: a number for every output, or by output name
             (``{"y": 1e-3}``; key None for every output).
-        original_target: where to evaluate the original (default: the first requested
-            target that runs it as it is, else ``reference``).
+        original_target: evaluate the original on this target only (``onnxruntime`` covers
+            onnxruntime with plugin kernels too).
         reference_ops: ``OpRun`` classes for the reference evaluator (ops of the original it
             lacks), added to those the installed plugins' kernels provide. They are pickled
             by reference to the child process, so they must be importable (module level).
@@ -534,18 +559,30 @@ def compare(
         timeout: seconds each run (load and every input set) may take in its child process.
         memory_limit: bytes of address space each child process may use.
         localize: on a mismatch, find the first diverging rewritten region.
+        save_inputs: write the inputs used here (``.npz`` for one set, else an ONNX
+            test-data folder), so a verdict can be reproduced with ``inputs=``.
+        off_target: targets whose rewritten model is run on the chain rather than on the
+            target itself (a partial rewrite the target cannot run yet).
 
     Returns:
-        a :class:`CompareReport`; ``exit_code`` is 0 (equal), 1 (mismatch) or 2 (could not
-        run, ``why_not_run()`` says why). Runtime failures are results, never exceptions.
+        a :class:`CompareReport`; ``verdict`` is ``verified``, ``mismatch`` or
+        ``unverified`` and ``exit_code`` 0, 1 or 3 (2 when the inputs do not fit the model;
+        ``why_not_run()`` says why). Runtime failures are results, never exceptions.
 
     Raises:
         TargetError: a target name is unknown.
         ModelError: a model file cannot be loaded.
     """
     from rewriter.api import as_loaded, resolve_targets
-    from rewriter.inputs import InputError, check_feeds, generate_inputs
+    from rewriter.inputs import (
+        InputError,
+        check_feeds,
+        feed_sets,
+        generate_inputs,
+        save_feed_sets,
+    )
     from rewriter.manager import load_plugins
+    from rewriter.oracles import Runner, runners_for
     from rewriter.targets import TargetOptions
 
     start = time.perf_counter()
@@ -578,7 +615,7 @@ def compare(
                 report.inputs = {"source": "generated", "seeds": [seed + i for i in range(runs)],
                                  "dims": dict(dims or {})}
             else:
-                feeds = _as_feed_sets(inputs, source, "inputs")
+                feeds = feed_sets(inputs, source, "inputs")
                 report.inputs = {"source": "given"}
             for i, f in enumerate(feeds):
                 where = f"input set {i}" if len(feeds) > 1 else "inputs"
@@ -586,67 +623,92 @@ def compare(
                 if original is not None:
                     check_feeds(f, original.model, where)
             report.inputs.update(_describe_inputs(feeds))
-            want = (_as_feed_sets(expected, subject.model, "expected")
+            want = (feed_sets(expected, subject.model, "expected")
                     if expected is not None else None)
             if want is not None and len(want) != len(feeds):
                 raise InputError(f"expected: {len(want)} output set(s) for {len(feeds)} input "
                                  "set(s)")
+            if save_inputs is not None:  # in the model's input order: test data is positional
+                order = {i.name: k for k, i in enumerate(source.graph.input)}
+                ordered = [dict(sorted(f.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
+                           for f in feeds]
+                report.inputs["saved"] = str(save_feed_sets(save_inputs, ordered))
         except RewriterError as e:
             report.error = str(e)
             return report
 
-        def job(target: str, proto, base_dir, feed_sets) -> Job:
-            return Job.make(target, proto, base_dir, feed_sets, plugins=plugins,
+        def job(runner_target: str, proto, base_dir, feed_sets, ops=()) -> Job:
+            return Job.make(runner_target, proto, base_dir, feed_sets, plugins=plugins,
                             custom_op_libraries=custom_op_libraries,
-                            reference_ops=reference_ops)
+                            reference_ops=tuple(reference_ops) + tuple(ops))
 
         def run(j: Job) -> RunResult:
             return runner.run(j, timeout)
 
-        # the oracle
-        oracle_spec = None
+        def chain(loaded):
+            return runners_for(loaded.model, plugins, custom_op_libraries=custom_op_libraries,
+                               reference_ops=reference_ops, also=specs)
+
+        # the oracle: the first runtime of the chain that runs the original
+        oracle = None
         if want is not None:
             report.oracle = EXPECTED
         else:
-            candidates, skipped = _oracle_candidates(original, specs, resolved, original_target,
-                                                     plugins, reference_ops)
-            report.oracle_attempts.extend(skipped)
-            for spec in candidates:
-                result = run(job(spec, original.model, original.base_dir, feeds))
+            found = runners_for(original.model, plugins,
+                                custom_op_libraries=custom_op_libraries,
+                                reference_ops=reference_ops, only=original_target, also=specs)
+            for candidate in found.entries:
+                if not isinstance(candidate, Runner):
+                    report.oracle_attempts.append(candidate)
+                    continue
+                result = run(job(candidate.target, candidate.model, original.base_dir, feeds,
+                                 candidate.reference_ops))
                 report.oracle_attempts.append(
-                    {"target": spec, "status": result.kind, "error": result.error})
+                    {"target": candidate.label, "status": result.kind, "error": result.error})
                 if result.ok:
                     want, recast = as_declared_floats(result.outputs, original.model)
                     if recast:
                         report.oracle_attempts[-1]["note"] = (
-                            f"{spec} returned {', '.join(recast)} in another float type than "
-                            "the model declares; cast to the declared type")
-                    report.oracle, oracle_spec = spec, spec
+                            f"{candidate.label} returned {', '.join(recast)} in another float "
+                            "type than the model declares; cast to the declared type")
+                    report.oracle, oracle = candidate.label, candidate
                     break
             if want is None:
                 report.oracle_error = "; ".join(
                     f"{a['target']}: {a['error']}" for a in report.oracle_attempts) or \
-                    "no target can run it"
+                    "no installed runtime can run it"
                 return report
 
-        # the rewritten model on every target
+        # the rewritten model on every target (on the chain where a target runs no models)
+        subject_chain = None
         for spec, target in zip(specs, resolved):
-            if not target.runs_models:
-                report.targets.append(TargetComparison(
-                    spec, ERROR, error=f"target {spec!r} cannot run models (it only answers "
-                    "what it supports)", error_kind="unsupported"))
+            if target.runs_models and spec not in off_target:
+                result = run(job(spec, subject.model, subject.base_dir, feeds))
+                report.targets.append(_judge_target(spec, result, want, tolerances))
                 continue
-            result = run(job(spec, subject.model, subject.base_dir, feeds))
-            report.targets.append(_judge_target(spec, result, want, tolerances))
+            subject_chain = subject_chain or chain(subject)
+            why = ("it runs no models" if not target.runs_models else
+                   "the rewritten model still holds nodes it cannot run")
+            tc = TargetComparison(spec, ERROR, error_kind="no-runtime", error=(
+                f"{why}, and no installed runtime runs the rewritten model: "
+                + ("; ".join(f"{a['target']}: {a['error']}" for a in subject_chain.skipped)
+                   or "none")))
+            for candidate in subject_chain.runners:
+                result = run(job(candidate.target, candidate.model, subject.base_dir, feeds,
+                                 candidate.reference_ops))
+                tc = _judge_target(spec, result, want, tolerances)
+                tc.runtime, tc.runner = candidate.label, candidate
+                if result.ok:
+                    break
+            report.targets.append(tc)
 
         if localize and original is not None:
             for tc in report.targets:
                 if tc.status == MISMATCH:
-                    if oracle_spec is None:
-                        oracle_spec = next(iter(_oracle_candidates(
-                            original, specs, resolved, None, plugins, reference_ops)[0]), None)
+                    if oracle is None:
+                        oracle = next(iter(chain(original).runners), None)
                     tc.localization = _localize(run, job, original, subject, tc, feeds,
-                                                tolerances, oracle_spec)
+                                                tolerances, oracle)
     finally:
         report.seconds = time.perf_counter() - start
     return report
@@ -710,57 +772,6 @@ def with_missing_imports(original, rewritten):
     return dataclasses.replace(original, model=copy)
 
 
-def _findings_text(findings, limit: int = 3) -> str:
-    from rewriter.detect import group_findings
-
-    groups = group_findings(findings)
-    parts = [f"{g.op_label} ×{g.count} ({g.detail})" for g in groups[:limit]]
-    if len(groups) > limit:
-        parts.append(f"and {len(groups) - limit} more")
-    return "; ".join(parts)
-
-
-def _oracle_candidates(original, specs, resolved, original_target, plugins, reference_ops):
-    """(targets to evaluate the original on, in order; attempts skipped and why): the given
-    target; else each requested target that runs it as it is, then the reference evaluator
-    with the Python kernels for the ops it lacks (a static check first, so a model that
-    cannot run there costs no child run)."""
-    from rewriter.api import resolve_targets
-    from rewriter.detect import find_unsupported
-    from rewriter.targets import TargetOptions
-
-    if original_target:
-        return [original_target], []
-    out, skipped = [], []
-
-    def consider(spec, target):
-        try:
-            findings = find_unsupported(original.model, target)
-        except Exception as e:  # noqa: BLE001 - a check that fails is no candidate
-            findings, why = None, f"{type(e).__name__}: {e}"
-        if findings == []:
-            out.append(spec)
-            return
-        if findings:
-            why = f"cannot run the original as it is: {_findings_text(findings)}"
-        skipped.append({"target": spec, "status": "skipped", "error": why})
-
-    for spec, target in zip(specs, resolved):
-        if target.runs_models and spec != "reference":
-            consider(spec, target)
-    if "reference" in plugins.registry.targets:
-        try:
-            ops = tuple(reference_ops) + tuple(plugin_reference_ops(plugins, original.model))
-            (reference,) = resolve_targets(plugins, ["reference"],
-                                           TargetOptions(confirm=False, reference_ops=ops))
-        except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be imported
-            skipped.append({"target": "reference", "status": "skipped",
-                            "error": f"{type(e).__name__}: {e}"})
-        else:
-            consider("reference", reference)
-    return out, skipped
-
-
 def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) -> TargetComparison:
     if not result.ok:
         return TargetComparison(spec, ERROR, error=result.error, error_kind=result.kind,
@@ -790,7 +801,10 @@ def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) ->
 
 
 def _localize(run, job, original, subject, tc: TargetComparison, feeds,
-              tolerances: Tolerances, oracle_spec: str | None) -> Localization:
+              tolerances: Tolerances, oracle) -> Localization:
+    """The first diverging rewritten region: both models run again with every region's
+    boundary values exposed as outputs, the original on the oracle's runtime (``oracle``:
+    a :class:`rewriter.oracles.Runner`), the rewritten one where it ran."""
     from rewriter.localize import Localization, boundary_names, expose, find_regions, judge
 
     bad = [c for c in tc.outputs if not c.ok]
@@ -799,19 +813,26 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
     if not regions:
         return Localization("no-regions", "no node of the original was rewritten (or the "
                             "rewritten nodes carry no provenance)", input_set=index)
-    if oracle_spec is None:
-        return Localization("unavailable", "no target can run the original model to read "
+    if oracle is None:
+        return Localization("unavailable", "no runtime can run the original model to read "
                             "its intermediate values", input_set=index)
     names = boundary_names(regions)
     feed = [feeds[index]]
-    before = run(job(oracle_spec, expose(original.model, names), original.base_dir, feed))
+    before = run(job(oracle.target, expose(oracle.model, names), original.base_dir, feed,
+                     oracle.reference_ops))
     if not before.ok:
         return Localization("unavailable", f"the original with its region boundaries exposed "
-                            f"failed on {oracle_spec}: {before.error}", input_set=index)
-    after = run(job(tc.target, expose(subject.model, names), subject.base_dir, feed))
+                            f"failed on {oracle.label}: {before.error}", input_set=index)
+    where = tc.runner
+    if where is None:
+        after = run(job(tc.target, expose(subject.model, names), subject.base_dir, feed))
+    else:
+        after = run(job(where.target, expose(where.model, names), subject.base_dir, feed,
+                        where.reference_ops))
     if not after.ok:
         return Localization("unavailable", f"the rewritten model with its region boundaries "
-                            f"exposed failed on {tc.target}: {after.error}", input_set=index)
+                            f"exposed failed on {tc.runtime or tc.target}: {after.error}",
+                            input_set=index)
 
     def one(name, e, a):
         found = compare_values(name, e, a, tolerances, index)
@@ -834,15 +855,13 @@ def _merge_items(name: str, items: list[OutputComparison]) -> OutputComparison:
 
 def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
                    plugins: Plugins, custom_op_libraries: Sequence[str] = (),
-                   **options) -> None:
+                   output: str | os.PathLike | None = None, **options) -> None:
     """``rewrite``'s last step: compare the result with the original on every requested
-    target that runs models (the reference evaluator when none does), and record the verdict
-    in ``report.verification["compare"]`` and ``report.comparison``.
-
-    A mismatch, or a rewritten model that fails on a target where the original ran, fails the
-    rewrite; an original that cannot be evaluated anywhere (a proprietary op without a
-    kernel) or inputs that cannot be generated skip the check, saying why.
-    """
+    target (a target that runs no models, or that a partial result does not run on yet,
+    has the result run on the chain of :mod:`rewriter.oracles`), and record the comparison
+    in ``report.comparison`` and its one-line verdict in ``report.verification["compare"]``
+    ("ok" when verified). ``output``: the path the result is to be written to (named in the
+    report). Nothing is compared when nothing was rewritten or the result does not load."""
     from pathlib import Path
 
     from rewriter.io import LoadedModel
@@ -855,23 +874,13 @@ def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
     if refused:
         report.verification["compare"] = f"skipped: the result does not load ({refused[0]})"
         return
-    runnable = [spec for spec, t in zip(specs, resolved) if t.runs_models]
-    if not runnable and "reference" in plugins.registry.targets:
-        runnable = ["reference"]
-    if not runnable:
-        report.verification["compare"] = "skipped: no installed target runs models"
-        return
+    still = {f.target for f in report.remaining}
+    off_target = [spec for spec, t in zip(specs, resolved) if t.name in still]
+    # named after the input so its external data resolves there (it is not written yet)
     subject = LoadedModel(rewritten, Path(f"{loaded.path} (rewritten)"), rewritten.ByteSize())
-    result = compare(loaded, subject, runnable, plugins=plugins,
-                     custom_op_libraries=custom_op_libraries, **options)
+    result = compare(loaded, subject, specs, plugins=plugins,
+                     custom_op_libraries=custom_op_libraries, off_target=off_target, **options)
+    if output is not None:
+        result.rewritten = str(output)
     report.comparison = result
-    if result.status == EQUAL:
-        verdict = "ok"
-    elif result.status == MISMATCH:
-        verdict = result.summary()
-    elif result.error or result.oracle_error:
-        verdict = f"skipped: {result.why_not_run()}"
-    else:
-        verdict = f"failed: the original runs on {result.oracle} but the result does not: " \
-                  f"{result.why_not_run()}"
-    report.verification["compare"] = verdict
+    report.verification["compare"] = "ok" if result.verdict == VERIFIED else result.summary()

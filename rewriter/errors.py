@@ -7,6 +7,7 @@ import re
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_BAD_INPUT = 2
+EXIT_UNVERIFIED = 3  # the result could not be compared with the original (docs/compare.md)
 
 
 class RewriterError(Exception):

@@ -33,6 +33,7 @@ INT_RANGE = (0, 3)  # small and non-negative: indices, counts and axes stay in r
 _POSITIVE = (0.5, 2.0)
 _UNIT = (-0.9, 0.9)
 _ABOVE_ONE = (1.1, 3.0)
+_FIRST_INDEX = (0.0, 0.0)  # integers: 0 only
 # (domain, op) -> {input index: range} where the op is only meaningful on that range
 _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     ("", "Log"): {0: _POSITIVE},
@@ -45,6 +46,9 @@ _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     ("", "Acos"): {0: _UNIT},
     ("", "Atanh"): {0: _UNIT},
     ("", "Acosh"): {0: _ABOVE_ONE},
+    # an index into another input's first dimension, whose size is unknown here: 0 is valid
+    ("", "RoiAlign"): {2: _FIRST_INDEX},
+    ("com.microsoft", "RoiAlign"): {2: _FIRST_INDEX},
 }
 # ops whose output holds (some of) the values of these inputs, so a range carries through
 _PASS_THROUGH: dict[str, tuple[int, ...] | None] = {  # None: every input
@@ -228,7 +232,9 @@ def _tensor(name: str, elem_type: int, shape: list[int], rng, value_range):
         return rng.integers(0, 2, size=shape).astype(bool)
     if dtype.kind in "iu":
         lo, hi = INT_RANGE
-        if value_range is not None:  # a divisor or log argument: at least 1
+        if value_range == _FIRST_INDEX:
+            lo, hi = 0, 1
+        elif value_range is not None:  # a divisor or log argument: at least 1
             lo, hi = max(1, int(np.ceil(value_range[0]))), max(2, int(np.floor(value_range[1])) + 1)
         return rng.integers(lo, hi, size=shape).astype(dtype)
     lo, hi = value_range or FLOAT_RANGE
@@ -367,9 +373,11 @@ def _read_npz(path: Path) -> dict[str, Any]:
 
 
 def check_feeds(feeds: Mapping[str, Any], model: ModelProto, where: str = "inputs") -> None:
-    """An InputError naming missing and unknown input names."""
-    wanted = [s.name for s in input_specs(model)]
-    optional = {t.name for t in model.graph.initializer}
+    """An InputError naming missing and unknown inputs, and values whose element type or
+    rank is not the one the model declares."""
+    specs = input_specs(model)
+    wanted = [s.name for s in specs]
+    optional = {t.name: t for t in model.graph.initializer}
     missing = [n for n in wanted if n not in feeds]
     unknown = [n for n in feeds if n not in wanted and n not in optional]
     problems = []
@@ -377,6 +385,120 @@ def check_feeds(feeds: Mapping[str, Any], model: ModelProto, where: str = "input
         problems.append(f"missing {', '.join(map(repr, missing))}")
     if unknown:
         problems.append(f"the model has no input {', '.join(map(repr, unknown))}")
+    declared = {i.name: i.type for i in model.graph.input}
+    for name, value in feeds.items():
+        tp = declared.get(name)
+        if tp is not None and tp.HasField("tensor_type"):
+            problem = _tensor_problem(value, tp)
+            if problem:
+                problems.append(f"{name!r}: {problem}")
     if problems:
         raise InputError(f"{where}: {'; '.join(problems)} (the model's inputs: "
-                         f"{', '.join(wanted) or 'none'})")
+                         f"{', '.join(s.name + ' ' + s.describe() for s in specs) or 'none'})")
+
+
+def _tensor_problem(value: Any, tp: TypeProto) -> str | None:
+    """Why ``value`` does not fit a declared tensor type (element type, rank), or None."""
+    if not isinstance(value, np.ndarray) and not np.isscalar(value):
+        return f"a {type(value).__name__}, the model declares a tensor"
+    array = np.asarray(value)
+    elem = tp.tensor_type.elem_type
+    if elem == TensorProto.STRING:
+        if array.dtype.kind not in "OUS":
+            return f"{array.dtype.name} values, the model declares string"
+    elif elem != TensorProto.UNDEFINED:
+        try:
+            want = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+        except (KeyError, ValueError, TypeError):
+            want = None
+        if want is not None and array.dtype != want:
+            return (f"{array.dtype.name if array.dtype.kind not in 'OUS' else 'string'} values, "
+                    f"the model declares {TensorProto.DataType.Name(elem).lower()}")
+    shape = _shape_of(tp)
+    if shape is not None and array.ndim != len(shape):
+        return f"rank {array.ndim}, the model declares rank {len(shape)}"
+    return None
+
+
+def feed_sets(value, model: ModelProto, what: str = "inputs") -> list[dict[str, Any]]:
+    """Input (or, with ``what="expected"``, output) sets from what a caller gives: a dict of
+    arrays by name, a list of such dicts, paths to .npz / .pb files or test-data folders,
+    or (expected outputs) a list of arrays in the model's output order."""
+    if isinstance(value, Mapping):
+        return [dict(value)]
+    if isinstance(value, (str, os.PathLike)):
+        value = [value]
+    items = list(value)
+    if items and all(isinstance(x, (str, os.PathLike)) for x in items):
+        return (load_inputs if what == "inputs" else load_outputs)(items, model)
+    if items and all(isinstance(x, Mapping) for x in items):
+        return [dict(x) for x in items]
+    if what == "expected" and items:  # a list of arrays: the model's outputs in order
+        names = [o.name for o in model.graph.output]
+        if len(items) != len(names):
+            raise InputError(f"expected: {len(items)} arrays, the model has {len(names)} "
+                             "outputs")
+        return [dict(zip(names, items))]
+    raise InputError(f"{what}: give a dict of arrays by name, a list of such dicts, or "
+                     "paths to .npz / .pb files or test-data folders")
+
+
+# -- saving --------------------------------------------------------------------------------
+
+
+def save_feed_sets(path: str | os.PathLike, sets: Sequence[Mapping[str, Any]]) -> Path:
+    """Write input sets so ``--inputs PATH`` reads them back: one set of tensors to a
+    ``.npz`` file, anything else (several sets, sequences, optionals) to an ONNX test-data
+    folder (``test_data_set_N/input_K.pb``, in the order given). Written atomically; an
+    existing file or folder is replaced only as a whole."""
+    import shutil
+    import tempfile
+
+    from onnx import numpy_helper
+
+    target = Path(path)
+    tensors_only = all(isinstance(v, np.ndarray) for s in sets for v in s.values())
+    if target.suffix == ".npz":
+        if len(sets) != 1 or not tensors_only:
+            raise InputError(f"{target}: a .npz file holds one set of tensors; give a folder "
+                             "name to save several input sets or sequences")
+        arrays = {name: (v.astype(str) if v.dtype == object else v)
+                  for name, v in sets[0].items()}
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".npz",
+                                   dir=target.parent if str(target.parent) else ".")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{target}: exists and is not a folder (name a .npz file, or a "
+                         "folder for test data)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent
+                                if str(target.parent) else "."))
+    try:
+        for i, feeds in enumerate(sets):
+            folder = tmp / f"test_data_set_{i}"
+            folder.mkdir()
+            for k, (name, value) in enumerate(feeds.items()):
+                if isinstance(value, list):
+                    proto = numpy_helper.from_list(value, name)
+                elif isinstance(value, np.ndarray) or np.isscalar(value):
+                    proto = numpy_helper.from_array(np.asarray(value), name)
+                else:
+                    proto = numpy_helper.from_optional(value, name)
+                (folder / f"input_{k}.pb").write_bytes(proto.SerializeToString())
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

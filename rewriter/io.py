@@ -425,14 +425,16 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_output_path(output: str | os.PathLike, source: Path | None, *, in_place: bool) -> Path:
-    """Refuse an output that would overwrite the input (unless in_place) or is not a file."""
+def check_output_path(output: str | os.PathLike, source: Path | None, *, in_place: bool,
+                      folder_ok: bool = False) -> Path:
+    """Refuse an output that would overwrite the input (unless in_place) or is not a file
+    (``folder_ok``: or a folder)."""
     out = Path(os.path.abspath(os.fspath(output)))
     if source is not None and out.exists() and _same_file(out, source) and not in_place:
         raise OutputError(
             f"{out}: is the input model; refusing to overwrite it (pass --in-place to allow)"
         )
-    if out.exists() and not out.is_file():
+    if out.exists() and not out.is_file() and not (folder_ok and out.is_dir()):
         raise OutputError(f"{out}: exists and is not a regular file")
     if out.is_symlink():
         raise OutputError(f"{out}: is a symlink; refusing to write through it")

@@ -36,6 +36,7 @@ STARTUP_TIMEOUT_S = 300.0  # a new worker's imports, not counted in a job's time
 _HEADER = 8
 _READY = b"ready"
 _ACCEPTED = b"accepted"  # the job's plugins are loaded: its time limit starts now
+_KERNEL_CLASH = "onnxruntime-extensions cannot replace it"  # rewriter.kernels' KernelError
 
 
 @dataclass
@@ -180,9 +181,17 @@ class Runner:
 
     def run(self, job: Job, timeout: float | None = ...) -> RunResult:
         """Run one job; never raises for what the runtime does. ``timeout``: seconds (None:
-        no limit; default: the runner's)."""
+        no limit; default: the runner's). A job whose kernels clash with those an earlier
+        job (another plugin set) registered in this worker runs again in a fresh one:
+        onnxruntime-extensions cannot replace an op within a process."""
         with self._lock:
-            return self._run(job, self.timeout if timeout is ... else timeout)
+            limit = self.timeout if timeout is ... else timeout
+            result = self._run(job, limit)
+            if result.kind == "error" and _KERNEL_CLASH in result.error:
+                self._kill()
+                self._cleanup()
+                result = self._run(job, limit)
+            return result
 
     def _run(self, job: Job, timeout: float | None) -> RunResult:
         start = time.perf_counter()

@@ -328,11 +328,17 @@ def element_type(type_string: str | None) -> str | None:
     return None
 
 
-def op_name(domain: str, op_type: str, signature: Signature) -> str:
-    """The unique ai.onnx.contrib op name a kernel is registered under for one signature
-    (never the op's own name, which a native onnxruntime-extensions op may already use)."""
+def op_name(domain: str, op_type: str, signature: Signature, reference: str) -> str:
+    """The unique ai.onnx.contrib op name a kernel (``reference``, its ``"module:attr"``) is
+    registered under for one signature: never the op's own name, which a native
+    onnxruntime-extensions op may already use, and distinct per kernel, since
+    onnxruntime-extensions cannot replace an op registered in the process (two plugin sets
+    with kernels for one op, in one library process or one test session)."""
+    import hashlib
+
     dom = re.sub(r"\W", "_", domain or "ai.onnx")
-    return f"{op_type}__{dom}__{'_'.join(signature.inputs) or 'none'}"
+    digest = hashlib.sha256(reference.encode()).hexdigest()[:6]
+    return f"{op_type}__{dom}__{'_'.join(signature.inputs) or 'none'}__{digest}"
 
 
 @dataclass(frozen=True)

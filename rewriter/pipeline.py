@@ -145,19 +145,72 @@ class RewriteReport:
     verification_scope: str = ""
     # the target re-check: "whole model" or "N nodes whose input types changed"
     recheck_scope: str = ""
+    # verified | mismatch | unverified | unchanged (rewriter.verdicts); "" for a dry run
+    verdict: str = ""
+    verdict_reason: str = ""
+    verify: bool = True  # False: the caller turned the numeric comparison off
+    written: bool = False
+
+    def decide(self) -> None:
+        """Set :attr:`verdict` from the structural checks and the comparison."""
+        from rewriter.verdicts import MISMATCH, NOT_VERIFIED, UNCHANGED, UNVERIFIED, VERIFIED
+
+        if self.dry_run:
+            self.verdict, self.verdict_reason = "", "dry run: nothing was changed"
+            return
+        if self.remaining and not self.applied:
+            self.verdict = ""
+            self.verdict_reason = (f"{len(self.remaining)} finding(s) have no remedy; nothing "
+                                   "was changed")
+            return
+        failed = [f"{name}: {v}" for name, v in self.verification.items() if name != "compare"
+                  and not (v == "ok" or v.startswith(("skipped", "pre-existing")))]
+        if failed:
+            self.verdict = MISMATCH
+            self.verdict_reason = f"the result fails validation: {failed[0]}"
+        elif not self.applied and not self.remaining:
+            self.verdict = UNCHANGED
+            self.verdict_reason = (f"already runs on {', '.join(self.targets)}; nothing to do "
+                                   "(the output is the input model)")
+        elif not self.verify:
+            self.verdict, self.verdict_reason = UNVERIFIED, NOT_VERIFIED
+        elif self.comparison is None:
+            self.verdict = UNVERIFIED
+            self.verdict_reason = self.verification.get("compare", "not compared")
+        else:
+            self.verdict = self.comparison.verdict
+            self.verdict_reason = self.comparison.summary()
+        if self.verdict not in (VERIFIED, MISMATCH, UNVERIFIED, UNCHANGED):
+            raise AssertionError(self.verdict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 verified or unchanged (or not verified on request), 1 mismatch or findings left,
+        3 unverified (:mod:`rewriter.verdicts`)."""
+        from rewriter.verdicts import EXIT_CODES, UNVERIFIED
+
+        if not self.verdict:  # a dry run, or nothing could be changed
+            return EXIT_FINDINGS if self.remaining else 0
+        code = EXIT_CODES[self.verdict]
+        if self.verdict == UNVERIFIED and not self.verify:
+            code = 0
+        return EXIT_FINDINGS if code == 0 and self.remaining else code
 
     @property
     def ok(self) -> bool:
-        return not self.remaining and all(v == "ok" or v.startswith("skipped")
-                                          or v.startswith("pre-existing")
-                                          for v in self.verification.values())
+        """The rewrite succeeded: exit code 0."""
+        return self.exit_code == 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "output": self.output,
             "targets": self.targets,
+            "verdict": self.verdict or None,
+            "verdict_reason": self.verdict_reason,
+            "exit_code": self.exit_code,
             "ok": self.ok,
+            "written": self.written,
             "dry_run": self.dry_run,
             "rounds": self.rounds,
             "applied": [
@@ -419,8 +472,8 @@ class _Planner:
                 else:
                     why = attribute_problem(node, k) or ""
                 if not why:
-                    use = KernelUse(op_name(domain, op_type, signature), domain, op_type,
-                                    entry.reference, entry.plugin, signature,
+                    use = KernelUse(op_name(domain, op_type, signature, entry.reference),
+                                    domain, op_type, entry.reference, entry.plugin, signature,
                                     self._distribution(entry.plugin))
                     new = NodeProto()
                     new.CopyFrom(node)

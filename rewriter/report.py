@@ -192,22 +192,22 @@ def print_rewrite(report, stream=None) -> None:
             f"nodes: {report.before.nodes:,} → {report.after.nodes:,}; "
             f"ops: {len(report.before.ops)} kinds → {len(report.after.ops)} kinds"
         )
+    comparison = getattr(report, "comparison", None)
     for name, verdict in report.verification.items():
+        if name == "compare" and comparison is not None:
+            continue  # the verdict line says it
         mark = "[green]✓[/green]" if verdict == "ok" else "[yellow]![/yellow]"
         if not (verdict == "ok" or verdict.startswith(("pre-existing", "skipped"))):
             mark = "[red]✗[/red]"
         shown = verdict
-        comparison = getattr(report, "comparison", None)
-        if name == "compare" and verdict == "ok" and comparison is not None:
-            shown = comparison.summary()
         console.print(f"{mark} {escape(name)}: {escape(one_line(shown))}")
     if report.remaining:
         console.print(f"[red]✗[/red] {len(report.remaining)} finding(s) not fixed:")
         for g in group_findings(report.remaining):
             console.print(f"  {escape(g.op_label)} ×{g.count} on {g.target}: "
                           f"{escape(one_line(g.detail))}")
-    elif not report.dry_run:
-        console.print(f"[green]✓[/green] runs on {', '.join(report.targets)}")
+    if not report.dry_run:
+        console.print(verdict_line(report))
     for item in report.explain:
         f = item["finding"]
         console.print(f"explain {escape(f['path'])} {escape(f['op_type'])} ({f['target']}):")
@@ -215,6 +215,25 @@ def print_rewrite(report, stream=None) -> None:
             verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
             console.print(f"    {escape(c['kind'])} {escape(c['rule'])} "
                           f"{escape('[' + c['plugin'] + ']')} — {escape(one_line(verdict))}")
+
+
+def verdict_line(report) -> str:
+    """The last line of ``rewrite``: the verdict, why, and what was written (rich markup)."""
+    from rich.markup import escape
+
+    verdict, reason = report.verdict, one_line(report.verdict_reason)
+    if report.written:
+        where = f"written to {report.output}"
+    elif report.output is None and verdict in ("mismatch", "unverified") and report.verify:
+        flag = "--keep-failed" if verdict == "mismatch" else "--allow-unverified"
+        where = f"nothing written ({flag} writes it)"
+    else:
+        where = "nothing written"
+    if verdict == "unverified" and not report.verify:
+        return f"[yellow]![/yellow] not verified ({escape(reason)}); {escape(where)}"
+    mark = {"verified": "[green]✓[/green]", "unchanged": "[green]✓[/green]",
+            "mismatch": "[red]✗[/red]"}.get(verdict, "[yellow]![/yellow]")
+    return f"{mark} {verdict}: {escape(reason)}; {escape(where)}"
 
 
 def _num(x, fmt: str = ".3g") -> str:
@@ -246,22 +265,25 @@ def print_compare(report, stream=None) -> None:
     if report.oracle == "expected":
         console.print("reference outputs: given (expected)")
     elif report.oracle:
-        console.print(f"original evaluated on: {escape(report.oracle)}")
+        console.print(f"original evaluated on: {escape(report.oracle)} (the oracle)")
     for attempt in report.oracle_attempts:
         if attempt["status"] != "ok":
             console.print(f"  (not on {escape(attempt['target'])}: "
                           f"{escape(one_line(attempt['error']))})")
     if report.error or report.oracle_error:
-        console.print(f"[red]✗[/red] could not compare: {escape(one_line(report.why_not_run()))}")
+        console.print(f"[yellow]![/yellow] unverified: could not compare: "
+                      f"{escape(one_line(report.why_not_run()))}")
         return
     for t in report.targets:
+        where = t.target if not t.runtime else f"{t.target} (run on {t.runtime})"
         if t.status == "error":
-            console.print(f"[red]✗[/red] {escape(t.target)}: could not run "
+            mark = "[red]✗[/red]" if t.decided else "[yellow]![/yellow]"
+            console.print(f"{mark} {escape(where)}: could not run "
                           f"({t.error_kind}): {escape(one_line(t.error))}")
             continue
         mark = "[green]✓[/green]" if t.status == "equal" else "[red]✗[/red]"
         verdict = "equal within tolerance" if t.status == "equal" else "mismatch"
-        console.print(f"{mark} {escape(t.target)}: {verdict} (max abs error {_num(t.max_abs)})")
+        console.print(f"{mark} {escape(where)}: {verdict} (max abs error {_num(t.max_abs)})")
         table = Table(show_edge=False, pad_edge=False, box=None)
         for col in ("output", "shape", "dtype", "max abs", "max rel", "mismatch", "cosine", ""):
             table.add_column(col, justify="right" if col in (
@@ -288,4 +310,4 @@ def print_compare(report, stream=None) -> None:
                 state = "diverges" if check.diverges else "agrees"
                 console.print(f"    {escape(r.label)} — {escape(rule)}: {state} "
                               f"(max abs {_num(worst)})")
-    console.print(escape(report.summary()))
+    console.print(f"{report.verdict}: {escape(report.summary())}")

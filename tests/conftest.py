@@ -25,6 +25,25 @@ FusedSwish <alpha: float = 1.0> (x) => (y) {
 '''
 
 
+# Its numpy kernel, the oracle that runs an original holding com.acme::FusedSwish (plugin
+# source to append to FUSED_SWISH_SOURCE; the plugin imports `hookimpl` from rewriter).
+FUSED_SWISH_KERNEL_SOURCE = '''
+import numpy as np
+
+from rewriter.kernels import kernel
+
+
+@kernel(signatures=["float -> float"], attributes={"alpha": 1.0})
+def fused_swish(x, *, alpha):
+    return (x / (1 + np.exp(-alpha * x))).astype(x.dtype)
+
+
+@hookimpl
+def register_kernels(registry):
+    registry.add("com.acme", "FusedSwish", f"{__name__}:fused_swish")
+'''
+
+
 @pytest.fixture(scope="session")
 def plugins():
     from rewriter.manager import load_plugins

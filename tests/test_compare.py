@@ -227,7 +227,7 @@ def test_wrong_decomposition_is_caught_and_its_rule_named(acme):
     report = compare(original, model, ["onnxruntime", "reference"], plugins=acme,
                      reference_ops=OPS, runs=2, dims={"N": 5})
     assert report.status == "mismatch" and report.exit_code == 1
-    assert report.oracle == "reference"
+    assert report.oracle == "onnxruntime with plugin kernels", json.dumps(report.oracle_attempts)
     assert report.inputs["seeds"] == [0, 1] and report.inputs["shapes"] == {"x": "float32[5, 4]"}
     for target in report.targets:
         assert target.status == "mismatch"
@@ -253,7 +253,7 @@ def test_wrong_decomposition_is_caught_and_its_rule_named(acme):
 
 
 def test_cli_compare_exits_1_and_names_the_rule(acme_file, tmp_path, capsys):
-    """The CLI's oracle is the reference evaluator with the plugin's registered kernels."""
+    """The CLI's oracle is onnxruntime with the plugin's registered kernels."""
     original, model = rewritten(CHAIN, load_plugins([str(acme_file)], autoload=False))
     a = write_model(tmp_path / "original.onnx", original)
     b = write_model(tmp_path / "rewritten.onnx", model)
@@ -261,7 +261,8 @@ def test_cli_compare_exits_1_and_names_the_rule(acme_file, tmp_path, capsys):
                              capsys)
     assert code == 1, err
     report = json.loads(out)
-    assert report["status"] == "mismatch" and report["oracle"] == "reference"
+    assert report["status"] == "mismatch" and report["verdict"] == "mismatch"
+    assert report["oracle"] == "onnxruntime with plugin kernels"
     loc = report["targets"][0]["localization"]
     assert loc["status"] == "found"
     assert (loc["region"]["node"], loc["plugin"], loc["rule"]) == (
@@ -281,7 +282,9 @@ def test_rewrite_verifies_by_default_and_fails_on_the_mismatch(acme_file, tmp_pa
     assert code == 1, err
     report = json.loads(stdout)
     assert not report["ok"] and report["output"] is None and not out.exists()
-    assert report["verification"]["compare"].startswith("mismatch against reference")
+    assert report["verdict"] == "mismatch" and not report["written"]
+    assert report["verification"]["compare"].startswith(
+        "mismatch against the original run on onnxruntime with plugin kernels")
     assert report["compare"]["targets"][0]["localization"]["rule"] == "acme:ErfGelu (wrong)"
     # --no-verify: the rewrite stands on its structural checks alone
     code, stdout, err = run_cli(["-p", acme_file, "rewrite", source, "-o", out, "--json",
@@ -289,6 +292,12 @@ def test_rewrite_verifies_by_default_and_fails_on_the_mismatch(acme_file, tmp_pa
     assert code == 0, err
     report = json.loads(stdout)
     assert report["ok"] and out.exists() and "compare" not in report["verification"]
+    assert report["verdict"] == "unverified" and "--no-verify" in report["verdict_reason"]
+    out.unlink()
+    # --keep-failed writes the mismatching result, exit 1 all the same
+    code, stdout, err = run_cli(["-p", acme_file, "rewrite", source, "-o", out, "--json",
+                                 "--keep-failed"], capsys)
+    assert code == 1 and out.exists() and json.loads(stdout)["written"], err
 
 
 def test_rewrite_ends_with_a_numeric_verdict(acme, tmp_path):
@@ -296,7 +305,8 @@ def test_rewrite_ends_with_a_numeric_verdict(acme, tmp_path):
                      compare_options={"reference_ops": OPS, "runs": 2})
     report = result.report
     assert report.ok and report.verification["compare"] == "ok"
-    assert report.comparison.oracle == "reference"
+    assert report.verdict == "verified" and report.exit_code == 0
+    assert report.comparison.oracle == "onnxruntime with plugin kernels"
     assert report.comparison.max_abs < 1e-5
     assert report.as_dict()["compare"]["status"] == "equal"
     # nothing to rewrite: nothing to compare
@@ -304,13 +314,19 @@ def test_rewrite_ends_with_a_numeric_verdict(acme, tmp_path):
         <ir_version: 10, opset_import: ["" : 18]>
         g (float[N] x) => (float[N] y) { y = Relu (x) }"""), plugins=acme, confirm=False)
     assert plain.report.verification["compare"] == "skipped: nothing was rewritten"
-    # an original nobody can evaluate: the rewrite stands, saying why it was not compared
-    unknown = rewrite(model_from_text(RIGHT), ["onnxruntime"],
-                      plugins=load_plugins([str(_decompositions_only(tmp_path))],
-                                           autoload=False), confirm=False)
-    verdict = unknown.report.verification["compare"]
-    assert unknown.report.ok and verdict.startswith("skipped: could not evaluate the original")
+    assert plain.report.verdict == "unchanged" and plain.report.exit_code == 0
+    assert plain.report.verdict_reason.startswith("already runs on onnxruntime")
+    # an original nobody can evaluate: unverified (exit 3), no model returned unless allowed
+    only = load_plugins([str(_decompositions_only(tmp_path))], autoload=False)
+    unknown = rewrite(model_from_text(RIGHT), ["onnxruntime"], plugins=only, confirm=False)
+    verdict = unknown.report.verdict_reason
+    assert unknown.report.verdict == "unverified" and unknown.report.exit_code == 3
+    assert unknown.model is None and not unknown.report.ok
+    assert verdict.startswith("could not compare: could not evaluate the original")
     assert "com.acme::FusedSwish" in verdict
+    allowed = rewrite(model_from_text(RIGHT), ["onnxruntime"], plugins=only, confirm=False,
+                      allow_unverified=True)
+    assert allowed.report.verdict == "unverified" and allowed.model is not None
 
 
 def _decompositions_only(tmp_path) -> Path:
@@ -360,16 +376,16 @@ def test_a_right_rewrite_is_equal_on_every_target(acme, tmp_path, capsys):
 
 def test_the_original_runs_on_a_target_that_runs_it_as_it_is(plugins):
     """A rewrite for opset:13 of a model onnxruntime runs as it is: onnxruntime is the
-    oracle for both, the opset target itself runs nothing."""
+    oracle; the opset target runs nothing, so its result runs on the chain (onnxruntime)."""
     original = model_from_text("""
         <ir_version: 10, opset_import: ["" : 18]>
         g (float[N, 4] x) => (float[N, 4] y) { y = Relu (x) }""")
     report = compare(original, original, ["onnxruntime", "opset:13"], plugins=plugins)
     assert report.oracle == "onnxruntime"
-    assert [(t.target, t.status) for t in report.targets] == [
-        ("onnxruntime", "equal"), ("opset:13", "error")]
-    assert report.exit_code == 2
-    assert "cannot run models" in report.why_not_run()
+    assert [(t.target, t.status, t.runtime) for t in report.targets] == [
+        ("onnxruntime", "equal", ""), ("opset:13", "equal", "onnxruntime")]
+    assert report.verdict == "verified" and report.exit_code == 0
+    assert "opset:13 (run on onnxruntime)" in report.summary()
 
 
 # -- expected outputs computed elsewhere -------------------------------------------------------
@@ -434,7 +450,11 @@ def test_a_crashing_runtime_is_a_result(how, kind, words, misbehaving):
     assert (bad.status, bad.error_kind) == ("error", kind), bad.error
     assert words in bad.error
     assert good.status == "equal"  # the next job gets a fresh worker
-    assert report.exit_code == 2 and words in report.why_not_run()
+    # the rewritten model raising where the original ran is a mismatch; a crash decides
+    # nothing (unverified)
+    assert report.verdict == ("mismatch" if kind == "error" else "unverified")
+    assert report.exit_code == (1 if kind == "error" else 3)
+    assert words in report.why_not_run()
 
 
 def test_a_hanging_runtime_is_killed_after_the_timeout(misbehaving):
@@ -482,12 +502,12 @@ def test_could_not_run_says_why(plugins, tmp_path, capsys):
         <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
         g (float[N] x) => (float[N] y) { y = com.acme.Mystery (x) }""")
     report = compare(model, model, plugins=plugins)
-    assert report.exit_code == 2
+    assert report.verdict == "unverified" and report.exit_code == 3
     assert "could not evaluate the original" in report.why_not_run()
     assert "com.acme::Mystery" in report.why_not_run()
     source = write_model(tmp_path / "m.onnx", model)
     code, out, err = run_cli(["compare", source, source], capsys)
-    assert code == 2 and err.startswith("error: could not compare") and err.count("\n") == 1
+    assert code == 3 and "unverified: could not compare" in out
     # inputs that cannot be generated
     unranked = model_from_text("""
         <ir_version: 10, opset_import: ["" : 18]>

@@ -297,8 +297,8 @@ def test_kernel_under_onnxruntime(registry, case):
     k = _kernel(registry, domain, op)
     signature = Signature.parse(sig)
     entry = registry.kernels[(domain, op)]
-    use = KernelUse(op_name(domain, op, signature), domain, op, entry.reference, entry.plugin,
-                    signature)
+    use = KernelUse(op_name(domain, op, signature, entry.reference), domain, op, entry.reference,
+                    entry.plugin, signature)
     register_onnxruntime([use], {use.op_name: k})
     model = _one_node(domain, op, signature, attrs, len(inputs))
     retarget_node(model.graph.node[0], use, k)  # as the rewrite does

@@ -1,0 +1,195 @@
+"""Where a model can be run: the chain of runtimes tried, in a documented order.
+
+The original model is evaluated by the first runtime of the chain that runs it (the
+*oracle*), whatever targets the rewrite was for; a rewritten model whose target cannot run
+models (``opset:N``), or that still holds findings (``--partial``), runs on the chain too.
+The order (``docs/compare.md``):
+
+1. ``onnxruntime`` as it is: contrib ops, and custom-op libraries given with
+   ``--custom-ops-library``;
+2. ``onnxruntime`` with plugin kernels: every node onnxruntime lacks retargeted to a kernel
+   an installed plugin registers (an onnxruntime-extensions native op, else a Python kernel
+   run through onnxruntime-extensions); only when kernels cover every such node;
+3. ``openvino``, where OpenVINO is installed;
+4. ``reference``: the ONNX reference evaluator, with plugin kernels as extra ops;
+5. any other target asked for that runs models (a third-party runtime).
+
+Each runtime is asked statically first (its ``check``), so one that cannot run the model
+costs no child process; the runs themselves happen in :mod:`rewriter.isolation`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from onnx import ModelProto
+
+if TYPE_CHECKING:
+    from rewriter.manager import Plugins
+
+ONNXRUNTIME, OPENVINO, REFERENCE = "onnxruntime", "openvino", "reference"
+WITH_KERNELS = "onnxruntime with plugin kernels"
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One way to run a model: a target spec, and the model as that target takes it."""
+
+    label: str  # for reports: "onnxruntime", "onnxruntime with plugin kernels", ...
+    target: str  # the target spec the isolated worker builds
+    model: ModelProto
+    reference_ops: tuple[type, ...] = ()
+
+
+@dataclass
+class Chain:
+    """The chain's entries in order: a runner that can run the model, or a runtime left out
+    (``{"target", "status": "skipped", "error"}``: why)."""
+
+    entries: list[Runner | dict[str, str]]
+
+    @property
+    def runners(self) -> list[Runner]:
+        return [e for e in self.entries if isinstance(e, Runner)]
+
+    @property
+    def skipped(self) -> list[dict[str, str]]:
+        return [e for e in self.entries if not isinstance(e, Runner)]
+
+
+def runners_for(
+    model: ModelProto,
+    plugins: Plugins,
+    *,
+    custom_op_libraries: Sequence[str] = (),
+    reference_ops: Sequence[type] = (),
+    only: str | None = None,
+    also: Sequence[str] = (),
+) -> Chain:
+    """The chain for ``model`` (see the module's docstring).
+
+    Args:
+        only: a target name (``--original-target``): keep its runners only; a target outside
+            the chain is used as it is, unchecked.
+        also: more target specs that run models (tried last, as they are).
+    """
+    from rewriter.detect import find_unsupported
+
+    chain = Chain([])
+    registry = plugins.registry
+    base = only.partition(":")[0] if only else None
+    if base and base not in (ONNXRUNTIME, OPENVINO, REFERENCE):
+        chain.entries.append(Runner(only, only, model))
+        return chain
+
+    def target(spec: str, **options):
+        from rewriter.api import resolve_targets
+        from rewriter.targets import TargetOptions
+
+        opts = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=False,
+                             plugins=plugins, **options)
+        return resolve_targets(plugins, [spec], opts)[0]
+
+    def consider(label: str, spec: str, candidate: ModelProto, ops=(), **options) -> list:
+        """The target's static findings for ``candidate`` (empty: a runner is added);
+        None when the target cannot be built (not installed)."""
+        try:
+            t = target(spec, **options)
+            findings = find_unsupported(candidate, t)
+        except Exception as e:  # noqa: BLE001 - a target that cannot even check is no runner
+            chain.entries.append({"target": label, "status": "skipped",
+                                  "error": f"{type(e).__name__}: {e}"})
+            return None
+        if not findings:
+            chain.entries.append(Runner(label, spec, candidate, tuple(ops)))
+        else:
+            chain.entries.append({"target": label, "status": "skipped",
+                                  "error": f"cannot run it: {findings_text(findings)}"})
+        return findings
+
+    wanted = (lambda name: base is None or base == name)
+    ort_spec = only if base == ONNXRUNTIME else ONNXRUNTIME
+    if wanted(ONNXRUNTIME) and ONNXRUNTIME in registry.targets:
+        if consider(ONNXRUNTIME, ort_spec, model):
+            retargeted, why = with_kernels(model, plugins, ort_spec, custom_op_libraries)
+            if retargeted is not None:
+                consider(WITH_KERNELS, ort_spec, retargeted)
+            else:
+                chain.entries.append({"target": WITH_KERNELS, "status": "skipped",
+                                      "error": why})
+    if wanted(OPENVINO) and OPENVINO in registry.targets and _openvino_installed():
+        consider(OPENVINO, only if base == OPENVINO else OPENVINO, model)
+    if wanted(REFERENCE) and REFERENCE in registry.targets:
+        try:
+            ops = tuple(reference_ops) + tuple(_plugin_reference_ops(plugins, model))
+        except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be imported
+            chain.entries.append({"target": REFERENCE, "status": "skipped",
+                                  "error": f"{type(e).__name__}: {e}"})
+        else:
+            label = REFERENCE + (" with plugin kernels" if len(ops) > len(reference_ops)
+                                 else "")
+            # the worker adds the plugins' kernels itself: the job carries the caller's only
+            consider(label, REFERENCE, model, tuple(reference_ops), reference_ops=ops)
+    if base is None:
+        for spec in also:
+            if spec.partition(":")[0] not in (ONNXRUNTIME, OPENVINO, REFERENCE):
+                consider(spec, spec, model)
+    return chain
+
+
+def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
+                 custom_op_libraries: Sequence[str] = ()) -> tuple[ModelProto | None, str]:
+    """``model`` with every node ``spec`` cannot run retargeted to a plugin kernel (the
+    engine, restricted to kernel remedies), or None and why not."""
+    from rewriter.api import resolve_targets
+    from rewriter.errors import RewriterError
+    from rewriter.pipeline import rewrite_proto
+    from rewriter.targets import TargetOptions
+
+    registry = plugins.registry
+    if not registry.kernels and not registry.natives:
+        return None, "no installed plugin registers a kernel"
+    only_kernels = dataclasses.replace(
+        plugins, registry=dataclasses.replace(registry, decompositions=[], passes={}))
+    try:
+        (target,) = resolve_targets(only_kernels, [spec], TargetOptions(
+            custom_op_libraries=tuple(custom_op_libraries), confirm=False, plugins=plugins))
+        rewritten, report = rewrite_proto(model, [target], only_kernels, prefer="kernel")
+    except RewriterError as e:
+        return None, f"plugin kernels do not cover it: {e}"
+    except Exception as e:  # noqa: BLE001 - a plugin's kernel failing is a reason, not a crash
+        return None, f"retargeting to plugin kernels failed: {type(e).__name__}: {e}"
+    if report.remaining:
+        return None, f"plugin kernels do not cover it: {findings_text(report.remaining)}"
+    if not report.applied:
+        return None, "no node needs a kernel"
+    return rewritten, ""
+
+
+def findings_text(findings, limit: int = 3) -> str:
+    """``op ×n (detail); ...`` for the first ``limit`` groups of findings."""
+    from rewriter.detect import group_findings
+
+    groups = group_findings(findings)
+    parts = [f"{g.op_label} ×{g.count} ({g.detail})" for g in groups[:limit]]
+    if len(groups) > limit:
+        parts.append(f"and {len(groups) - limit} more")
+    return "; ".join(parts)
+
+
+def _plugin_reference_ops(plugins: Plugins, model: ModelProto) -> list[Any]:
+    from rewriter.kernels import reference_ops
+
+    return list(reference_ops(model, plugins.registry))
+
+
+def _openvino_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("openvino") is not None
+    except (ImportError, ValueError):
+        return False
