@@ -10,7 +10,8 @@ A real plugin (load it with ``-p benchmarks/bench_plugin.py`` or
   attribute ``epsilon`` (default 1e-12, as in onnxruntime): ``s = input + skip (+ bias)``,
   ``output = LayerNormalization(s, gamma, beta, axis=-1, epsilon)``; the optional outputs
   ``mean`` and ``inv_std_var`` are LayerNormalization's own, ``input_skip_bias_sum`` is ``s``.
-* ``com.acme::FusedSwish(X)`` (a made-up op; attribute ``alpha``, default 1):
+* ``com.acme::FusedSwish(X)`` (a made-up op; attribute ``alpha``, default 1; its numpy
+  kernel ``rewriter_custom_ops.fused_swish`` is registered too, the oracle of a rewrite):
   ``y = x * sigmoid(alpha * x)``.
 
 The FastGelu and SkipLayerNormalization builders are the built-in ``com-microsoft`` plugin's
@@ -95,3 +96,10 @@ def register_decompositions(registry):
                  opsets=SKIPLN_OPSETS, description="bench:SkipLayerNormalization")
     registry.add("com.acme", "FusedSwish", build_fused_swish, opsets=SWISH_OPSETS,
                  description="bench:FusedSwish")
+
+
+@hookimpl
+def register_kernels(registry):
+    # the oracle for com.acme::FusedSwish: the numpy kernel onnxruntime runs the original with
+    registry.add("com.acme", "FusedSwish", "rewriter_custom_ops.fused_swish:kernel",
+                 description="FusedSwish (numpy)")

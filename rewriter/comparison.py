@@ -449,7 +449,7 @@ class CompareReport:
                         text += f"; first diverging region: {t.localization.region.label} by " \
                                 f"rule {s.rule!r} of plugin {s.plugin!r}"
                 parts.append(text)
-            return f"mismatch {against}: " + "; ".join(parts)
+            return f"differs from {against.removeprefix('against ')}: " + "; ".join(parts)
         return f"could not compare: {self.why_not_run()}"
 
     @property

@@ -415,7 +415,9 @@ def _tensor_problem(value: Any, tp: TypeProto) -> str | None:
             return (f"{array.dtype.name if array.dtype.kind not in 'OUS' else 'string'} values, "
                     f"the model declares {TensorProto.DataType.Name(elem).lower()}")
     shape = _shape_of(tp)
-    if shape is not None and array.ndim != len(shape):
+    # as onnxruntime: a declared shape without dimensions constrains nothing (exporters
+    # write it for byte streams and string lists)
+    if shape and array.ndim != len(shape):
         return f"rank {array.ndim}, the model declares rank {len(shape)}"
     return None
 

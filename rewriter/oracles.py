@@ -157,7 +157,8 @@ def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
     try:
         (target,) = resolve_targets(only_kernels, [spec], TargetOptions(
             custom_op_libraries=tuple(custom_op_libraries), confirm=False, plugins=plugins))
-        rewritten, report = rewrite_proto(model, [target], only_kernels, prefer="kernel")
+        typed = typed_through_kernels(model, plugins, target)
+        rewritten, report = rewrite_proto(typed, [target], only_kernels, prefer="kernel")
     except RewriterError as e:
         return None, f"plugin kernels do not cover it: {e}"
     except Exception as e:  # noqa: BLE001 - a plugin's kernel failing is a reason, not a crash
@@ -167,6 +168,57 @@ def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
     if not report.applied:
         return None, "no node needs a kernel"
     return rewritten, ""
+
+
+def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
+                          rounds: int = 16) -> ModelProto:
+    """``model``, or a copy whose values carry the element types a kernel's signature gives
+    the outputs of an op no schema describes, so the kernels' signatures can be matched
+    all along a chain of such ops (``com.acme::Op`` feeding another, directly or through
+    ops ``target`` types, contrib ops included): a walk of ``target`` types what it can,
+    each kernel op with known input types declares its outputs, until nothing is learned."""
+    from onnx import TensorProto, helper
+
+    from rewriter.detect import find_unsupported
+    from rewriter.kernels import element_type, load_kernel
+
+    from onnx import ModelProto as Model
+
+    from rewriter.walk import iter_scopes
+
+    registry = plugins.registry
+    current = model
+    for _ in range(rounds):
+        added: list = []  # (scope path, value name, element type)
+        for f in find_unsupported(current, target, keep_nodes=True):
+            entry = registry.kernels.get((f.domain, f.op_type)) if f.node is not None else None
+            if entry is None:
+                continue
+            try:
+                signature = load_kernel(entry, registry).match(
+                    [element_type(t) for t in f.input_types])
+            except Exception:  # noqa: BLE001 - an unusable kernel types nothing
+                continue
+            if signature is not None:
+                scope = f.path.rsplit("/", 1)[0]
+                added += [(scope, name, t) for name, t in zip(f.node.output, signature.outputs)
+                          if name]
+        if current is model:
+            current = Model()
+            current.CopyFrom(model)
+        graphs = {s.path: s.graph for s in iter_scopes(current) if s.graph is not None}
+        learned = 0
+        for scope, name, t in added:
+            graph = graphs.get(scope)
+            if graph is None or any(v.name == name for v in graph.value_info):
+                continue
+            elem = TensorProto.DataType.Value(t.upper())
+            graph.value_info.append(
+                helper.make_value_info(name, helper.make_tensor_type_proto(elem, None)))
+            learned += 1
+        if not learned:
+            break
+    return current if current is not model and len(current.graph.value_info) else model
 
 
 def findings_text(findings, limit: int = 3) -> str:

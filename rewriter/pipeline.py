@@ -773,9 +773,15 @@ def apply_kernels(
             needs.python[remedy.use.op_name] = remedy.use
         else:
             needs.native[remedy.use.key] = remedy.use
-    # retarget after every choice is made: plans are keyed by the node as it was
+    # retarget after every choice is made: plans are keyed by the node as it was. A plan is
+    # shared by every node of its signature: the remedy's node gives the op, domain,
+    # attributes and provenance, each node keeps its own name, inputs and outputs
     for node, remedy in changed.values():
+        name, inputs, outputs = node.name, list(node.input), list(node.output)
         node.CopyFrom(remedy.node)
+        node.name = name
+        node.input[:] = inputs
+        node.output[:] = outputs
     if not changed:
         return set()
     domains = {node.domain for node, _ in changed.values()}

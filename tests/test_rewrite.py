@@ -858,3 +858,28 @@ def test_invalid_node_without_a_taking_decomposition_asks_to_fix_the_export(plug
     (finding,) = report.remaining
     assert finding.reason == "invalid-node"
     assert "fix the export" in json.dumps(report.explain)
+
+
+def test_kernel_remedies_keep_each_nodes_own_inputs_and_outputs(acme_plugins):
+    """Nodes of one signature share a plan; retargeting them to a kernel must not give
+    every node the first one's names (it did: the model had one output defined thrice)."""
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[N] x) => (float[N] y) {
+            ["first"] a = com.acme.FusedSwish (x)
+            ["second"] b = com.acme.FusedSwish (a)
+            ["third"] y = com.acme.FusedSwish (b)
+        }""")
+    result = rewrite(model, ["onnxruntime"], plugins=acme_plugins, prefer="kernel",
+                     confirm=False)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    nodes = [(n.name, list(n.input), list(n.output)) for n in result.model.graph.node]
+    assert nodes == [("first", ["x"], ["a"]), ("second", ["a"], ["b"]), ("third", ["b"], ["y"])]
+    x = np.linspace(-3, 3, 7, dtype=np.float32)
+    want = x
+    for _ in range(3):
+        want = want / (1 + np.exp(-want))
+    from rewriter.runtime import session
+
+    (got,) = session(result.model, plugins=acme_plugins).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
