@@ -76,6 +76,7 @@ from rewriter import hookimpl
 from rewriter.bodies import Declined, FunctionBuilder, declining, typed_tensor
 from rewriter.bodies import present as _present
 from rewriter.kernels import kernel
+from rewriter.registry import OpSample
 
 DOMAIN = "com.microsoft"
 # The oldest ai.onnx opset each family of bodies is written for (the builders emit the
@@ -823,6 +824,18 @@ def _fast_gelu_np(x: np.ndarray) -> np.ndarray:
     return x * (0.5 + 0.5 * np.tanh(x * (FAST_GELU_C + FAST_GELU_B * x * x)))
 
 
+# -- numpy oracles, from the contrib ops' documentation (where onnxruntime's CPU kernel lacks
+# a type or the op) -------------------------------------------------------------------------
+
+
+def fast_gelu_reference(x, bias=None):
+    """``FastGelu``: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` of ``x + bias``, in
+    float64."""
+    y = x.astype(np.float64) + (0 if bias is None else bias)
+    return (0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
+            ).astype(x.dtype)
+
+
 @kernel(signatures=["float, float -> float", "float, float, float -> float",
                     "float16, float16 -> float16", "float16, float16, float16 -> float16"])
 def gemm_fast_gelu_kernel(x, w, bias=None):
@@ -874,15 +887,24 @@ def register_kernels(registry):
 # -- registration -------------------------------------------------------------------------
 
 _F32_F16 = ("float", "float16")
+_ORACLE = "rewriter_plugins.com_microsoft:"
 
 
 @hookimpl
 def register_decompositions(registry):
-    def add(op_type, builder, opsets, dtypes=_F32_F16, exact=True, note="", domain=DOMAIN):
+    def add(op_type, builder, opsets, dtypes=_F32_F16, exact=True, note="", domain=DOMAIN,
+            oracle=None, samples=()):
         registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
-                     description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""))
+                     description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""),
+                     oracle=oracle, samples=samples)
 
-    add("FastGelu", build_fast_gelu, ELEMENTWISE_OPSETS)
+    add("FastGelu", build_fast_gelu, ELEMENTWISE_OPSETS, oracle="onnxruntime", samples=[
+        OpSample(["T[2,3,8]"], dtypes=["float"]),
+        OpSample(["T[2,3,8]", "T[8]"], dtypes=["float"], opset=12, name="bias"),
+        OpSample(["T[2,3,8]", "T[8]"], dtypes=["float16"], oracle=_ORACLE + "fast_gelu_reference"),
+        OpSample(["T[2,3,8]", "T[8]"], dtypes=["float16"], opset=12,
+                 oracle=_ORACLE + "fast_gelu_reference"),
+    ])
     add("Gelu", build_gelu, ELEMENTWISE_OPSETS)
     add("BiasGelu", build_bias_gelu, ELEMENTWISE_OPSETS)
     add("QuickGelu", build_quick_gelu, ELEMENTWISE_OPSETS)

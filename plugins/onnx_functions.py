@@ -2,12 +2,34 @@
 (``schema.has_function`` or a context-dependent function) can be lowered to its body when a
 target lacks it; the body is specialised for the node's attributes, input types and the
 model's opset, and nested function ops are lowered in later rounds as needed.
+
+Oracle: the expected outputs of the op's ONNX backend node test cases (numpy code written
+from the op's documentation, not its function body). ``Bernoulli``'s cases are random draws,
+so it is checked on probabilities 0 and 1 (deterministic) against the reference evaluator's
+own implementation.
+
+One spec body is wrong and is corrected here: ``Bernoulli``'s (onnx 1.23, opset 15+) draws
+``Greater(RandomUniformLike(p), p)``, which is 1 with probability ``1 - p``; the op is
+documented as "an output of 1 is produced with probability p" (the reference evaluator's
+``np.random.binomial(1, p)``). The body drawn here is ``Less(uniform, p)``. (onnxruntime 1.32,
+which runs Bernoulli by expanding that body, gives 0 for p = 1.)
 """
 
 from __future__ import annotations
 
 from rewriter import hookimpl
 from rewriter.functions import DecompositionContext
+from rewriter.registry import Arg, OpSample
+
+# ops whose backend cases cannot be the oracle, with what checks them instead
+_OWN_ORACLES = {
+    "Bernoulli": ("reference", [
+        OpSample([Arg("T[3,4]", values=[[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 1]])],
+                 dtypes=["float", "double"], opset=15),
+        OpSample([Arg("T[5]", values=[1, 0, 1, 1, 0])], outputs=["int64"],
+                 attributes={"dtype": 7}, dtypes=["float"], opset=22, name="to-int64"),
+    ]),
+}
 
 
 def function_ops() -> list[tuple[str, str, int]]:
@@ -24,7 +46,9 @@ def function_ops() -> list[tuple[str, str, int]]:
         if not (schema.has_function or schema.has_context_dependent_function) or not versions:
             continue
         key = (schema.domain, schema.name)
-        found[key] = min(found.get(key, 1 << 30), schema.since_version)
+        # the opset the body is written for, which may be newer than the schema (Relu-14
+        # has a body from opset 18 only)
+        found[key] = min(found.get(key, 1 << 30), max(schema.since_version, min(versions)))
     return sorted((d, op, v) for (d, op), v in found.items())
 
 
@@ -43,7 +67,17 @@ def lower_to_function_body(ctx: DecompositionContext):
         if entry.domain in ("", "ai.onnx"):
             entry.version = ctx.opset
     _declare_defaults(body, ctx)
+    if ctx.node.op_type == "Bernoulli" and ctx.node.domain in ("", "ai.onnx"):
+        _draw_one_with_probability_p(body)
     return body
+
+
+def _draw_one_with_probability_p(body) -> None:
+    """Bernoulli's spec body compares ``uniform > p`` (1 with probability 1 - p); the op
+    draws 1 with probability p: ``uniform < p``."""
+    for node in body.node:
+        if node.op_type == "Greater" and node.domain in ("", "ai.onnx"):
+            node.op_type = "Less"
 
 
 def _declare_defaults(body, ctx: DecompositionContext) -> None:
@@ -70,7 +104,8 @@ def _declare_defaults(body, ctx: DecompositionContext) -> None:
 @hookimpl
 def register_decompositions(registry):
     for domain, op_type, since in function_ops():
+        oracle, samples = _OWN_ORACLES.get(op_type, ("spec", []))
         registry.add(
             domain, op_type, lower_to_function_body, opsets=(since, None),
-            description=f"onnx-functions:{op_type}",
+            description=f"onnx-functions:{op_type}", oracle=oracle, samples=samples,
         )

@@ -6,7 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewriter.registry import Registry
+from rewriter.registry import DecompositionEntry, Registry
+
+# How the table names each oracle kind (rewriter.registry.ORACLES); "module:attr" is "numpy"
+_ORACLE_LABELS = {"onnxruntime": "onnxruntime kernel", "kernel": "plugin kernel",
+                  "reference": "reference evaluator", "spec": "ONNX test cases"}
 
 
 @dataclass
@@ -20,6 +24,11 @@ class OperatorRow:
     opsets: list[str] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
     accuracy: set[str] = field(default_factory=set)
+    oracles: list[str] = field(default_factory=list)  # what checks the remedies
+
+    @property
+    def oracle(self) -> str:
+        return ", ".join(self.oracles) or "none"
 
     @property
     def remedy(self) -> str:
@@ -32,7 +41,7 @@ class OperatorRow:
             "domain": self.domain or "ai.onnx", "op_type": self.op_type, "remedy": self.remedy,
             "decompositions": self.decompositions, "kernels": self.kernels,
             "opsets": self.opsets, "dtypes": self.dtypes,
-            "accuracy": " / ".join(sorted(self.accuracy)) or "-",
+            "accuracy": " / ".join(sorted(self.accuracy)) or "-", "oracle": self.oracle,
         }
 
 
@@ -56,6 +65,18 @@ def _kernel_dtypes(reference: str) -> list[str]:
     return types
 
 
+def oracle_labels(entry: DecompositionEntry) -> list[str]:
+    """What checks a decomposition: its oracle and its samples' own, as the table says."""
+    names = [entry.oracle] + [s.oracle for s in entry.samples]
+    out: list[str] = []
+    for name in names:
+        if name is not None:
+            text = _ORACLE_LABELS.get(name, "numpy")
+            if text not in out:
+                out.append(text)
+    return out
+
+
 def operator_rows(registry: Registry) -> list[OperatorRow]:
     """One row per op any plugin registered a decomposition or kernel for, sorted by
     domain then op."""
@@ -76,15 +97,20 @@ def operator_rows(registry: Registry) -> list[OperatorRow]:
         r.opsets.append(span)
         add_types(r, d.dtypes)
         r.accuracy.add("exact" if d.exact else "approximate")
+        r.oracles += [o for o in oracle_labels(d) if o not in r.oracles]
     for (domain, op_type), k in registry.kernels.items():
         r = row(domain, op_type)
         r.kernels.append(f"{k.plugin} (python)")
         add_types(r, _kernel_dtypes(k.reference))
         r.accuracy.add("exact")
+        if not r.decompositions:  # a kernel written from the op's documentation
+            r.oracles.append("the kernel itself")
     for (domain, op_type), n in registry.natives.items():
         r = row(domain, op_type)
         r.kernels.append(f"{n.plugin} (native {n.library})")
         r.accuracy.add("exact")
+        if not r.decompositions and not r.oracles:
+            r.oracles.append(f"the {n.library} native kernel itself")
     return [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1].lower()))]
 
 
@@ -98,7 +124,12 @@ def to_markdown(rows: list[OperatorRow]) -> str:
         "opsets a decomposition's body is valid at (a kernel runs at any). *dtypes*: element",
         "types the decomposition is tested for, and a kernel's input types; `-`: as the op's",
         "schema allows. *exact*: the same math up to float rounding; *approximate*: see the",
-        "plugin's documentation.",
+        "plugin's documentation. *oracle*: what a decomposition is checked against on the",
+        "samples its registration declares, at each of its dtypes (`tests/test_oracles.py`):",
+        "onnxruntime's own kernel running the original node, the plugin's numpy kernel, the",
+        "reference evaluator's implementation of the op, the ONNX backend test cases'",
+        "expected outputs, or a numpy function written from the op's documentation; an op",
+        "with kernels only is its own oracle.",
         "",
     ]
     by_domain: dict[str, list[OperatorRow]] = {}
@@ -106,14 +137,14 @@ def to_markdown(rows: list[OperatorRow]) -> str:
         by_domain.setdefault(r.domain or "ai.onnx", []).append(r)
     for domain, group in by_domain.items():
         out += [f"## {domain} ({len(group)})", "",
-                "| op | remedy | plugin | opsets | dtypes | accuracy |",
-                "|---|---|---|---|---|---|"]
+                "| op | remedy | plugin | opsets | dtypes | accuracy | oracle |",
+                "|---|---|---|---|---|---|---|"]
         for r in group:
             plugins = sorted({p.split(" ")[0] for p in r.decompositions + r.kernels})
             out.append(
                 f"| {r.op_type} | {r.remedy} | {', '.join(plugins)} | "
                 f"{', '.join(r.opsets) or 'any'} | {', '.join(r.dtypes) or '-'} | "
-                f"{' / '.join(sorted(r.accuracy)) or '-'} |"
+                f"{' / '.join(sorted(r.accuracy)) or '-'} | {r.oracle} |"
             )
         out.append("")
     return "\n".join(out)

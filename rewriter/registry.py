@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,97 @@ class TargetEntry:
     plugin: str
 
 
+# What checks a decomposition (``registry.add(..., oracle=...)``), besides a "module:attr"
+# numpy function ``f(*arrays, **attributes)`` written from the op's documentation:
+ORACLES: dict[str, str] = {
+    "onnxruntime": "onnxruntime's own kernel runs the original node",
+    "kernel": "the plugin kernel registered for the same op",
+    "reference": "the ONNX reference evaluator's implementation of the op",
+    "spec": "the expected outputs of the ONNX backend node test cases",
+}
+_ELEMENT = re.compile(r"^(T|[a-z][a-z0-9]*)\[([0-9, ]*)\]$")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One input of an :class:`OpSample`.
+
+    ``spec`` is ``"T[2, 3, 8]"`` (``T``: the dtype the sample runs at) or an element type
+    with a shape (``"int64[3]"``, ``"float[]"`` for a scalar). ``values`` fixes the values
+    (index-like inputs, anything the op constrains); otherwise they are drawn uniformly from
+    ``[low, high)`` (integers: ``low..high-1``; bool: at random). ``constant`` makes the
+    input an initializer, for builders that must read it (weights, sizes, axes).
+    """
+
+    spec: str
+    values: Any = None
+    low: float = -2.0
+    high: float = 2.0
+    constant: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, str) or not _ELEMENT.match(self.spec.strip()):
+            raise ValueError(f"sample input {self.spec!r} is not 'T[dims]' or 'type[dims]'")
+        if not self.low < self.high:
+            raise ValueError(f"sample input {self.spec!r}: low {self.low} >= high {self.high}")
+
+    @property
+    def type(self) -> str:
+        return _ELEMENT.match(self.spec.strip()).group(1)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        dims = _ELEMENT.match(self.spec.strip()).group(2)
+        return tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+
+
+@dataclass(frozen=True)
+class OpSample:
+    """A one-node model of the op the registry-wide oracle test builds
+    (``tests/test_oracles.py``, ``rewriter.oracle_check``).
+
+    Args:
+        inputs: the node's inputs in order: :class:`Arg` or its spec string; None for an
+            absent optional input.
+        outputs: the element types of the node's outputs, as the op defines them (``"T"``:
+            the sample's dtype); the decomposition and the oracle must both give these.
+        attributes: the node's attributes.
+        opset: the ai.onnx opset of the model (default: the registration's lowest, at least
+            7); outside the registration's range the sample does not apply to it.
+        dtypes: the registration's dtypes this sample runs at (default: all of them).
+        tolerance: ``(rtol, atol)`` for float outputs (default: by dtype).
+        oracle: this sample's oracle, where the registration's cannot run it (onnxruntime's
+            kernel lacking a dtype, ...).
+        name: a label for test ids.
+    """
+
+    inputs: Sequence[Arg | str | None]
+    outputs: Sequence[str] = ("T",)
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    opset: int | None = None
+    dtypes: Sequence[str] | None = None
+    tolerance: tuple[float, float] | None = None
+    oracle: str | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.oracle is not None and not _is_oracle(self.oracle):
+            raise ValueError(f"sample oracle {self.oracle!r} is not one of {', '.join(ORACLES)}"
+                             " or a 'module:attr' function")
+        args = tuple(a if a is None or isinstance(a, Arg) else Arg(a) for a in self.inputs)
+        object.__setattr__(self, "inputs", args)
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attributes", dict(self.attributes))
+        if self.dtypes is not None:
+            object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        if not self.outputs or not all(isinstance(t, str) and t for t in self.outputs):
+            raise ValueError("a sample declares the element type of every output")
+
+
+def _is_oracle(oracle: Any) -> bool:
+    return isinstance(oracle, str) and (oracle in ORACLES or bool(_LAZY_REF.match(oracle)))
+
+
 @dataclass(frozen=True)
 class DecompositionEntry:
     domain: str
@@ -50,6 +141,8 @@ class DecompositionEntry:
     plugin: str
     dtypes: tuple[str, ...] = ()  # element types the body is tested for ("float", ...)
     exact: bool = True  # False: an approximation of the op (the description says how)
+    oracle: str | None = None  # a key of ORACLES or "module:attr" (None: none declared)
+    samples: tuple[OpSample, ...] = ()  # what the oracle test runs ("spec": the cases)
 
     def covers(self, opset: int | None) -> bool:
         """Whether the decomposition applies at ``opset`` of the ai.onnx domain (``None``:
@@ -204,11 +297,18 @@ class DecompositionRegistry(_Bound):
         description: str = "",
         dtypes: tuple[str, ...] | list[str] = (),
         exact: bool = True,
+        oracle: str | None = None,
+        samples: Sequence[OpSample] = (),
     ) -> None:
         """Offer ``builder`` as the decomposition of ``(domain, op_type)`` at ai.onnx opsets
         ``opsets``. ``dtypes`` lists the element types it is tested for (``"float"``,
         ``"float16"``, ...; empty: not stated) and ``exact=False`` marks an approximation;
-        both are shown in the operator table (``onnx-rewriter ops``)."""
+        both are shown in the operator table (``onnx-rewriter ops``).
+
+        ``oracle`` names what checks the decomposition independently (a key of
+        :data:`ORACLES`, or a ``"module:attr"`` numpy function ``f(*arrays, **attributes)``
+        written from the op's documentation) and ``samples`` the one-node models it is
+        checked on, at every dtype of ``dtypes`` (``"spec"`` brings its own cases)."""
         if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
             raise self._fail(f"decomposition key must be (domain, op_type) strings, got "
                              f"({domain!r}, {op_type!r})")
@@ -225,6 +325,11 @@ class DecompositionRegistry(_Bound):
                              " (want (lo, hi) with 1 <= lo <= hi, hi None for open)")
         if isinstance(dtypes, str) or not all(isinstance(t, str) for t in dtypes):
             raise self._fail(f"decomposition {op_type!r}: dtypes must be a list of type names")
+        if oracle is not None and not _is_oracle(oracle):
+            raise self._fail(f"decomposition {op_type!r}: oracle {oracle!r} is not one of "
+                             f"{', '.join(ORACLES)} or a 'module:attr' function")
+        if isinstance(samples, OpSample) or not all(isinstance(x, OpSample) for x in samples):
+            raise self._fail(f"decomposition {op_type!r}: samples must be a list of OpSample")
         lo, hi = opsets
         domain = normalize_domain(domain)
         # Several plugins may offer the same op (the planner prefers third-party plugins over
@@ -238,7 +343,7 @@ class DecompositionRegistry(_Bound):
                 )
         self._registry.decompositions.append(
             DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin,
-                               tuple(dtypes), bool(exact))
+                               tuple(dtypes), bool(exact), oracle, tuple(samples))
         )
 
 

@@ -1,0 +1,608 @@
+"""Check a registered decomposition against its oracle, on the samples its registration
+declares (``registry.add(..., oracle=..., samples=[OpSample(...)])``).
+
+For one sample and dtype: build the one-node model, run the oracle on it, rewrite it with the
+real engine for a target that lacks exactly that op (``lacking:DOMAIN::OP``, registered by
+this module when it is loaded as a plugin: :func:`oracle_plugins`), run the result on
+onnxruntime (the reference evaluator when onnxruntime refuses the model, e.g. a bfloat16 body)
+and compare every output's element type, shape and values. Where the op also has a Python
+kernel, the kernel's declared output types must be the decomposition's too.
+
+Oracles (:data:`rewriter.registry.ORACLES`) must be independent of the decomposition, and are
+checked to be: ``onnxruntime`` only where onnxruntime has a kernel of its own for the op (not
+a function it expands), ``reference`` only where the reference evaluator implements the op
+(not by running its function body). ``spec`` checks on the ONNX backend node test cases of
+the op (at most :data:`SPEC_CASES` per op, distinct input types first) and their expected
+outputs. ``tests/test_oracles.py`` runs every built-in registration; a third-party plugin
+can run its own the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from onnx import ModelProto, TensorProto, helper, numpy_helper
+
+from rewriter.hookspecs import hookimpl
+from rewriter.registry import Arg, DecompositionEntry, OpSample
+from rewriter.targets import Finding, NodeQuery, Target
+from rewriter.walk import normalize_domain
+
+if TYPE_CHECKING:
+    from rewriter.manager import Plugins
+    from rewriter.registry import Registry
+
+LACKING = "lacking"
+SPEC_CASES = 6  # backend cases per op for the "spec" oracle
+# backend cases the check leaves out, and why
+SPEC_LEFT_OUT = {
+    "test_range_bfloat16_type_positive_delta": "onnxruntime has no bfloat16 kernels for the "
+    "body's Loop, and the reference evaluator stacks a Loop's scalar scan outputs as (n, 1)",
+}
+MIN_OPSET = 7  # the oldest ai.onnx opset onnxruntime runs models of
+# (rtol, atol) by element type; integers and bool compare exactly
+TOLERANCE = {"float": (1e-4, 1e-5), "double": (1e-7, 1e-9), "float16": (1e-2, 1e-2),
+             "bfloat16": (4e-2, 4e-2)}
+
+
+# -- the target that lacks one op ----------------------------------------------------------
+
+
+class Lacking(Target):
+    """A runtime that runs everything but one op (``DOMAIN::OP``, ``ai.onnx::Celu``), so a
+    rewrite must remedy exactly that op."""
+
+    def __init__(self, argument: str | None) -> None:
+        domain, sep, op_type = (argument or "").rpartition("::")
+        if not sep or not op_type:
+            raise ValueError(f"target {LACKING}:{argument}: want {LACKING}:DOMAIN::OP")
+        self.domain, self.op_type = normalize_domain(domain), op_type
+        self.name = f"{LACKING}:{argument}"
+
+    def check_node(self, query: NodeQuery) -> Finding | None:
+        if query.domain == self.domain and query.node.op_type == self.op_type:
+            return self.finding(query, "no-kernel", "the op under check is lacking by request")
+        return None
+
+
+@hookimpl
+def register_targets(registry) -> None:
+    registry.add(LACKING, lambda argument, options=None: Lacking(argument),
+                 description="lacks one op (DOMAIN::OP): checks its decomposition")
+
+
+def oracle_plugins(plugins: Sequence[str] = (), *, autoload: bool = False) -> Plugins:
+    """The plugins (built-ins and ``plugins``) with the ``lacking`` target loaded."""
+    from rewriter.manager import load_plugins
+
+    return load_plugins([*plugins, __name__], autoload=autoload)
+
+
+# -- one check -----------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    """One model the decomposition is checked on, with its data sets."""
+
+    entry: DecompositionEntry
+    label: str
+    model: ModelProto
+    feeds: list[dict[str, Any]]
+    dtype: str | None = None
+    declared: list[str | None] = field(default_factory=list)  # output element types
+    expected: list[list[Any]] | None = None  # per data set ("spec")
+    tolerance: tuple[float, float] | None = None
+    oracle: str | None = None  # the sample's own, else the registration's
+
+    @property
+    def oracle_name(self) -> str | None:
+        return self.oracle or self.entry.oracle
+
+
+def label(entry: DecompositionEntry) -> str:
+    lo, hi = entry.opsets
+    return (f"{entry.plugin}:{entry.domain or 'ai.onnx'}::{entry.op_type}"
+            f"@{lo}-{hi if hi is not None else ''}")
+
+
+def opset_of(entry: DecompositionEntry, sample: OpSample) -> int | None:
+    """The ai.onnx opset ``sample`` runs at for ``entry`` (None: outside its range)."""
+    opset = sample.opset if sample.opset is not None else max(entry.opsets[0], MIN_OPSET)
+    return opset if entry.covers(opset) else None
+
+
+def run_name(sample: OpSample, dtype: str | None) -> str:
+    """``float16-bias@12``: the dtype, the sample's name and its own opset."""
+    name = dtype or "-"
+    if sample.name:
+        name += f"-{sample.name}"
+    if sample.opset is not None:
+        name += f"@{sample.opset}"
+    return name
+
+
+def sample_runs(entry: DecompositionEntry) -> list[tuple[OpSample, str | None]]:
+    """Every (sample, dtype) the registration is checked at: each sample at each of the
+    registration's dtypes it applies to (a sample whose inputs are all typed runs once)."""
+    runs = []
+    for sample in entry.samples:
+        if opset_of(entry, sample) is None:
+            continue
+        generic = any(a is not None and a.type == "T" for a in sample.inputs) or any(
+            t == "T" for t in sample.outputs)
+        if not generic:
+            runs.append((sample, None))
+            continue
+        for dtype in entry.dtypes or sample.dtypes or ():
+            if sample.dtypes is None or dtype in sample.dtypes:
+                runs.append((sample, dtype))
+    return runs
+
+
+def _elem(type_name: str, dtype: str | None) -> int:
+    name = dtype if type_name == "T" else type_name
+    if name is None:
+        raise ValueError("a sample with 'T' inputs needs a dtype")
+    elem = getattr(TensorProto, name.upper(), None)
+    if not isinstance(elem, int):
+        raise ValueError(f"unknown element type {name!r}")
+    return elem
+
+
+def _values(arg: Arg, elem: int, rng: np.random.Generator) -> np.ndarray:
+    np_type = helper.tensor_dtype_to_np_dtype(elem)
+    if arg.values is not None:
+        return np.asarray(arg.values).astype(np_type).reshape(arg.shape)
+    if elem == TensorProto.BOOL:
+        return rng.random(arg.shape) < 0.5
+    if np.issubdtype(np.dtype(np_type), np.integer) or elem in (TensorProto.INT4,
+                                                                TensorProto.UINT4):
+        return rng.integers(int(arg.low), int(arg.high), arg.shape).astype(np_type)
+    return rng.uniform(arg.low, arg.high, arg.shape).astype(np_type)
+
+
+def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None) -> Check:
+    """The one-node model of ``sample`` at ``dtype`` and its inputs."""
+    opset = opset_of(entry, sample)
+    if opset is None:
+        raise ValueError(f"{label(entry)}: sample {sample.name!r} is outside the opsets")
+    run_label = f"{label(entry)}[{run_name(sample, dtype)}]"
+    rng = np.random.default_rng(zlib.crc32(run_label.encode()))
+    names, graph_inputs, initializers, feeds = [], [], [], {}
+    for i, arg in enumerate(sample.inputs):
+        if arg is None:
+            names.append("")
+            continue
+        name = f"x{i}"
+        names.append(name)
+        elem = _elem(arg.type, dtype)
+        value = _values(arg, elem, rng)
+        if arg.constant:
+            initializers.append(numpy_helper.from_array(value, name) if elem not in (
+                TensorProto.INT4, TensorProto.UINT4) else helper.make_tensor(
+                    name, elem, value.shape, value.astype(np.int8).reshape(-1).tolist()))
+        else:
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, arg.shape))
+            feeds[name] = value
+    while names and not names[-1]:
+        names.pop()
+    outputs = [f"y{i}" for i in range(len(sample.outputs))]
+    node = helper.make_node(entry.op_type, names, outputs, domain=entry.domain,
+                            **sample.attributes)
+    out_elems = [_elem(t, dtype) for t in sample.outputs]
+    graph = helper.make_graph([node], "sample", graph_inputs, [
+        helper.make_tensor_value_info(n, e, None) for n, e in zip(outputs, out_elems)],
+        initializer=initializers)
+    imports = [helper.make_opsetid("", opset)]
+    if entry.domain:
+        imports.append(helper.make_opsetid(entry.domain, 1))
+    model = helper.make_model(graph, opset_imports=imports, producer_name="oracle_check")
+    model.ir_version = _ir_version(opset)
+    declared = [helper.tensor_dtype_to_np_dtype(e).name for e in out_elems]
+    return Check(entry, run_label, model, [feeds], dtype, declared, None, sample.tolerance,
+                 sample.oracle)
+
+
+def _ir_version(opset: int) -> int:
+    return max(7, helper.find_min_ir_version_for([helper.make_opsetid("", opset)]))
+
+
+# -- "spec": the backend node test cases -----------------------------------------------------
+
+
+@functools.cache
+def _backend_cases() -> tuple:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        return tuple(c for c in collect_testcases() if c.model is not None)
+
+
+def spec_checks(entry: DecompositionEntry, limit: int = SPEC_CASES) -> list[Check]:
+    """The backend node cases of the op (one node, at an opset the registration covers),
+    at most ``limit``: one per distinct input-type signature first, then by name."""
+    found = []
+    for case in sorted(_backend_cases(), key=lambda c: c.name):
+        graph = case.model.graph
+        if (len(graph.node) != 1 or graph.node[0].op_type != entry.op_type
+                or normalize_domain(graph.node[0].domain) != entry.domain
+                or case.name in SPEC_LEFT_OUT):
+            continue
+        model = _at_covered_opset(case.model, entry)
+        if model is not None:
+            found.append((case, model))
+    signature = {c.name: tuple(i.type.SerializeToString() for i in m.graph.input)
+                 for c, m in found}
+    chosen, seen = [], set()
+    for case, model in found:
+        if signature[case.name] not in seen:
+            seen.add(signature[case.name])
+            chosen.append((case, model))
+    chosen += [x for x in found if x not in chosen]
+    checks = []
+    for case, model in chosen[:limit]:
+        inputs = [i.name for i in model.graph.input]
+        feeds = [dict(zip(inputs, map(_array, data_in))) for data_in, _ in case.data_sets]
+        expected = [[_array(v) for v in data_out] for _, data_out in case.data_sets]
+        declared = [_declared_name(o.type) for o in case.model.graph.output]
+        checks.append(Check(entry, f"{label(entry)}[{case.name}]", model, feeds, None,
+                            declared, expected, (case.rtol, case.atol)))
+    return checks
+
+
+def _at_covered_opset(model: ModelProto, entry: DecompositionEntry) -> ModelProto | None:
+    """A one-node case model at an ai.onnx opset the registration covers: as it is, or at
+    the registration's lowest opset when the op's schema is the same there (Relu-14's case
+    at opset 18, where its function body begins); None otherwise."""
+    from onnx import defs
+
+    opset = _domain_version(model, "")
+    if opset is None or entry.covers(opset):
+        return model
+    lo = entry.opsets[0]
+    node = model.graph.node[0]
+    try:
+        same = defs.get_schema(node.op_type, lo, node.domain).since_version <= opset < lo
+    except Exception:  # noqa: BLE001 - no schema: not the same op
+        return None
+    if not same:
+        return None
+    raised = ModelProto()
+    raised.CopyFrom(model)
+    for imp in raised.opset_import:
+        if normalize_domain(imp.domain) == "":
+            imp.version = lo
+    raised.ir_version = max(raised.ir_version, _ir_version(lo))
+    return raised
+
+
+def _array(value: Any) -> Any:
+    """A backend case's value as runtimes take it (arrays, lists of arrays for sequences)."""
+    from onnx import TensorProto as Tensor
+
+    if isinstance(value, list):
+        return [_array(v) for v in value]
+    if isinstance(value, Tensor):
+        return numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
+def _declared_name(type_proto) -> str | None:
+    if type_proto.HasField("tensor_type") and type_proto.tensor_type.elem_type:
+        return helper.tensor_dtype_to_np_dtype(type_proto.tensor_type.elem_type).name
+    return None
+
+
+def checks(entry: DecompositionEntry) -> list[Check]:
+    """Every model the registration's oracle check runs."""
+    if entry.oracle == "spec" and not entry.samples:
+        return spec_checks(entry)
+    return [build(entry, sample, dtype) for sample, dtype in sample_runs(entry)]
+
+
+# -- running the oracle ----------------------------------------------------------------------
+
+
+@functools.cache
+def _ort_kernels() -> frozenset[tuple[str, str, int, int]]:
+    from onnxruntime.capi import _pybind_state
+
+    return frozenset((normalize_domain(k.domain), k.op_name, *k.version_range)
+                     for k in _pybind_state.get_all_opkernel_def()
+                     if k.provider == "CPUExecutionProvider")
+
+
+def _domain_version(model: ModelProto, domain: str) -> int | None:
+    return next((o.version for o in model.opset_import if normalize_domain(o.domain) == domain),
+                None)
+
+
+def dependence(check: Check, oracle: str) -> str | None:
+    """Why ``oracle`` would not be independent of the decomposition here (None: it is)."""
+    entry = check.entry
+    version = _domain_version(check.model, entry.domain) or 1
+    if oracle == "onnxruntime":
+        if not any(d == entry.domain and op == entry.op_type and lo <= version <= hi
+                   for d, op, lo, hi in _ort_kernels()):
+            return (f"onnxruntime has no CPU kernel of its own for "
+                    f"{entry.domain or 'ai.onnx'}::{entry.op_type}({version}) (it would expand "
+                    "the op's function, or cannot run it)")
+    if oracle == "reference":
+        from onnx.reference.op_run import OpFunction
+        from onnx.reference.ops import load_op
+
+        try:
+            cls = load_op(entry.domain, entry.op_type, version)
+        except Exception:  # noqa: BLE001 - any refusal: not implemented
+            return (f"the reference evaluator has no implementation of "
+                    f"{entry.domain or 'ai.onnx'}::{entry.op_type}({version}) but its function")
+        if issubclass(cls, OpFunction):
+            return "the reference evaluator runs the op's function body"
+    return None
+
+
+def _run_kernel(check: Check, registry: Registry, feeds: Mapping[str, Any]) -> list:
+    from onnx.reference import ReferenceEvaluator
+
+    from rewriter.kernels import reference_ops
+
+    ops = reference_ops([(check.entry.domain, check.entry.op_type)], registry)
+    return list(ReferenceEvaluator(check.model, new_ops=ops).run(None, dict(feeds)))
+
+
+def _run_function(reference: str, check: Check, feeds: Mapping[str, Any]) -> list:
+    """A numpy oracle ``f(*arrays, **attributes)`` (absent inputs as None; a
+    :class:`~rewriter.kernels.Kernel` gets its attribute defaults, and its outputs in its
+    declared types)."""
+    from rewriter.functions import resolve_reference
+    from rewriter.kernels import Kernel, normalize_outputs
+
+    fn = resolve_reference(reference)
+    node = check.model.graph.node[0]
+    values = dict(feeds)
+    values.update({i.name: numpy_helper.to_array(i) for i in check.model.graph.initializer})
+    arrays = [values[name] if name else None for name in node.input]
+    attributes = {a.name: _attribute(a) for a in node.attribute}
+    if isinstance(fn, Kernel):
+        while arrays and arrays[-1] is None:
+            arrays.pop()
+        signature = fn.match([_kernel_type(a) for a in arrays])
+        if signature is None:
+            raise AssertionError(f"{check.label}: no signature of {reference} takes these "
+                                 "inputs")
+        return list(normalize_outputs(fn.fn(*arrays, **fn.cast_attributes(attributes)),
+                                      signature))
+    result = fn(*arrays, **attributes)
+    return list(result) if isinstance(result, tuple | list) else [result]
+
+
+def _kernel_type(array: Any) -> str | None:
+    if array is None:
+        return None
+    name = np.asarray(array).dtype.name
+    return {"float32": "float", "float64": "double", "object": "string"}.get(name, name)
+
+
+def _attribute(a) -> Any:
+    value = helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+def run_oracle(check: Check, registry: Registry) -> list[list[Any]]:
+    """The oracle's outputs on every data set of ``check``."""
+    oracle = check.oracle_name
+    if oracle is None:
+        raise AssertionError(f"{label(check.entry)} declares no oracle")
+    if oracle == "spec":
+        if check.expected is None:
+            raise AssertionError(f"{check.label}: oracle 'spec' on a sample without cases")
+        return check.expected
+    problem = dependence(check, oracle)
+    if problem:
+        raise AssertionError(f"{check.label}: oracle {oracle!r} is not independent: {problem}")
+    if oracle == "onnxruntime":
+        session = _ort_session(check.model)
+        return [session.run(None, feeds) for feeds in check.feeds]
+    if oracle == "reference":
+        from onnx.reference import ReferenceEvaluator
+
+        evaluator = ReferenceEvaluator(check.model)
+        return [list(evaluator.run(None, feeds)) for feeds in check.feeds]
+    if oracle == "kernel":
+        if (check.entry.domain, check.entry.op_type) not in registry.kernels:
+            raise AssertionError(f"{check.label}: oracle 'kernel' but no plugin registers a "
+                                 "Python kernel for the op")
+        return [_run_kernel(check, registry, feeds) for feeds in check.feeds]
+    return [_run_function(oracle, check, feeds) for feeds in check.feeds]
+
+
+def _ort_session(model: ModelProto, optimize: bool = True):
+    """A CPU session; without ``optimize`` onnxruntime runs the nodes as written (its
+    fusions would turn a decomposed body back into the contrib kernel under check)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+# -- running the decomposition ---------------------------------------------------------------
+
+
+@dataclass
+class Decomposed:
+    model: ModelProto
+    outputs: list[list[Any]]  # per data set
+    runtime: str  # "onnxruntime" or "reference evaluator"
+
+
+def _nodes(model: ModelProto) -> Iterator:
+    from rewriter.walk import iter_nodes
+
+    for site in iter_nodes(model):
+        yield site.domain, site.node
+
+
+def decompose(check: Check, plugins: Plugins) -> Decomposed:
+    """Rewrite the model for a target lacking the op (the decomposition must be what the
+    engine applies) and run the result."""
+    from rewriter.api import rewrite
+
+    entry = check.entry
+    op = f"{entry.domain or 'ai.onnx'}::{entry.op_type}"
+    result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
+                     verify=False)
+    applied = {(kind, plugin) for (kind, plugin, _rule, label_), _n in
+               result.report.applied.items() if label_.startswith(op + "(") or label_ == op}
+    if ("decomposition", entry.plugin) not in applied:
+        raise AssertionError(f"{check.label}: the rewrite applied {sorted(applied)}, not the "
+                             f"decomposition of plugin {entry.plugin!r}")
+    model = result.model
+    left = [n.name or n.op_type for d, n in _nodes(model)
+            if d == entry.domain and n.op_type == entry.op_type]
+    if left:
+        raise AssertionError(f"{check.label}: {op} nodes remain after the rewrite: {left}")
+    untyped = ModelProto()
+    untyped.CopyFrom(model)
+    for output in untyped.graph.output:  # the body's own types, not the declared ones
+        output.ClearField("type")
+    try:
+        session = _ort_session(untyped, optimize=False)
+        return Decomposed(model, [session.run(None, f) for f in check.feeds], "onnxruntime")
+    except Exception:  # noqa: BLE001 - a type onnxruntime lacks (bfloat16, float8, ...)
+        from onnx.reference import ReferenceEvaluator
+
+        evaluator = ReferenceEvaluator(model)
+        return Decomposed(model, [list(evaluator.run(None, f)) for f in check.feeds],
+                          "reference evaluator")
+
+
+# -- comparing -------------------------------------------------------------------------------
+
+
+def _dtype_name(value: Any) -> str:
+    if isinstance(value, list):
+        return "sequence(" + ", ".join(sorted({_dtype_name(v) for v in value})) + ")"
+    return np.asarray(value).dtype.name
+
+
+def _tolerance(check: Check, dtype: np.dtype) -> tuple[float, float]:
+    base = TOLERANCE.get({"float32": "float", "float64": "double"}.get(dtype.name, dtype.name),
+                         (0.0, 0.0))
+    if check.tolerance is not None:
+        return max(base[0], check.tolerance[0]), max(base[1], check.tolerance[1])
+    return base
+
+
+def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
+                where: str = "") -> list[str]:
+    """Every disagreement between the oracle's outputs and the decomposition's."""
+    problems = []
+    if len(expected) != len(got):
+        return [f"{where}{len(got)} outputs, the oracle gives {len(expected)}"]
+    for i, (e, g) in enumerate(zip(expected, got)):
+        name = f"{where}output {i}"
+        if isinstance(e, list) or isinstance(g, list):
+            if not (isinstance(e, list) and isinstance(g, list)) or len(e) != len(g):
+                problems.append(f"{name}: sequence mismatch")
+                continue
+            problems += differences(check, e, g, f"{name} item ")
+            continue
+        e, g = np.asarray(e), np.asarray(g)
+        if e.dtype != g.dtype:
+            problems.append(f"{name}: dtype {g.dtype.name}, the oracle gives {e.dtype.name}")
+        if e.shape != g.shape:
+            problems.append(f"{name}: shape {g.shape}, the oracle gives {e.shape}")
+            continue
+        if e.dtype.kind in "fc" or g.dtype.kind in "fc":
+            rtol, atol = _tolerance(check, e.dtype if e.dtype.kind in "fc" else g.dtype)
+            e64, g64 = e.astype(np.float64), g.astype(np.float64)
+            close = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
+            if not close.all():
+                err = np.abs(np.where(close, 0, g64 - e64))
+                problems.append(f"{name}: {int((~close).sum())} of {close.size} values differ"
+                                f" (max abs error {np.nanmax(err):.3g}, rtol {rtol}, "
+                                f"atol {atol})")
+        elif not np.array_equal(e, g):
+            problems.append(f"{name}: {int((e != g).sum())} of {e.size} values differ")
+    return problems
+
+
+def kernel_type_problems(check: Check, registry: Registry, got: Sequence[Any]) -> list[str]:
+    """The op's Python kernel, where one is registered, must declare the output types the
+    decomposition gives (for the signature of these input types)."""
+    from rewriter.kernels import load_kernel
+
+    entry = registry.kernels.get((check.entry.domain, check.entry.op_type))
+    if entry is None:
+        return []
+    k = load_kernel(entry, registry)
+    node = check.model.graph.node[0]
+    types = {i.name: i.type.tensor_type.elem_type for i in check.model.graph.input}
+    types.update({i.name: i.data_type for i in check.model.graph.initializer})
+    inputs = [helper.tensor_dtype_to_string(types[n]).lower().replace("tensorproto.", "")
+              for n in node.input if n]
+    signature = k.match(inputs)
+    if signature is None:
+        return []
+    have = [_dtype_name(g) for g in got]
+    want = [np.dtype("float32" if t == "float" else ("float64" if t == "double" else t)).name
+            if t not in ("string",) else "object" for t in signature.outputs[:len(have)]]
+    if have != want:
+        return [f"the kernel {entry.reference} declares outputs ({', '.join(want)}), the "
+                f"decomposition gives ({', '.join(have)})"]
+    return []
+
+
+def check_one(check: Check, plugins: Plugins) -> list[str]:
+    """Run the oracle and the decomposition on ``check``; every disagreement, as text."""
+    registry = plugins.registry
+    expected = run_oracle(check, registry)
+    decomposed = decompose(check, plugins)
+    problems = []
+    for i, (e, g) in enumerate(zip(expected, decomposed.outputs)):
+        where = f"data set {i}: " if len(expected) > 1 else ""
+        problems += differences(check, e, g, where)
+        declared = [d for d in check.declared]
+        have = [_dtype_name(v) for v in g]
+        for j, (d, h) in enumerate(zip(declared, have)):
+            if d is not None and d != h:
+                problems.append(f"{where}output {j}: dtype {h}, the op declares {d}")
+    problems += kernel_type_problems(check, registry, decomposed.outputs[0])
+    if problems:
+        problems.append(f"(the decomposed model ran on {decomposed.runtime})")
+    return list(dict.fromkeys(problems))
+
+
+def without_oracle(registry: Registry, plugins: Sequence[str] | None = None) -> list[str]:
+    """Registrations (of ``plugins``, default all) without an oracle or anything to check it
+    on, one line each."""
+    out = []
+    for entry in registry.decompositions:
+        if plugins is not None and entry.plugin not in plugins:
+            continue
+        if entry.oracle is None and not (entry.samples and all(x.oracle for x in entry.samples)):
+            out.append(f"{label(entry)}: no oracle declared")
+        elif entry.oracle == "spec" and not entry.samples:
+            if not spec_checks(entry, limit=1):
+                out.append(f"{label(entry)}: oracle 'spec' but no backend case of the op")
+        elif not sample_runs(entry):
+            out.append(f"{label(entry)}: oracle {entry.oracle!r} but no sample in its opsets "
+                       "and dtypes")
+    return out
