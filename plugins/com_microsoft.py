@@ -42,6 +42,11 @@ Matrix products and convolutions:
 * ``NhwcConv(X, W[, B])`` / ``NhwcFusedConv(X, W[, B[, Z]])``: the same on channels-last
   ``X`` (transposed to channels-first and back); the spatial rank comes from
   ``kernel_shape``, the constant weight's shape or declared types (declines otherwise).
+  ``NhwcConv``'s weight is channels-last too, ``M x kH x kW x C/group``: that is what its
+  producer writes (onnxruntime's ``transformers/fusion_nhwc_conv.py`` transposes the Conv
+  weight by ``[0, 2, 3, 1]``) and what its CUDA kernel reads; it is transposed back to
+  ``M x C/group x kH x kW`` here. ``NhwcFusedConv``'s weight keeps the Conv layout, as its
+  schema says and onnxruntime's NHWC transformer (fp16 Conv -> NhwcFusedConv) leaves it.
 * ``Trilu(X[, k])`` (``upper`` = 1): ai.onnx ``Trilu`` at opset >= 14, else a
   ``Range``-built mask.
 
@@ -76,7 +81,7 @@ from rewriter import hookimpl
 from rewriter.bodies import Declined, FunctionBuilder, declining, typed_tensor
 from rewriter.bodies import present as _present
 from rewriter.kernels import kernel
-from rewriter.registry import OpSample
+from rewriter.registry import Arg, OpSample
 
 DOMAIN = "com.microsoft"
 # The oldest ai.onnx opset each family of bodies is written for (the builders emit the
@@ -551,7 +556,10 @@ def _conv_body(ctx, name: str, channels_last: bool, fused: bool) -> FunctionProt
         if rank is None:
             return None
         x = b.op("Transpose", "X", perm=[0, rank + 1, *range(1, rank + 1)])
-    weights = ["W", "B"] if _present(node.input, 2) else ["W"]
+    weight = "W"
+    if channels_last and not fused:  # NhwcConv: M x k... x C/group -> M x C/group x k...
+        weight = b.op("Transpose", "W", perm=[0, rank + 1, *range(1, rank + 1)])
+    weights = [weight, "B"] if _present(node.input, 2) else [weight]
     conv_attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
                   if a.name in _CONV_ATTRIBUTES}
     y = b.op("Conv", x, *weights, **conv_attrs)
@@ -854,7 +862,8 @@ _CONV_KERNEL_ATTRIBUTES = {"auto_pad": "NOTSET", "group": 1,
 @kernel(signatures=["float, float -> float", "float, float, float -> float"],
         attributes=_CONV_KERNEL_ATTRIBUTES)
 def nhwc_conv_kernel(x, w, bias=None, **attributes):
-    """``Conv`` of onnx's reference evaluator on ``X`` transposed to channels-first."""
+    """``Conv`` of onnx's reference evaluator on ``X`` and the weight (``M x k... x C/group``,
+    as onnxruntime's NhwcConv fusion writes it) transposed to channels-first."""
     from onnx.reference import ReferenceEvaluator
 
     attrs = {name: value for name, value in attributes.items() if value != []}  # []: unset
@@ -865,11 +874,44 @@ def nhwc_conv_kernel(x, w, bias=None, **attributes):
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    feeds = {"X": np.transpose(x, [0, rank + 1, *range(1, rank + 1)]), "W": w}
+    to_channels_first = [0, rank + 1, *range(1, rank + 1)]
+    feeds = {"X": np.transpose(x, to_channels_first), "W": np.transpose(w, to_channels_first)}
     if bias is not None:
         feeds["B"] = bias
     (y,) = ReferenceEvaluator(model).run(None, feeds)
     return np.ascontiguousarray(np.transpose(y, [0, *range(2, rank + 2), 1]))
+
+
+def _onnxruntime_node(op_type: str, domain: str, arrays, outputs: int = 1, **attributes):
+    """Run one node on onnxruntime's own CPU kernel (absent inputs as None)."""
+    import onnxruntime as ort
+
+    names = [f"i{i}" if a is not None else "" for i, a in enumerate(arrays)]
+    while names and not names[-1]:
+        names.pop()
+    present = [(n, np.asarray(a)) for n, a in zip(names, arrays) if n]
+    node = helper.make_node(op_type, names, [f"o{i}" for i in range(outputs)], domain=domain,
+                            **attributes)
+    graph = helper.make_graph([node], "oracle", [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in present], [helper.make_value_info(f"o{i}", helper.TypeProto())
+                               for i in range(outputs)])
+    imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, dict(present))
+
+
+def nhwc_fused_conv_reference(x, w, bias=None, z=None, **attributes):
+    """``NhwcFusedConv``: onnxruntime's own ``FusedConv`` kernel on ``X`` (and ``Z``)
+    transposed to channels-first, its result transposed back."""
+    rank = x.ndim - 2
+    first, last = [0, rank + 1, *range(1, rank + 1)], [0, *range(2, rank + 2), 1]
+    z = None if z is None else np.transpose(z, first)
+    (y,) = _onnxruntime_node("FusedConv", DOMAIN, [np.transpose(x, first), w, bias, z],
+                             **attributes)
+    return np.ascontiguousarray(np.transpose(y, last))
 
 
 @hookimpl
@@ -888,6 +930,17 @@ def register_kernels(registry):
 
 _F32_F16 = ("float", "float16")
 _ORACLE = "rewriter_plugins.com_microsoft:"
+
+# 4 input channels, 6 output channels: a weight read in the wrong layout cannot fit
+_NHWC_CONV_SAMPLES = [
+    OpSample(["T[2,6,5,4]", Arg("T[6,3,3,4]", constant=True), "T[6]"],
+             attributes=dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), name="pads"),
+    OpSample(["T[2,7,6,4]", "T[6,3,3,2]"], name="strides-dilations-group",
+             attributes=dict(kernel_shape=[3, 3], strides=[2, 1], dilations=[1, 2], group=2)),
+    OpSample(["T[2,6,6,4]", Arg("T[6,3,3,4]", constant=True), "T[6]"], name="auto-pad",
+             attributes=dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    OpSample(["T[2,9,4]", Arg("T[6,3,4]", constant=True), "T[6]"], name="1d"),
+]
 
 
 @hookimpl
@@ -922,8 +975,15 @@ def register_decompositions(registry):
     add("TransposeMatMul", build_fused_matmul, MATMUL_OPSETS, dtypes=("float",))
     add("FusedGemm", build_fused_gemm, GEMM_OPSETS, dtypes=("float",))
     add("FusedConv", build_fused_conv, CONV_OPSETS)
-    add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS, dtypes=("float",))
-    add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",))
+    add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS, dtypes=("float",), oracle="kernel",
+        samples=_NHWC_CONV_SAMPLES)
+    add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",),
+        oracle=_ORACLE + "nhwc_fused_conv_reference", samples=[
+            OpSample(["T[2,7,6,4]", Arg("T[6,4,3,3]", constant=True), "T[6]"] + z,
+                     attributes=dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                     activation="LeakyRelu", activation_params=[0.1]),
+                     name="z" if z else "")
+            for z in ([], ["T[2,7,6,6]"])])
     add("Trilu", build_trilu, TRILU_OPSETS)
     add("MatMulNBits", build_matmul_nbits, MATMULNBITS_OPSETS,
         note="bits 2/4/8; no g_idx; accuracy_level computes in full precision")

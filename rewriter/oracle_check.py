@@ -157,6 +157,8 @@ def _elem(type_name: str, dtype: str | None) -> int:
 
 def _values(arg: Arg, elem: int, rng: np.random.Generator) -> np.ndarray:
     np_type = helper.tensor_dtype_to_np_dtype(elem)
+    if callable(arg.values):
+        return np.asarray(arg.values(rng, arg.shape)).astype(np_type).reshape(arg.shape)
     if arg.values is not None:
         return np.asarray(arg.values).astype(np_type).reshape(arg.shape)
     if elem == TensorProto.BOOL:

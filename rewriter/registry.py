@@ -57,7 +57,8 @@ class Arg:
 
     ``spec`` is ``"T[2, 3, 8]"`` (``T``: the dtype the sample runs at) or an element type
     with a shape (``"int64[3]"``, ``"float[]"`` for a scalar). ``values`` fixes the values
-    (index-like inputs, anything the op constrains); otherwise they are drawn uniformly from
+    (index-like inputs, anything the op constrains), or is a function ``values(rng, shape)``
+    drawing them (boxes with ``x1 < x2``, ...); otherwise they are drawn uniformly from
     ``[low, high)`` (integers: ``low..high-1``; bool: at random). ``constant`` makes the
     input an initializer, for builders that must read it (weights, sizes, axes).
     """
