@@ -359,12 +359,14 @@ def _same_nodes(a, b) -> bool:
 
 
 def rewrite_case(model, plugins, target: str = "onnxruntime", verify: bool = True):
-    """(rewritten model, report) or (None, reason) when rewrite raises."""
+    """(rewritten model, report) or (None, reason) when rewrite raises. The model comes back
+    whatever the verdict: the benchmark judges it on the case's own expected outputs."""
     from rewriter.api import rewrite
     from rewriter.pipeline import UnfixableError
 
     try:
-        result = rewrite(model, [target], plugins=plugins, confirm=False, verify=verify)
+        result = rewrite(model, [target], plugins=plugins, confirm=False, verify=verify,
+                         allow_unverified=True, keep_failed=True)
     except UnfixableError as e:
         parts = sorted({f"{op}: {_short(detail, 120)} — {_short(why, 200)}"
                         for _t, op, detail, why, _n in e.groups})
@@ -379,6 +381,10 @@ def verification_problem(report) -> str | None:
         parts = sorted({f"{f.op_label} ({_short(f.detail, 120)})" for f in report.remaining})
         return "still unsupported after rewriting: " + "; ".join(parts)
     for name, verdict in report.verification.items():
+        if name == "compare":  # the rewrite's own comparison: a mismatch fails the case; an
+            if report.verdict == "mismatch":  # unverified one leaves it to the case's data
+                return f"verification failed: compare: {_short(verdict)}"
+            continue
         if not (verdict == "ok" or verdict.startswith(("skipped", "pre-existing"))):
             return f"verification failed: {name}: {_short(verdict)}"
     return None

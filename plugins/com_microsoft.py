@@ -836,6 +836,33 @@ def _fast_gelu_np(x: np.ndarray) -> np.ndarray:
 # a type or the op) -------------------------------------------------------------------------
 
 
+def _erf_gelu(y: np.ndarray) -> np.ndarray:
+    return 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
+
+
+def gelu_reference(x):
+    """``Gelu``: ``0.5 x (1 + erf(x / sqrt 2))`` in float64."""
+    return _erf_gelu(x.astype(np.float64)).astype(x.dtype)
+
+
+def bias_gelu_reference(a, b):
+    """``BiasGelu``: ``Gelu(A + B)`` in float64."""
+    return _erf_gelu(a.astype(np.float64) + b).astype(a.dtype)
+
+
+def bias_add_reference(x, bias, skip):
+    """``BiasAdd``: ``X + bias + skip``."""
+    return (x + bias) + skip
+
+
+def bias_softmax_reference(data, bias, axis=1, is_inner_broadcast=0):
+    """``BiasSoftmax``: Softmax-1 of ``data + bias`` (coerced to 2-D at ``axis``), float64."""
+    z = (data + bias).astype(np.float64)
+    flat = z.reshape(int(np.prod(z.shape[:axis])), -1)
+    e = np.exp(flat - flat.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).reshape(z.shape).astype(data.dtype)
+
+
 def fast_gelu_reference(x, bias=None):
     """``FastGelu``: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` of ``x + bias``, in
     float64."""
@@ -903,6 +930,13 @@ def _onnxruntime_node(op_type: str, domain: str, arrays, outputs: int = 1, **att
     return session.run(None, dict(present))
 
 
+def simplified_layer_norm_reference(x, scale, **attributes):
+    """``com.microsoft::SimplifiedLayerNormalization``: onnxruntime's own kernel, which it
+    registers in the ai.onnx domain (``Y``, ``inv_std_var``)."""
+    return tuple(_onnxruntime_node("SimplifiedLayerNormalization", "", [x, scale], 2,
+                                   **attributes))
+
+
 def nhwc_fused_conv_reference(x, w, bias=None, z=None, **attributes):
     """``NhwcFusedConv``: onnxruntime's own ``FusedConv`` kernel on ``X`` (and ``Z``)
     transposed to channels-first, its result transposed back."""
@@ -943,21 +977,218 @@ _NHWC_CONV_SAMPLES = [
 ]
 
 
+def _oracles() -> dict[str, dict]:
+    """Per op: its oracle and the samples it is checked on (``tests/test_oracles.py``).
+    onnxruntime's own contrib kernels where its CPU provider has them (float16 where they
+    take it), numpy written from the op's documentation otherwise."""
+    ort, f32, f16 = "onnxruntime", ["float"], ["float16"]
+    x, bias = "T[2,3,8]", "T[8]"
+
+    def sample(*inputs, **kw):
+        return OpSample(list(inputs), **kw)
+
+    def numpy(name):
+        return _ORACLE + name
+
+    def skip_ln(names, outputs, epsilon=1e-5, **kw):
+        shapes = {"input": "T[2,3,16]", "skip": "T[2,3,16]", "gamma": "T[16]",
+                  "beta": "T[16]", "bias": "T[16]"}
+        return sample(*[shapes[n] if n else None for n in names], outputs=outputs,
+                      attributes={} if epsilon is None else {"epsilon": epsilon}, **kw)
+
+    def nbits(bits, k, zero_points, with_bias, opset):
+        n, block = 5, 16
+        blocks = -(-k // block)
+        inputs = [f"T[2,3,{k}]", Arg(f"uint8[{n},{blocks},{block * bits // 8}]", low=0,
+                                     high=256, constant=True),
+                  Arg(f"T[{n},{blocks}]", low=0.01, high=0.11, constant=True)]
+        if zero_points == "packed":
+            inputs.append(Arg(f"uint8[{n},{-(-blocks * bits // 8)}]", low=0, high=256,
+                              constant=True))
+        elif zero_points == "float":
+            inputs.append(Arg(f"T[{n},{blocks}]", low=0, high=2 ** bits, constant=True))
+        if with_bias:
+            inputs += [None] * (5 - len(inputs)) + [Arg(f"T[{n}]", constant=True)]
+        return sample(*inputs, opset=opset, attributes=dict(K=k, N=n, bits=bits,
+                                                            block_size=block),
+                      tolerance=(2e-2, 2e-2), name=f"{bits}bit-{zero_points}")
+
+    def gather_block(data, zero_points, axes, opset):
+        gather_axis, quantize_axis = axes
+        rows, cols, block = 6, 40, 16
+        blocks = -(-cols // block)
+        shape = [rows, cols] if quantize_axis == 1 else [cols, rows]
+        scales = [rows, blocks] if quantize_axis == 1 else [blocks, rows]
+        attributes = dict(gather_axis=gather_axis, quantize_axis=quantize_axis,
+                          block_size=block)
+        if data.startswith("uint8"):
+            bits = int(data.split("-")[1])
+            attributes["bits"] = bits
+            packed = [rows, cols * bits // 8]
+            zp = Arg(f"uint8[{rows},{-(-blocks * bits // 8)}]", low=0, high=256,
+                     constant=True)
+            data_arg = Arg(f"uint8{packed}", low=0, high=256, constant=True)
+        else:
+            low = -8 if data == "int4" else 0
+            zp = Arg(f"{data}{scales}", low=low, high=low + 16, constant=True)
+            data_arg = Arg(f"{data}{shape}", low=low, high=low + 16, constant=True)
+        inputs = [data_arg, Arg("int64[2,3]", values=[[0, 5, -2], [3, 7, 1]]),
+                  Arg(f"T{scales}", low=0.01, high=0.11, constant=True)]
+        return sample(*inputs, *([zp] if zero_points else []), opset=opset,
+                      attributes=attributes, name=f"{data}-axes{gather_axis}{quantize_axis}")
+
+    def qdq(op_type, x_type, axis, opset, dtype):
+        info = np.iinfo(x_type)
+        channels = "[3]" if axis is not None else "[]"
+        if x_type == "int32":
+            zp = Arg(f"int32{channels}", values=np.zeros(3 if axis is not None else ()),
+                     constant=True)
+        else:
+            zp = Arg(f"{x_type}{channels}", low=info.min, high=info.max + 1, constant=True)
+        scale = Arg(f"T{channels}", low=0.05, high=0.25, constant=True)
+        attributes = {} if axis is None else {"axis": axis}
+        if op_type == "DequantizeLinear":
+            x = Arg(f"{x_type}[2,3,4]", low=max(info.min, -1000), high=min(info.max, 1000))
+            outputs = ["T"]
+        else:
+            x, outputs = Arg("T[2,3,4]", low=-30, high=30), [x_type]
+        return sample(x, scale, zp, outputs=outputs, opset=opset, dtypes=[dtype],
+                      attributes=attributes, tolerance=(1e-6, 0),
+                      name=f"{x_type}-axis{axis}")
+
+    conv = dict(strides=[2, 2], pads=[1, 0, 1, 0], group=2, kernel_shape=[3, 3])
+    conv_inputs = {"X": "T[2,4,7,6]", "W": "T[6,2,3,3]", "B": "T[6]", "Z": "T[2,6,4,2]"}
+    gemm_activations = [
+        ("Relu", {}), ("Tanh", {}), ("Sigmoid", {}), ("Softplus", {}), ("Softsign", {}),
+        ("LeakyRelu", {"activation_alpha": 0.2}), ("Elu", {"activation_alpha": 0.7}),
+        ("ThresholdedRelu", {"activation_alpha": 0.3}),
+        ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.4}),
+        ("Selu", {"activation_alpha": 1.5, "activation_gamma": 1.1}),
+        ("ScaledTanh", {"activation_alpha": 1.5, "activation_beta": 0.5}),
+        ("ParametricSoftplus", {"activation_alpha": 1.5, "activation_beta": 0.5})]
+    return {
+        "FastGelu": dict(oracle=ort, samples=[
+            sample(x, dtypes=f32), sample(x, bias, dtypes=f32, opset=12, name="bias"),
+            sample(x, bias, dtypes=f16, oracle=numpy("fast_gelu_reference")),
+            sample(x, bias, dtypes=f16, opset=12, oracle=numpy("fast_gelu_reference"))]),
+        "Gelu": dict(oracle=ort, samples=[
+            sample(x, dtypes=f32), sample(x, dtypes=f32, opset=12),
+            *[sample(x, dtypes=f16, oracle=numpy("gelu_reference"), opset=opset)
+              for opset in (None, 12)]]),
+        "BiasGelu": dict(oracle=ort, samples=[
+            sample(x, bias, dtypes=f32),
+            sample(x, bias, dtypes=f16, oracle=numpy("bias_gelu_reference"))]),
+        "QuickGelu": dict(oracle=ort, samples=[
+            sample(x, dtypes=f32), sample(x, dtypes=f32, attributes={"alpha": 0.5},
+                                          name="alpha"),
+            sample(x, opset=12, attributes={"alpha": 1.0}, name="alpha")]),
+        "GemmFastGelu": dict(oracle="kernel", samples=[
+            sample("T[2,3,5]", Arg("T[5,8]", low=-1, high=1)),
+            sample("T[2,3,5]", Arg("T[5,8]", low=-1, high=1), bias, name="bias"),
+            sample("T[2,3,5]", Arg("T[5,8]", low=-1, high=1, constant=True),
+                   Arg(bias, constant=True), opset=12, dtypes=f32, name="bias")]),
+        "BiasAdd": dict(oracle=numpy("bias_add_reference"), samples=[
+            sample("T[2,9,4]", "T[4]", "T[2,9,4]")]),
+        "BiasSoftmax": dict(oracle=numpy("bias_softmax_reference"), samples=[
+            sample("T[2,4,5,6]", b, attributes=dict(axis=axis, is_inner_broadcast=0),
+                   name=f"axis{axis}")
+            for axis, b in ((1, "T[4,5,6]"), (3, "T[1,1,5,6]"), (2, "T[5,6]"))]),
+        "SkipLayerNormalization": dict(oracle=ort, samples=[
+            skip_ln(["input", "skip", "gamma"], ["T"], None, dtypes=f32, name="plain"),
+            skip_ln(["input", "skip", "gamma", "beta"], ["T"], name="beta"),
+            skip_ln(["input", "skip", "gamma", None, "bias"], ["T", "float", "float", "T"],
+                    dtypes=f32, name="bias-4-outputs"),
+            *[skip_ln(["input", "skip", "gamma", "beta", "bias"], ["T", "float", "float", "T"]
+                      if opset != 12 else ["T", None, None, "T"], dtypes=f32 if opset != 12
+                      else None, opset=opset, name="all")
+              for opset in (12, 13, 17)]]),
+        "SkipSimplifiedLayerNormalization": dict(oracle=ort, samples=[
+            skip_ln(["input", "skip", "gamma"], ["T"], None, opset=13, name="plain"),
+            skip_ln(["input", "skip", "gamma", "bias"], ["T"], opset=13, name="bias"),
+            skip_ln(["input", "skip", "gamma", "bias"], ["T", None, "float", "T"], opset=13,
+                    dtypes=f32, name="bias-3-outputs")]),
+        "SimplifiedLayerNormalization": dict(samples=[
+            sample("T[2,5,8]", "T[8]", outputs=["T", "float"], dtypes=f32, opset=13,
+                   attributes=dict(axis=-1, epsilon=1e-5)),
+            sample("T[2,5,8]", "T[5,8]", outputs=["T", "float"], dtypes=f32, opset=18,
+                   attributes=dict(axis=-2, epsilon=1e-5), name="axis-2"),
+            sample("T[2,5,8]", "T[8]", dtypes=f16, opset=17,
+                   attributes=dict(axis=-1, epsilon=1e-5))]),
+        "FusedMatMul": dict(oracle=ort, samples=[
+            sample(Arg(f"T{a}", low=-1, high=1), Arg(f"T{b}", low=-1, high=1),
+                   attributes=attrs, name=name)
+            for attrs, a, b, name in [
+                ({}, [3, 4], [4, 5], "plain"),
+                ({"transA": 1, "alpha": 0.5}, [2, 4, 3], [2, 4, 5], "transA-alpha"),
+                ({"transB": 1}, [2, 3, 4], [5, 4], "transB"),
+                ({"transBatchA": 1}, [3, 2, 4], [2, 4, 5], "batchA"),
+                ({"transBatchA": 1, "transA": 1, "transBatchB": 1, "transB": 1,
+                  "alpha": 2.0}, [4, 2, 3], [5, 2, 4], "all"),
+                ({"transBatchB": 1}, [2, 6, 3, 4], [4, 2, 6, 5], "batchB-4d")]]),
+        "TransposeMatMul": dict(oracle=ort, samples=[
+            sample("T[2,4,3]", "T[5,4]", attributes=dict(transA=1, transB=1, alpha=0.25))]),
+        "FusedGemm": dict(oracle=ort, samples=[
+            sample("T[4,3]", "T[5,4]", "T[5]", opset=11, name=kind, attributes=dict(
+                activation=kind, transA=1, transB=1, alpha=0.5, beta=2.0, **params))
+            for kind, params in gemm_activations]),
+        "FusedConv": dict(oracle=ort, samples=[
+            sample(*[conv_inputs[c] if c != "-" else None for c in inputs], opset=11,
+                   name=kind or "none", attributes={
+                       **conv, **({"activation": kind} if kind else {}),
+                       **({"activation_params": params} if params else {})})
+            for kind, params, inputs in [
+                ("Relu", [], "XWB"), ("Tanh", [], "XW"), ("Sigmoid", [], "XWBZ"),
+                ("LeakyRelu", [0.2], "XWB"), ("Clip", [-0.5, 0.7], "XW-Z"),
+                ("HardSigmoid", [0.3, 0.4], "XW"), ("", [], "XWBZ")]]),
+        "Trilu": dict(oracle=ort, samples=[
+            sample("T[2,4,5]", *([Arg("int64[]", values=k)] if k is not None else []),
+                   opset=opset, attributes={"upper": upper}, name=f"upper{upper}-k{k}")
+            for opset, upper, k in [(11, 1, None), (11, 0, 2), (17, 1, -1), (17, 0, None)]]),
+        "MatMulNBits": dict(oracle=ort, samples=[
+            nbits(4, 64, None, False, 21), nbits(4, 48, "packed", True, 13),
+            nbits(4, 32, "float", False, 21), nbits(8, 40, "packed", True, 21),
+            nbits(2, 64, "packed", False, 17)]),
+        "GatherBlockQuantized": dict(oracle=ort, samples=[
+            gather_block("int4", False, (0, 1), 21), gather_block("uint4", True, (0, 1), 21),
+            gather_block("int4", True, (1, 0), 21), gather_block("uint8-4", True, (0, 1), 13),
+            gather_block("uint8-8", False, (0, 1), 17)]),
+        "DequantizeLinear": dict(oracle=ort, samples=[
+            qdq("DequantizeLinear", x_type, axis, opset, dtype)
+            for x_type, dtype, axis, opset in [
+                ("int8", "float", None, 13), ("uint8", "float", 1, 13),
+                ("int32", "float", -2, 13), ("int8", "float16", 1, 19),
+                ("int16", "float", None, 21)]]),
+        "QuantizeLinear": dict(oracle=ort, samples=[
+            qdq("QuantizeLinear", x_type, axis, opset, dtype)
+            for x_type, dtype, axis, opset in [
+                ("uint8", "float", None, 13), ("int8", "float", 1, 13),
+                ("int8", "float16", 1, 19), ("uint16", "float", 1, 21)]] + [
+            sample(Arg("T[12]", low=-3, high=300), Arg("T[]", values=0.7, constant=True),
+                   outputs=["uint8"], dtypes=f32, opset=13, name="no-zero-point")]),
+        "NhwcConv": dict(oracle="kernel", samples=_NHWC_CONV_SAMPLES),
+        "NhwcFusedConv": dict(oracle=numpy("nhwc_fused_conv_reference"), samples=[
+            sample("T[2,7,6,4]", Arg("T[6,4,3,3]", constant=True), "T[6]", *z,
+                   attributes=dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                   activation="LeakyRelu", activation_params=[0.1]),
+                   name="z" if z else "")
+            for z in ([], ["T[2,7,6,6]"])]),
+    }
+
+
 @hookimpl
 def register_decompositions(registry):
-    def add(op_type, builder, opsets, dtypes=_F32_F16, exact=True, note="", domain=DOMAIN,
-            oracle=None, samples=()):
+    oracles = _oracles()
+
+    def add(op_type, builder, opsets, dtypes=_F32_F16, exact=True, note="", domain=DOMAIN):
+        checked = dict(oracles[op_type])
+        if op_type == "SimplifiedLayerNormalization":  # onnxruntime's kernel is ai.onnx's
+            checked["oracle"] = ("onnxruntime" if domain == ""
+                                 else _ORACLE + "simplified_layer_norm_reference")
         registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
                      description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""),
-                     oracle=oracle, samples=samples)
+                     **checked)
 
-    add("FastGelu", build_fast_gelu, ELEMENTWISE_OPSETS, oracle="onnxruntime", samples=[
-        OpSample(["T[2,3,8]"], dtypes=["float"]),
-        OpSample(["T[2,3,8]", "T[8]"], dtypes=["float"], opset=12, name="bias"),
-        OpSample(["T[2,3,8]", "T[8]"], dtypes=["float16"], oracle=_ORACLE + "fast_gelu_reference"),
-        OpSample(["T[2,3,8]", "T[8]"], dtypes=["float16"], opset=12,
-                 oracle=_ORACLE + "fast_gelu_reference"),
-    ])
+    add("FastGelu", build_fast_gelu, ELEMENTWISE_OPSETS)
     add("Gelu", build_gelu, ELEMENTWISE_OPSETS)
     add("BiasGelu", build_bias_gelu, ELEMENTWISE_OPSETS)
     add("QuickGelu", build_quick_gelu, ELEMENTWISE_OPSETS)
@@ -975,15 +1206,8 @@ def register_decompositions(registry):
     add("TransposeMatMul", build_fused_matmul, MATMUL_OPSETS, dtypes=("float",))
     add("FusedGemm", build_fused_gemm, GEMM_OPSETS, dtypes=("float",))
     add("FusedConv", build_fused_conv, CONV_OPSETS)
-    add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS, dtypes=("float",), oracle="kernel",
-        samples=_NHWC_CONV_SAMPLES)
-    add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",),
-        oracle=_ORACLE + "nhwc_fused_conv_reference", samples=[
-            OpSample(["T[2,7,6,4]", Arg("T[6,4,3,3]", constant=True), "T[6]"] + z,
-                     attributes=dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                                     activation="LeakyRelu", activation_params=[0.1]),
-                     name="z" if z else "")
-            for z in ([], ["T[2,7,6,6]"])])
+    add("NhwcConv", build_nhwc_conv, NHWCCONV_OPSETS, dtypes=("float",))
+    add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",))
     add("Trilu", build_trilu, TRILU_OPSETS)
     add("MatMulNBits", build_matmul_nbits, MATMULNBITS_OPSETS,
         note="bits 2/4/8; no g_idx; accuracy_level computes in full precision")

@@ -206,9 +206,10 @@ def rewrite(
     report.decide()
     if dry_run:
         return RewriteResult(model if not ir_model else ir_model, report)
-    if report.remaining and not partial:  # --explain of an unfixable model: nothing changed
-        return RewriteResult(None, report)
-    keep = not ((report.verdict == MISMATCH and not keep_failed)
+    if report.remaining and not report.applied and not partial:
+        return RewriteResult(None, report)  # --explain of an unfixable model: nothing changed
+    failed = report.verdict == MISMATCH or (report.remaining and not partial)
+    keep = not ((failed and not keep_failed)
                 or (report.verdict == UNVERIFIED and verify and not allow_unverified))
     if destination is not None and keep:
         written = save_model(rewritten, destination, source=loaded if is_path else None,

@@ -134,8 +134,8 @@ def sample_runs(entry: DecompositionEntry) -> list[tuple[OpSample, str | None]]:
     for sample in entry.samples:
         if opset_of(entry, sample) is None:
             continue
-        generic = any(a is not None and a.type == "T" for a in sample.inputs) or any(
-            t == "T" for t in sample.outputs)
+        generic = any(a is not None and a.type == "T" for a in sample.inputs) or (
+            "T" in sample.outputs)
         if not generic:
             runs.append((sample, None))
             continue
@@ -194,13 +194,13 @@ def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None) -> Che
             feeds[name] = value
     while names and not names[-1]:
         names.pop()
-    outputs = [f"y{i}" for i in range(len(sample.outputs))]
+    outputs = [f"y{i}" if t is not None else "" for i, t in enumerate(sample.outputs)]
     node = helper.make_node(entry.op_type, names, outputs, domain=entry.domain,
                             **sample.attributes)
-    out_elems = [_elem(t, dtype) for t in sample.outputs]
+    out_elems = [_elem(t, dtype) for t in sample.outputs if t is not None]
     graph = helper.make_graph([node], "sample", graph_inputs, [
-        helper.make_tensor_value_info(n, e, None) for n, e in zip(outputs, out_elems)],
-        initializer=initializers)
+        helper.make_tensor_value_info(n, e, None)
+        for n, e in zip([o for o in outputs if o], out_elems)], initializer=initializers)
     imports = [helper.make_opsetid("", opset)]
     if entry.domain:
         imports.append(helper.make_opsetid(entry.domain, 1))
@@ -362,9 +362,9 @@ def _run_kernel(check: Check, registry: Registry, feeds: Mapping[str, Any]) -> l
 
 
 def _run_function(reference: str, check: Check, feeds: Mapping[str, Any]) -> list:
-    """A numpy oracle ``f(*arrays, **attributes)`` (absent inputs as None; a
-    :class:`~rewriter.kernels.Kernel` gets its attribute defaults, and its outputs in its
-    declared types)."""
+    """A numpy oracle ``f(*arrays, **attributes)`` (absent inputs as None; it may give every
+    output of the op, the node's are taken by position; a :class:`~rewriter.kernels.Kernel`
+    gets its attribute defaults, and its outputs in its declared types)."""
     from rewriter.functions import resolve_reference
     from rewriter.kernels import Kernel, normalize_outputs
 
@@ -384,7 +384,9 @@ def _run_function(reference: str, check: Check, feeds: Mapping[str, Any]) -> lis
         return list(normalize_outputs(fn.fn(*arrays, **fn.cast_attributes(attributes)),
                                       signature))
     result = fn(*arrays, **attributes)
-    return list(result) if isinstance(result, tuple | list) else [result]
+    result = list(result) if isinstance(result, tuple | list) else [result]
+    # a function giving every output of the op: the node's, by position
+    return [r for r, name in zip(result, node.output) if name]
 
 
 def _kernel_type(array: Any) -> str | None:
@@ -432,14 +434,15 @@ def run_oracle(check: Check, registry: Registry) -> list[list[Any]]:
 
 
 def _ort_session(model: ModelProto, optimize: bool = True):
-    """A CPU session; without ``optimize`` onnxruntime runs the nodes as written (its
-    fusions would turn a decomposed body back into the contrib kernel under check)."""
+    """A CPU session; without ``optimize`` only onnxruntime's basic optimizations run
+    (constant folding, redundant nodes): its extended fusions would turn a decomposed body
+    back into the contrib kernel under check (FastGelu, LayerNormalization, FusedConv...)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 4
     if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 

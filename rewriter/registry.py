@@ -94,7 +94,8 @@ class OpSample:
         inputs: the node's inputs in order: :class:`Arg` or its spec string; None for an
             absent optional input.
         outputs: the element types of the node's outputs, as the op defines them (``"T"``:
-            the sample's dtype); the decomposition and the oracle must both give these.
+            the sample's dtype; None: an optional output left out); the decomposition and
+            the oracle must both give these.
         attributes: the node's attributes.
         opset: the ai.onnx opset of the model (default: the registration's lowest, at least
             7); outside the registration's range the sample does not apply to it.
@@ -106,7 +107,7 @@ class OpSample:
     """
 
     inputs: Sequence[Arg | str | None]
-    outputs: Sequence[str] = ("T",)
+    outputs: Sequence[str | None] = ("T",)
     attributes: Mapping[str, Any] = field(default_factory=dict)
     opset: int | None = None
     dtypes: Sequence[str] | None = None
@@ -124,8 +125,9 @@ class OpSample:
         object.__setattr__(self, "attributes", dict(self.attributes))
         if self.dtypes is not None:
             object.__setattr__(self, "dtypes", tuple(self.dtypes))
-        if not self.outputs or not all(isinstance(t, str) and t for t in self.outputs):
-            raise ValueError("a sample declares the element type of every output")
+        if not self.outputs or not all(t is None or isinstance(t, str) and t
+                                       for t in self.outputs) or self.outputs[-1] is None:
+            raise ValueError("a sample declares the element type of every output it uses")
 
 
 def _is_oracle(oracle: Any) -> bool:
