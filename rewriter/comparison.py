@@ -337,12 +337,8 @@ class TargetComparison:
     localization: Localization | None = None
     runtime: str = ""  # where it ran, when not on the target itself (``opset:N``, partial)
     runner: Any = field(default=None, repr=False, compare=False)  # a rewriter.oracles.Runner
-
-    @property
-    def decided(self) -> bool:
-        """Whether this target's result says something about the rewrite: outputs were
-        compared, or the rewritten model itself was refused or raised on it."""
-        return self.status != ERROR or self.error_kind == "error"
+    # the rewritten model's outputs (per input set), for a second opinion on a mismatch
+    produced: Any = field(default=None, repr=False, compare=False)
 
     @property
     def max_abs(self) -> float | None:
@@ -375,6 +371,13 @@ class CompareReport:
     targets: list[TargetComparison] = field(default_factory=list)
     error: str = ""  # a problem before anything ran (inputs, models)
     seconds: float = 0.0
+    # on a mismatch, the original run again on the next runtime of the chain:
+    # {"target", "agrees" (with the oracle), "max_abs" (between the two), "result_agrees"}
+    second_opinion: dict[str, Any] | None = None
+
+    @property
+    def oracles_disagree(self) -> bool:
+        return bool(self.second_opinion) and not self.second_opinion["agrees"]
 
     @property
     def status(self) -> str:
@@ -391,12 +394,14 @@ class CompareReport:
 
     @property
     def verdict(self) -> str:
-        """``verified``, ``mismatch`` or ``unverified`` (:mod:`rewriter.verdicts`): a
-        rewritten model that raises (or is refused) on a target where the original ran is a
-        mismatch; a crash, a timeout or running out of memory decides nothing."""
-        if self.error or self.oracle_error or not self.targets:
+        """``verified``, ``mismatch`` or ``unverified`` (:mod:`rewriter.verdicts`). A mismatch
+        is outputs compared and found different (and, where a second runtime runs the
+        original, that runtime agreeing with the oracle); a rewritten model that could not
+        be run (refused, raised, crashed, timed out) decides nothing, nor do two runtimes
+        that disagree on the original."""
+        if self.error or self.oracle_error or not self.targets or self.oracles_disagree:
             return UNVERIFIED
-        if any(t.status == MISMATCH or (t.status == ERROR and t.decided) for t in self.targets):
+        if any(t.status == MISMATCH for t in self.targets):
             return MISMATCHED
         return VERIFIED if all(t.status == EQUAL for t in self.targets) else UNVERIFIED
 
@@ -435,8 +440,6 @@ class CompareReport:
         if verdict == MISMATCHED:
             parts = []
             for t in self.targets:
-                if t.status == ERROR and t.decided:
-                    parts.append(f"{_where(t)}: the rewritten model fails: {t.error}")
                 if t.status != MISMATCH:
                     continue
                 bad = [c for c in t.outputs if not c.ok]
@@ -449,7 +452,16 @@ class CompareReport:
                         text += f"; first diverging region: {t.localization.region.label} by " \
                                 f"rule {s.rule!r} of plugin {s.plugin!r}"
                 parts.append(text)
+            second = self.second_opinion
+            if second:
+                parts.append(f"{second['target']} agrees with {self.oracle} on the original")
             return f"differs from {against.removeprefix('against ')}: " + "; ".join(parts)
+        if self.oracles_disagree:
+            second = self.second_opinion
+            which = second["target"] if second["result_agrees"] else "neither"
+            return (f"could not decide: the original's outputs on {self.oracle} and on "
+                    f"{second['target']} differ (max abs {_num_text(second['max_abs'])}); "
+                    f"the rewritten model agrees with {which}")
         return f"could not compare: {self.why_not_run()}"
 
     @property
@@ -468,7 +480,12 @@ class CompareReport:
             "inputs": self.inputs, "tolerances": self.tolerances,
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
+            "second_opinion": self.second_opinion,
         }
+
+
+def _num_text(x) -> str:
+    return "-" if x is None else (f"{x:.3g}" if math.isfinite(x) else str(x))
 
 
 def _where(t: TargetComparison) -> str:
@@ -657,6 +674,7 @@ def compare(
             found = runners_for(original.model, plugins,
                                 custom_op_libraries=custom_op_libraries,
                                 reference_ops=reference_ops, only=original_target, also=specs)
+            chain_entries = found.entries
             for candidate in found.entries:
                 if not isinstance(candidate, Runner):
                     report.oracle_attempts.append(candidate)
@@ -701,6 +719,13 @@ def compare(
                 if result.ok:
                     break
             report.targets.append(tc)
+
+        if oracle is not None and any(t.status == MISMATCH for t in report.targets):
+            later = chain_entries[chain_entries.index(oracle) + 1:]
+            _second_opinion(report, [c for c in later if isinstance(c, Runner)],
+                            lambda c: run(job(c.target, c.model, original.base_dir, feeds,
+                                              c.reference_ops)),
+                            want, tolerances, original.model)
 
         if localize and original is not None:
             for tc in report.targets:
@@ -772,6 +797,30 @@ def with_missing_imports(original, rewritten):
     return dataclasses.replace(original, model=copy)
 
 
+def _second_opinion(report: CompareReport, runners, run, want, tolerances: Tolerances,
+                    model) -> None:
+    """On a mismatch, the original on the next runtime of the chain that runs it: when it
+    agrees with the oracle, the mismatch stands; when it does not, the oracles disagree and
+    nothing is decided (the report says which one the rewritten model agrees with)."""
+    for candidate in runners:
+        result = run(candidate)
+        report.oracle_attempts.append({"target": candidate.label, "status": result.kind,
+                                       "error": result.error, "note": "second opinion"})
+        if not result.ok:
+            continue
+        other, _ = as_declared_floats(result.outputs, model)
+        between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances)
+        opinion = {"target": candidate.label, "agrees": between.status == EQUAL,
+                   "max_abs": between.max_abs, "result_agrees": True}
+        if not opinion["agrees"]:
+            opinion["result_agrees"] = all(
+                _judge_target(t.target, RunResult("ok", t.produced), other,
+                              tolerances).status == EQUAL
+                for t in report.targets if t.status == MISMATCH)
+        report.second_opinion = opinion
+        return
+
+
 def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) -> TargetComparison:
     if not result.ok:
         return TargetComparison(spec, ERROR, error=result.error, error_kind=result.kind,
@@ -797,7 +846,8 @@ def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) ->
                     worst[c.name] = _worse(worst[c.name], c)
     outputs = [worst[n] for n in order]
     status = EQUAL if all(c.ok for c in outputs) else MISMATCH
-    return TargetComparison(spec, status, outputs, seconds=result.seconds)
+    return TargetComparison(spec, status, outputs, seconds=result.seconds,
+                            produced=result.outputs)
 
 
 def _localize(run, job, original, subject, tc: TargetComparison, feeds,

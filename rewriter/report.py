@@ -277,7 +277,7 @@ def print_compare(report, stream=None) -> None:
     for t in report.targets:
         where = t.target if not t.runtime else f"{t.target} (run on {t.runtime})"
         if t.status == "error":
-            mark = "[red]✗[/red]" if t.decided else "[yellow]![/yellow]"
+            mark = "[yellow]![/yellow]"
             console.print(f"{mark} {escape(where)}: could not run "
                           f"({t.error_kind}): {escape(one_line(t.error))}")
             continue

@@ -284,7 +284,7 @@ def test_rewrite_verifies_by_default_and_fails_on_the_mismatch(acme_file, tmp_pa
     assert not report["ok"] and report["output"] is None and not out.exists()
     assert report["verdict"] == "mismatch" and not report["written"]
     assert report["verification"]["compare"].startswith(
-        "mismatch against the original run on onnxruntime with plugin kernels")
+        "differs from the original run on onnxruntime with plugin kernels")
     assert report["compare"]["targets"][0]["localization"]["rule"] == "acme:ErfGelu (wrong)"
     # --no-verify: the rewrite stands on its structural checks alone
     code, stdout, err = run_cli(["-p", acme_file, "rewrite", source, "-o", out, "--json",
@@ -450,10 +450,8 @@ def test_a_crashing_runtime_is_a_result(how, kind, words, misbehaving):
     assert (bad.status, bad.error_kind) == ("error", kind), bad.error
     assert words in bad.error
     assert good.status == "equal"  # the next job gets a fresh worker
-    # the rewritten model raising where the original ran is a mismatch; a crash decides
-    # nothing (unverified)
-    assert report.verdict == ("mismatch" if kind == "error" else "unverified")
-    assert report.exit_code == (1 if kind == "error" else 3)
+    # a rewritten model that could not be run decides nothing: unverified
+    assert report.verdict == "unverified" and report.exit_code == 3
     assert words in report.why_not_run()
 
 

@@ -72,13 +72,14 @@ def convert_and_compare(plugins, text: str, opset: int, *, overrides=None, rtol=
     onnxruntime; return the converted model."""
     model = model_from_text(textwrap.dedent(text))
     onnx.checker.check_model(model, full_check=True)
-    result = rewrite(model, [f"opset:{opset}"], plugins=plugins, confirm=False)
+    sets = [_inputs(model, seed, overrides) for seed in seeds]
+    result = rewrite(model, [f"opset:{opset}"], plugins=plugins, confirm=False,
+                     compare_options={"inputs": sets, "atol": atol, "rtol": rtol})
     converted = result.model
     assert result.report.ok, result.report.verification
     onnx.checker.check_model(converted, full_check=True)
     assert max(_ai_onnx_imports(converted)) <= opset
-    for seed in seeds:
-        feeds = _inputs(model, seed, overrides)
+    for feeds in sets:
         for want, got in zip(_run(model, feeds), _run(converted, feeds)):
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return converted
