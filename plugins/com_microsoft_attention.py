@@ -10,9 +10,10 @@ Every attention op ends in the same core::
 
 ``scale`` defaults to ``1/sqrt(H)`` (a ``scale`` attribute of 0 also means the default, as in
 onnxruntime). ``mask_bias`` is additive, as in onnxruntime's CPU kernels: every masked key
-position adds ``mask_filter_value`` (default -10000), and the causal mask
-(``unidirectional``) adds it again to keys ``j > i + P`` — so a fully masked row is softmax
-of the unmasked scores, exactly as onnxruntime computes it.
+position adds ``mask_filter_value`` (default -10000), so a fully masked row is softmax of
+its scores. The causal mask (``unidirectional``) leaves keys ``j > i + P`` out of the
+softmax altogether (adds ``-inf``), as onnxruntime 1.32's CPU kernel does: a query whose
+visible keys are all masked attends to those, never to future keys.
 
 * ``Attention(input, weights[, bias[, mask_index[, past[, attention_bias]]]])``:
   ``QKV = input @ weights + bias`` split into ``(hq, hk, hv)`` (``qkv_hidden_sizes``, default
@@ -79,6 +80,7 @@ from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper
 from rewriter.bodies import FunctionBuilder
 from rewriter.bodies import present as _present
 from rewriter.kernels import kernel
+from rewriter.registry import Arg, OpSample
 
 DOMAIN = "com.microsoft"
 # Range (11) for the causal and padding masks; Unsqueeze/Squeeze/Split switch between
@@ -157,12 +159,13 @@ def _heads(b: _Body, x: str, num_heads: int) -> str:
 
 
 def _causal_bias(b: _Body, s_len: str, t_len: str) -> str:
-    """``(S, T)``: the filter value on keys ``j > i + (T - S)``, else 0."""
+    """``(S, T)``: ``-inf`` on keys ``j > i + (T - S)`` (out of the softmax; key ``i + T - S``
+    is always in it), else 0."""
     one, zero = b.const(1, np.int64), b.const(0, np.int64)
     rows = b.op("Add", b.op("Range", zero, s_len, one), b.op("Sub", t_len, s_len))
     cols = b.op("Range", zero, t_len, one)
     future = b.op("Greater", cols, b.unsqueeze(rows, [1]))
-    return b.op("Where", future, b.filter, b.zero)
+    return b.op("Where", future, b.literal(-np.inf), b.zero)
 
 
 def _mask_bias_of_rank(b: _Body, mask: str, rank: int, s_len: str, t_len: str,
@@ -897,11 +900,259 @@ def _single_output(node: NodeProto) -> bool:
     return len(node.output) == 1 and bool(node.output[0])
 
 
+# -- oracle samples --------------------------------------------------------------------------
+
+_OPSETS = (12, 17)  # the bodies switch op forms at 13 and 17
+B, S, D, N, P = 2, 4, 8, 2, 3  # batch, sequence, hidden, heads, past
+
+
+def _binary_mask(empty_row: int | None = None):
+    """Random 0/1 int32 masks (about 70% ones), optionally with one fully masked row."""
+    def draw(rng, shape):
+        mask = (rng.random(shape) > 0.3).astype(np.int32)
+        if empty_row is not None:
+            mask[empty_row] = 0
+        return mask
+    return draw
+
+
+def _cos(rng, shape):
+    return np.cos(rng.random(shape) * 6)
+
+
+def _sin(rng, shape):
+    return np.sin(rng.random(shape) * 6)
+
+
+def _megatron_mask(rng, shape):
+    mask = np.tril(np.ones(shape[-2:], np.int32))[None, None].repeat(shape[0], 0)
+    mask[1, 0, :, 0] = 0
+    return mask
+
+
+def _attention_sample(case: str, opset: int, dtypes=None) -> OpSample:
+    total = S + P if "past" in case else S
+    inputs = ["T[2,4,8]", Arg("T[8,24]", low=-1, high=1), "T[24]"]
+    outputs, attrs = ["T"], {"num_heads": N}
+    if case == "no-bias":
+        inputs[2] = None
+    if "mask" in case and case != "mask-filter":
+        inputs.append(
+            Arg(f"int32[2,{total}]", values=_binary_mask(1)) if "mask-2d" in case else
+            Arg("int32[2]", values=[2, total]) if "mask-1d" in case else
+            Arg("int32[4]", values=[3, total, 1, 0]) if "mask-2b" in case else
+            Arg(f"int32[2,4,{total}]", values=_binary_mask()))
+    if "past" in case:
+        inputs += [None] * (4 - len(inputs)) + [f"T[2,2,{B},{P},{D // N}]"]
+        outputs.append("T")
+    if "causal" in case:
+        attrs["unidirectional"] = 1
+    if case == "scale":
+        attrs["scale"] = 0.3
+    if case == "qkv-sizes":
+        attrs["qkv_hidden_sizes"] = [4, 4, 8]
+        inputs[1:3] = [Arg("T[8,16]", low=-1, high=1), "T[16]"]
+    if case == "attention-bias":
+        inputs += [None, None, "T[1,2,4,4]"]
+    if case == "mask-filter":
+        attrs["mask_filter_value"] = -50.0
+        inputs.append(Arg("int32[2,4]", values=_binary_mask()))
+    return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
+                    tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
+
+
+def _mha_sample(case: str, opset: int, dtypes=None) -> OpSample:
+    length = S if case.startswith(("self", "causal")) or "past" in case else 5
+    total = length + (P if "past" in case else 0)
+    inputs = ["T[2,4,8]", f"T[2,{length},8]", f"T[2,{length},8]"]
+    outputs, attrs = ["T"], {"num_heads": N}
+    if "bias" in case and case != "attention-bias":
+        inputs.append("T[24]")
+    if "mask" in case:
+        inputs += [None] * (4 - len(inputs))
+        inputs.append(Arg(f"int32[2,{total}]", values=_binary_mask()) if "2d" in case
+                      else Arg("int32[2]", values=[2, total]))
+    if case == "attention-bias":
+        inputs += [None, None, f"T[2,1,4,{total}]"]
+    if "past" in case:
+        inputs += [None] * (6 - len(inputs)) + [f"T[2,2,{P},4]"] * 2
+        outputs += ["T", "T"]
+    if case.startswith("causal"):
+        attrs["unidirectional"] = 1
+    return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
+                    tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
+
+
+def _rotary_sample(case: str, opset: int, dtypes=None) -> OpSample:
+    head, max_len = 8, 16
+    rot = 4 if case == "partial" else head
+    attrs = {} if case == "no-num-heads" else {"num_heads": N}
+    if case == "partial":
+        attrs["rotary_embedding_dim"] = rot
+    if case == "interleaved":
+        attrs["interleaved"] = 1
+    x = "T[2,2,4,8]" if case == "bnsh" else "T[2,4,16]"
+    pos = (Arg("int64[1]", values=[3]) if case == "single-position"
+           else Arg("int64[2,4]", low=0, high=max_len))
+    cache = f"T[{max_len},{rot // 2}]"
+    return OpSample([x, pos, Arg(cache, values=_cos), Arg(cache, values=_sin)],
+                    attributes=attrs, opset=opset, dtypes=dtypes, name=case,
+                    tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
+
+
+def _embed_layer_norm_sample(case: str, opset: int) -> OpSample:
+    inputs = [Arg("int32[2,4]", low=0, high=10), None, "T[10,8]", "T[16,8]", None, "T[8]",
+              "T[8]"]
+    if case == "segments":
+        inputs[1], inputs[4] = Arg("int32[2,4]", low=0, high=2), "T[2,8]"
+    if case == "mask":  # a 2 is not counted: onnxruntime counts the ones
+        inputs.append(Arg("int32[2,4]", values=[[2, 1, 0, 1], [1, 1, 1, 0]]))
+    if case.startswith("position-ids"):
+        rows = B if case == "position-ids" else 1
+        inputs += [None, Arg(f"int32[{rows},4]", low=0, high=16)]
+    return OpSample(inputs, ["T", "int32", "T"], {"epsilon": 1e-5}, opset=opset, name=case)
+
+
+def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
+    """The prompt form (no past, or a past buffer the prompt fills) or token generation (a
+    past buffer of max length, the new K/V written at each entry's ``seqlens_k[b]``)."""
+    n_heads, kv_heads = (4, 1) if case == "multi-query" else (4, 2)
+    head = 32 if case == "rotary-partial" else 16
+    batch, max_len = 2, 8
+    if "prompt" in case and case != "subsequent-prompt":
+        seq, seqlens = 4, [3, 3]
+        if case == "prompt-padded":
+            seqlens = [3, 1]  # right padding: entry 1 has two tokens
+    elif case == "subsequent-prompt":  # one entry, 3 new tokens after 2 cached ones
+        batch, seq, seqlens = 1, 3, [4]
+    else:
+        seq, seqlens = 1, [5, 2]
+    total = max(seqlens) + 1
+    past_len = {"prompt": None, "prompt-padded": None, "rotary-prompt": None,
+                "prompt-present-unused": None, "token-grown-cache": total - 1}.get(case, max_len)
+    inputs = [f"T[{batch},{seq},{n_heads * head}]", f"T[{batch},{seq},{kv_heads * head}]",
+              f"T[{batch},{seq},{kv_heads * head}]", None, None,
+              Arg(f"int32[{batch}]", values=seqlens), Arg("int32[]", values=total)]
+    if past_len is not None:
+        inputs[3:5] = [f"T[{batch},{kv_heads},{past_len},{head}]"] * 2
+    attrs = {"num_heads": n_heads, "kv_num_heads": kv_heads}
+    if "rotary" in case:
+        inputs += [Arg(f"T[{max_len + 4},8]", values=_cos), Arg(f"T[{max_len + 4},8]",
+                                                                values=_sin)]
+        attrs["do_rotary"] = 1
+        if case == "rotary-interleaved":
+            attrs["rotary_interleaved"] = 1
+    if case == "packed-rotary":
+        inputs[0] = f"T[{batch},{seq},{(n_heads + 2 * kv_heads) * head}]"
+        inputs[1:3] = [None, None]
+    attrs.update({"window": {"local_window_size": 3}, "softcap": {"softcap": 1.5},
+                  "smooth": {"smooth_softmax": 1}, "scale": {"scale": 0.3}}.get(case, {}))
+    if case in ("head-sink", "attention-bias"):
+        inputs += [None] * (9 - len(inputs))
+        if case == "head-sink":
+            inputs += [None, None, f"T[{n_heads}]"]
+        else:
+            inputs += [None, f"T[{batch},1,{seq},{total}]"]
+            attrs["softcap"] = 2.0  # the bias is added after the softcap
+    # (onnxruntime ignores the past when the present outputs are not requested: only the
+    # prompt form is comparable without them)
+    outputs = ["T"] if case == "prompt-present-unused" else ["T", "T", "T"]
+    return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
+                    tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
+
+
+def _dmmha_sample(case: str, opset: int) -> OpSample:
+    """Self-attention on one new token with past/present buffers of max length ``M``: the
+    new K/V go to slot ``past_sequence_length``, attention reads slots ``0 .. past``."""
+    batch, heads, head, max_len = 4, 2, 8, 6
+    past = {"first-step": 0, "last-slot": max_len - 1}.get(case, 3)
+    hidden = heads * head
+    buffer = f"T[{batch},{heads},{max_len},{head}]"
+    inputs = [f"T[{batch},1,{hidden}]"] * 3 + [None, None, buffer, buffer,
+                                              Arg("int32[1]", values=[past]), None, None, None]
+    attrs = {"num_heads": heads, "past_present_share_buffer": 1}
+    if case.startswith("beam"):  # 2 sequences of 2 beams each
+        beam = 1 if case == "beam-width-1" else 2
+        inputs[8:10] = [Arg("int32[1]", values=[beam]),
+                        Arg(f"int32[{batch // beam},{beam},{max_len}]", low=0, high=beam)]
+    if case in ("bias", "beams"):
+        inputs[10] = f"T[{3 * hidden}]"
+    if "mask" in case:
+        inputs[3] = Arg(f"int32[{batch},{past + 1}]", values=_binary_mask())
+        attrs["mask_filter_value"] = -50.0
+    if case == "attention-bias":
+        inputs[4] = f"T[{batch},1,1,{past + 1}]"
+    if case == "scale":
+        attrs["scale"] = 0.4
+    while inputs[-1] is None:
+        inputs.pop()
+    return OpSample(inputs, ["T", "T", "T"], attrs, opset=opset, name=case)
+
+
+ATTENTION_CASES = ["plain", "no-bias", "mask-2d", "mask-1d", "mask-2b", "mask-3d", "causal",
+                   "causal-mask-2d", "past", "past-causal-mask-2d", "scale", "qkv-sizes",
+                   "attention-bias", "mask-filter"]
+MHA_CASES = ["self", "cross", "bias", "mask-2d", "mask-1d", "causal", "causal-mask-2d",
+             "past", "past-bias-mask-2d", "attention-bias"]
+ROTARY_CASES = ["plain", "no-num-heads", "bnsh", "interleaved", "partial", "single-position"]
+EMBED_CASES = ["mask", "no-mask", "segments", "position-ids", "position-ids-broadcast"]
+GQA_CASES = ["prompt", "prompt-padded", "prompt-past-buffer", "token", "token-grown-cache",
+             "subsequent-prompt", "rotary-prompt", "rotary-token", "rotary-interleaved",
+             "rotary-partial", "packed-rotary", "window", "softcap", "smooth", "head-sink",
+             "attention-bias", "scale", "multi-query", "prompt-present-unused"]
+DMMHA_CASES = ["plain", "bias", "mask", "attention-bias", "scale", "first-step",
+               "last-slot", "beams", "beams-mask", "beam-width-1"]
+_F32, _F16 = ["float"], ["float16"]
+
+
+def _oracles() -> dict[str, dict]:
+    """Per op: its oracle (onnxruntime's CPU contrib kernel, or this module's numpy where
+    onnxruntime has none) and samples, float32 at opsets 12 and 17, some float16."""
+    own = "rewriter_plugins.com_microsoft_attention:"
+    return {
+        "Attention": dict(oracle="onnxruntime", samples=[
+            *[_attention_sample(c, o, _F32) for c in ATTENTION_CASES for o in _OPSETS],
+            *[_attention_sample(c, 17, _F16) for c in ("plain", "past-causal-mask-2d",
+                                                       "mask-1d")],
+            # Megatron's (B, 1, M, M) mask: onnxruntime's CPU kernel refuses it; numpy
+            # reads rows P .. P+S, columns 0 .. T, as the CUDA kernel
+            *[OpSample(["T[2,4,8]", Arg("T[8,24]", low=-1, high=1), "T[24]",
+                        Arg("int32[2,1,16,16]", values=_megatron_mask), "T[2,2,2,3,4]"],
+                       ["T", "T"], {"num_heads": N}, opset=o, dtypes=_F32,
+                       oracle=own + "attention_oracle", name="megatron-mask-past")
+              for o in _OPSETS]]),
+        "MultiHeadAttention": dict(oracle="onnxruntime", samples=[
+            *[_mha_sample(c, o, _F32) for c in MHA_CASES for o in _OPSETS],
+            *[_mha_sample(c, 17, _F16) for c in ("cross", "past-bias-mask-2d")]]),
+        "RotaryEmbedding": dict(oracle="onnxruntime", samples=[
+            *[_rotary_sample(c, o, _F32) for c in ROTARY_CASES for o in _OPSETS],
+            *[_rotary_sample(c, 17, _F16) for c in ("plain", "interleaved")]]),
+        "EmbedLayerNormalization": dict(oracle="onnxruntime", samples=[
+            _embed_layer_norm_sample(c, o) for c in EMBED_CASES for o in _OPSETS]),
+        "RemovePadding": dict(oracle=own + "remove_padding_oracle", samples=[
+            OpSample(["T[3,5,4]", Arg("int32[3]", values=[2, 5, 0])],
+                     ["T", "int32", "int32", "int32"], opset=o) for o in _OPSETS]),
+        "RestorePadding": dict(oracle=own + "restore_padding_oracle", samples=[
+            OpSample(["T[7,4]", Arg("int32[3,5]", values=[[0, 1, 5, 6, 7], [8, 9, 2, 3, 4],
+                                                         [10, 11, 12, 13, 14]])], opset=o)
+            for o in _OPSETS]),
+        "GroupQueryAttention": dict(oracle="onnxruntime", samples=[
+            *[_gqa_sample(c, o, _F32) for c in GQA_CASES for o in _OPSETS],
+            *[_gqa_sample(c, 17, _F16) for c in ("prompt-padded", "rotary-token",
+                                                 "packed-rotary", "window", "head-sink")]]),
+        "DecoderMaskedMultiHeadAttention": dict(oracle="onnxruntime", samples=[
+            _dmmha_sample(c, o) for c in DMMHA_CASES for o in _OPSETS]),
+    }
+
+
 def register_decompositions(registry) -> None:
     """Called by ``rewriter_plugins.com_microsoft``'s hook."""
+    oracles = _oracles()
+
     def add(op_type, builder, opsets, dtypes=("float", "float16"), exact=True, note=""):
         registry.add(DOMAIN, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
-                     description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""))
+                     description=f"com-microsoft:{op_type}" + (f" ({note})" if note else ""),
+                     **oracles[op_type])
 
     add("Attention", build_attention, ATTENTION_OPSETS)
     add("MultiHeadAttention", build_multi_head_attention, ATTENTION_OPSETS)
@@ -976,13 +1227,30 @@ def attention_reference(x, weights, bias=None, mask_index=None, *, num_heads: in
         else:
             keep = m[:, :, total - seq:total, :total] > 0
         scores = scores + np.where(keep, 0.0, mask_filter_value)
-    if unidirectional:
+    if unidirectional:  # future keys are out of the softmax
         future = np.arange(total)[None, :] > np.arange(seq)[:, None] + (total - seq)
-        scores = scores + np.where(future, mask_filter_value, 0.0)
+        scores = scores + np.where(future, -np.inf, 0.0)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     out = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, -1)
     return out.astype(x.dtype), np.stack([k, v]).astype(x.dtype)
+
+
+def attention_oracle(x, weights, bias=None, mask_index=None, past=None, **attributes):
+    """``Attention`` (output, present) by :func:`attention_reference`, inputs in the op's
+    order."""
+    return attention_reference(x, weights, bias, mask_index, past=past, **attributes)
+
+
+def remove_padding_oracle(x, counts):
+    """``RemovePadding`` by the numpy kernel, computed in float32 for float16 input."""
+    out = remove_padding_kernel.fn(x.astype(np.float32), counts)
+    return (out[0].astype(x.dtype), *out[1:])
+
+
+def restore_padding_oracle(x, token_offset):
+    """``RestorePadding`` by the numpy kernel, computed in float32 for float16 input."""
+    return restore_padding_kernel.fn(x.astype(np.float32), token_offset).astype(x.dtype)
 
 
 _ATTENTION_KERNEL_ATTRIBUTES = {"num_heads": int, "unidirectional": 0, "scale": 0.0,
