@@ -654,9 +654,11 @@ def compare(
             report.error = str(e)
             return report
 
-        def job(runner_target: str, proto, base_dir, feed_sets, ops=()) -> Job:
+        def job(runner_target: str, proto, base_dir, feed_sets, ops=(),
+                libraries=None) -> Job:
             return Job.make(runner_target, proto, base_dir, feed_sets, plugins=plugins,
-                            custom_op_libraries=custom_op_libraries,
+                            custom_op_libraries=custom_op_libraries if libraries is None
+                            else libraries,
                             reference_ops=tuple(reference_ops) + tuple(ops))
 
         def run(j: Job) -> RunResult:
@@ -680,7 +682,7 @@ def compare(
                     report.oracle_attempts.append(candidate)
                     continue
                 result = run(job(candidate.target, candidate.model, original.base_dir, feeds,
-                                 candidate.reference_ops))
+                                 candidate.reference_ops, candidate.libraries))
                 report.oracle_attempts.append(
                     {"target": candidate.label, "status": result.kind, "error": result.error})
                 if result.ok:
@@ -713,7 +715,7 @@ def compare(
                    or "none")))
             for candidate in subject_chain.runners:
                 result = run(job(candidate.target, candidate.model, subject.base_dir, feeds,
-                                 candidate.reference_ops))
+                                 candidate.reference_ops, candidate.libraries))
                 tc = _judge_target(spec, result, want, tolerances)
                 tc.runtime, tc.runner = candidate.label, candidate
                 if result.ok:
@@ -724,7 +726,7 @@ def compare(
             later = chain_entries[chain_entries.index(oracle) + 1:]
             _second_opinion(report, [c for c in later if isinstance(c, Runner)],
                             lambda c: run(job(c.target, c.model, original.base_dir, feeds,
-                                              c.reference_ops)),
+                                              c.reference_ops, c.libraries)),
                             want, tolerances, original.model)
 
         if localize and original is not None:
@@ -869,7 +871,7 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
     names = boundary_names(regions)
     feed = [feeds[index]]
     before = run(job(oracle.target, expose(oracle.model, names), original.base_dir, feed,
-                     oracle.reference_ops))
+                     oracle.reference_ops, oracle.libraries))
     if not before.ok:
         return Localization("unavailable", f"the original with its region boundaries exposed "
                             f"failed on {oracle.label}: {before.error}", input_set=index)
@@ -878,7 +880,7 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
         after = run(job(tc.target, expose(subject.model, names), subject.base_dir, feed))
     else:
         after = run(job(where.target, expose(where.model, names), subject.base_dir, feed,
-                        where.reference_ops))
+                        where.reference_ops, where.libraries))
     if not after.ok:
         return Localization("unavailable", f"the rewritten model with its region boundaries "
                             f"exposed failed on {tc.runtime or tc.target}: {after.error}",

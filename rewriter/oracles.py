@@ -5,8 +5,8 @@ The original model is evaluated by the first runtime of the chain that runs it (
 models (``opset:N``), or that still holds findings (``--partial``), runs on the chain too.
 The order (``docs/compare.md``):
 
-1. ``onnxruntime`` as it is: contrib ops, and custom-op libraries given with
-   ``--custom-ops-library``;
+1. ``onnxruntime`` as it is: contrib ops, onnxruntime-extensions' native ops where it is
+   installed, and custom-op libraries given with ``--custom-ops-library``;
 2. ``onnxruntime`` with plugin kernels: every node onnxruntime lacks retargeted to a kernel
    an installed plugin registers (an onnxruntime-extensions native op, else a Python kernel
    run through onnxruntime-extensions); only when kernels cover every such node;
@@ -42,6 +42,7 @@ class Runner:
     target: str  # the target spec the isolated worker builds
     model: ModelProto
     reference_ops: tuple[type, ...] = ()
+    libraries: tuple[str, ...] | None = None  # custom-op libraries (None: the caller's)
 
 
 @dataclass
@@ -85,26 +86,28 @@ def runners_for(
         chain.entries.append(Runner(only, only, model))
         return chain
 
-    def target(spec: str, **options):
+    def target(spec: str, libraries=None, **options):
         from rewriter.api import resolve_targets
         from rewriter.targets import TargetOptions
 
-        opts = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=False,
-                             plugins=plugins, **options)
+        given = tuple(custom_op_libraries) if libraries is None else libraries
+        opts = TargetOptions(custom_op_libraries=given, confirm=False, plugins=plugins,
+                             **options)
         return resolve_targets(plugins, [spec], opts)[0]
 
-    def consider(label: str, spec: str, candidate: ModelProto, ops=(), **options) -> list:
+    def consider(label: str, spec: str, candidate: ModelProto, ops=(), libraries=None,
+                 **options) -> list:
         """The target's static findings for ``candidate`` (empty: a runner is added);
         None when the target cannot be built (not installed)."""
         try:
-            t = target(spec, **options)
+            t = target(spec, libraries, **options)
             findings = find_unsupported(candidate, t)
         except Exception as e:  # noqa: BLE001 - a target that cannot even check is no runner
             chain.entries.append({"target": label, "status": "skipped",
                                   "error": f"{type(e).__name__}: {e}"})
             return None
         if not findings:
-            chain.entries.append(Runner(label, spec, candidate, tuple(ops)))
+            chain.entries.append(Runner(label, spec, candidate, tuple(ops), libraries))
         else:
             chain.entries.append({"target": label, "status": "skipped",
                                   "error": f"cannot run it: {findings_text(findings)}"})
@@ -113,7 +116,8 @@ def runners_for(
     wanted = (lambda name: base is None or base == name)
     ort_spec = only if base == ONNXRUNTIME else ONNXRUNTIME
     if wanted(ONNXRUNTIME) and ONNXRUNTIME in registry.targets:
-        if consider(ONNXRUNTIME, ort_spec, model):
+        libraries = tuple(dict.fromkeys((*custom_op_libraries, *_extensions())))
+        if consider(ONNXRUNTIME, ort_spec, model, libraries=libraries):
             retargeted, why = with_kernels(model, plugins, ort_spec, custom_op_libraries)
             if retargeted is not None:
                 consider(WITH_KERNELS, ort_spec, retargeted)
@@ -236,6 +240,20 @@ def _plugin_reference_ops(plugins: Plugins, model: ModelProto) -> list[Any]:
     from rewriter.kernels import reference_ops
 
     return list(reference_ops(model, plugins.registry))
+
+
+def _extensions() -> tuple[str, ...]:
+    """``("extensions",)`` where onnxruntime-extensions is installed (its native ops are
+    installed kernels as much as contrib ops are)."""
+    import importlib.util
+
+    from rewriter.kernels import EXTENSIONS
+
+    try:
+        found = importlib.util.find_spec("onnxruntime_extensions") is not None
+    except (ImportError, ValueError):
+        found = False
+    return (EXTENSIONS,) if found else ()
 
 
 def _openvino_installed() -> bool:

@@ -194,12 +194,12 @@ def test_rewrite_inside_an_if_branch_runs_on_openvino(plugins):
     rewritten = rewrite(model, ["openvino"], plugins=plugins).model
     assert find_unsupported(rewritten, target) == []
     x = np.random.default_rng(1).standard_normal((1, 5, 5, 3)).astype(np.float32)
-    # onnxruntime's CPU build has no NhwcConv kernel: the reference evaluator runs the
-    # original with the com-microsoft plugin's kernel
+    # onnxruntime's CPU build has no NhwcConv kernel: onnxruntime runs the original with
+    # the com-microsoft plugin's kernel
     result = compare(model, rewritten, ["openvino"], inputs={"c": np.array(True), "x": x},
                      plugins=plugins)
     assert result.status == "equal", result.summary()
-    assert result.oracle == "reference"
+    assert result.oracle == "onnxruntime with plugin kernels"
 
 
 def test_a_model_openvino_refuses_is_a_result_not_a_crash(plugins):
@@ -213,7 +213,7 @@ def test_a_model_openvino_refuses_is_a_result_not_a_crash(plugins):
                      inputs={"a": np.array(["x", "y"], dtype=object),
                              "b": np.array(["1", "2"], dtype=object)}, plugins=plugins)
     (tc,) = result.targets
-    assert tc.status == "error" and result.exit_code == 2
+    assert tc.status == "error" and result.verdict == "unverified" and result.exit_code == 3
     assert "No conversion rule found for operations: StringConcat-20" in tc.error
     assert "\n" not in tc.error
 
@@ -292,4 +292,4 @@ def test_com_microsoft_corpus_model_runs_on_openvino_after_rewrite(name, plugins
         compared = compare(str(path), result.model, ["openvino"], original_target=oracle,
                            plugins=plugins, runs=2, **how)
     assert compared.status == "equal", compared.summary()
-    assert compared.oracle == ("onnxruntime" if oracle == "rewritten" else oracle)
+    assert compared.oracle.startswith("onnxruntime" if oracle == "rewritten" else oracle)
