@@ -1,6 +1,10 @@
 """Before/after table for the real models in ``../shared/corpus``.
 
-``python benchmarks/corpus_rewrite.py [--target onnxruntime] [--markdown] [MODEL ...]``
+``python benchmarks/corpus_rewrite.py [--target T ...] [--markdown] [MODEL ...]``
+
+``--verdicts`` (the default targets onnxruntime, reference, openvino and opset:17): per
+target, how many rewrites end verified, mismatched or unverified (and how many need no
+rewrite or have no remedy), with the reason of every one that is not verified.
 
 Before: does what ``onnx-rewriter run MODEL`` does (onnxruntime, no rewrite) work? After:
 what ``onnx-rewriter rewrite MODEL -o OUT --target T`` does (the library call behind it; it
@@ -36,14 +40,18 @@ class Row:
     compare: str = ""
     after: str = ""  # run of the rewritten model
     remedies: list[str] = field(default_factory=list)
+    verdict: str = ""  # verified | mismatch | unverified | unchanged | unfixable | error
+    reason: str = ""  # the verdict's reason
+    oracle: str = ""  # where the original ran
+    target: str = ""
 
 
-def _short(message: str) -> str:
+def _short(message: str, limit: int = 120) -> str:
     """One line, without onnxruntime's prefix and the corpus path."""
     line = (message.strip().splitlines() or [""])[0]
     line = re.sub(r"onnxruntime cannot load \S+: ", "", line)
     line = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
-    return line.replace(f"{CORPUS}/", "")[:120]
+    return line.replace(f"{CORPUS}/", "")[:limit]
 
 
 def _run(model: Path, inputs: Path | None, dims: dict[str, int], plugins) -> str:
@@ -109,7 +117,8 @@ def _given_inputs(model: Path, workdir: Path) -> Path | None:
     return folder.parent
 
 
-def measure(model: Path, target: str, workdir: Path, plugins=None) -> Row:
+def measure(model: Path, target: str, workdir: Path, plugins=None, *,
+            run_before: bool = True) -> Row:
     """Run, rewrite (as ``onnx-rewriter rewrite MODEL -o OUT --target T`` does, ending with
     its comparison) and run the result."""
     from rewriter.api import rewrite
@@ -121,8 +130,10 @@ def measure(model: Path, target: str, workdir: Path, plugins=None) -> Row:
     plugins = plugins or load_plugins()
     inputs = _given_inputs(model, workdir)
     dims = parse_dims(DIMS.get(model.name, []))
-    row = Row(model.name, _run(model, inputs, dims, plugins))
+    row = Row(model.name, _run(model, inputs, dims, plugins) if run_before else "",
+              target=target)
     out = workdir / model.name
+    out.unlink(missing_ok=True)
     options = {"dims": dims, **({"inputs": [str(inputs)]} if inputs else {})}
     try:
         result = rewrite(str(model), [target], output=str(out), plugins=plugins,
@@ -131,16 +142,23 @@ def measure(model: Path, target: str, workdir: Path, plugins=None) -> Row:
         first = e.findings[0]
         row.rewrite = (f"unfixable: {len(e.findings)} node(s), e.g. {first.op_label}: "
                        f"{first.reason}")
+        row.verdict, row.reason = "unfixable", _short(str(e), 300)
     except RewriterError as e:
         row.rewrite = f"error: {_short(str(e))}"
+        row.verdict, row.reason = "error", row.rewrite
     except Exception as e:  # noqa: BLE001 - reported, and failed by the test
         row.rewrite = f"internal error: {type(e).__name__}: {_short(str(e))}"
+        row.verdict, row.reason = "error", row.rewrite
     else:
         report = result.report
         row.remedies = sorted({f"{op} ({kind}, {plugin})"
                                for (kind, plugin, _rule, op) in report.applied})
         row.rewrite = "rewritten" if row.remedies else "no-op"
         row.compare = report.verification.get("compare", "")
+        row.verdict, row.reason = report.verdict, _short(report.verdict_reason, 300)
+        row.oracle = report.comparison.oracle if report.comparison is not None else ""
+    if not run_before:
+        return row
     if out.exists():
         row.after = _run(out, inputs, dims, plugins)
     if row.rewrite == "no-op":  # nothing to fix for onnxruntime: the model is as it was
@@ -174,10 +192,35 @@ def markdown(rows: list[Row], target: str) -> str:
     return "\n".join(lines)
 
 
+VERDICT_TARGETS = ("onnxruntime", "reference", "openvino", "opset:17")
+VERDICTS = ("verified", "mismatch", "unverified", "unchanged", "unfixable", "error")
+
+
+def verdicts_markdown(rows: list[Row]) -> str:
+    """Per target: how many rewrites end in each verdict; then every one not verified."""
+    targets = list(dict.fromkeys(r.target for r in rows))
+    lines = ["| target | " + " | ".join(VERDICTS) + " |",
+             "|---|" + "---|" * len(VERDICTS)]
+    for t in targets:
+        mine = [r for r in rows if r.target == t]
+        lines.append(f"| {t} | " + " | ".join(str(sum(r.verdict == v for r in mine))
+                                             for v in VERDICTS) + " |")
+    lines += ["", "| target | model | verdict | oracle | reason |", "|---|---|---|---|---|"]
+    for r in rows:
+        if r.verdict in ("mismatch", "unverified", "error", "unfixable"):
+            cells = [r.target, r.model, r.verdict, r.oracle or "-", r.reason]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="model file names (default: all)")
-    parser.add_argument("--target", default="onnxruntime")
+    parser.add_argument("--target", action="append", dest="targets",
+                        help="target (repeatable; default: onnxruntime, or with --verdicts "
+                        f"{', '.join(VERDICT_TARGETS)})")
+    parser.add_argument("--verdicts", action="store_true",
+                        help="the verdict table per target (no before/after runs)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", dest="json_out", help="write the rows to this file")
     args = parser.parse_args(argv)
@@ -189,8 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     from rewriter.manager import load_plugins
 
     plugins = load_plugins()
+    if args.verdicts:
+        targets = args.targets or list(VERDICT_TARGETS)
+        with tempfile.TemporaryDirectory() as tmp, native_stdout_to_stderr():
+            rows = []
+            for t in targets:
+                for m in models:
+                    rows.append(measure(m, t, Path(tmp), plugins, run_before=False))
+                    print(f"{t:12} {m.name:50} {rows[-1].verdict}", file=sys.stderr)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        print(verdicts_markdown(rows))
+        return 0
+    target = (args.targets or ["onnxruntime"])[0]
+    args.target = target
     with tempfile.TemporaryDirectory() as tmp, native_stdout_to_stderr():
-        rows = [measure(m, args.target, Path(tmp), plugins) for m in models]
+        rows = [measure(m, target, Path(tmp), plugins) for m in models]
     if args.json_out:
         Path(args.json_out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
     if args.markdown:
