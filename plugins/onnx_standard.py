@@ -12,6 +12,7 @@ from __future__ import annotations
 from onnx import FunctionProto, TensorProto, helper
 
 from rewriter import hookimpl
+from rewriter.registry import OpSample
 
 BITCAST_OPSETS = (26, None)  # BitCast is new in opset 26
 _BOOL_BITCASTS = {TensorProto.UINT8, TensorProto.INT8}
@@ -33,4 +34,8 @@ def build_bitcast(ctx) -> FunctionProto | None:
 @hookimpl
 def register_decompositions(registry):
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS, dtypes=("bool",),
-                 description="onnx-standard:BitCast (bool to uint8/int8 as Cast)")
+                 description="onnx-standard:BitCast (bool to uint8/int8 as Cast)",
+                 oracle="reference",  # the reference evaluator's own BitCast (numpy view)
+                 samples=[OpSample(["T[2,3]"], [name], {"to": to}, name=name)
+                          for name, to in (("uint8", TensorProto.UINT8),
+                                           ("int8", TensorProto.INT8))])

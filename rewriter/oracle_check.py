@@ -112,9 +112,10 @@ def label(entry: DecompositionEntry) -> str:
 
 
 def opset_of(entry: DecompositionEntry, sample: OpSample) -> int | None:
-    """The ai.onnx opset ``sample`` runs at for ``entry`` (None: outside its range)."""
+    """The ai.onnx opset ``sample`` runs at for ``entry`` (None: outside its range; 0: the
+    model imports no ai.onnx opset, which the engine plans as opset 1)."""
     opset = sample.opset if sample.opset is not None else max(entry.opsets[0], MIN_OPSET)
-    return opset if entry.covers(opset) else None
+    return opset if entry.covers(max(opset, 1)) else None
 
 
 def run_name(sample: OpSample, dtype: str | None) -> str:
@@ -201,11 +202,11 @@ def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None) -> Che
     graph = helper.make_graph([node], "sample", graph_inputs, [
         helper.make_tensor_value_info(n, e, None)
         for n, e in zip([o for o in outputs if o], out_elems)], initializer=initializers)
-    imports = [helper.make_opsetid("", opset)]
+    imports = [helper.make_opsetid("", opset)] if opset else []
     if entry.domain:
         imports.append(helper.make_opsetid(entry.domain, 1))
     model = helper.make_model(graph, opset_imports=imports, producer_name="oracle_check")
-    model.ir_version = _ir_version(opset)
+    model.ir_version = _ir_version(opset or MIN_OPSET)
     declared = [helper.tensor_dtype_to_np_dtype(e).name for e in out_elems]
     return Check(entry, run_label, model, [feeds], dtype, declared, None, sample.tolerance,
                  sample.oracle)
@@ -339,16 +340,17 @@ def dependence(check: Check, oracle: str) -> str | None:
                     f"{entry.domain or 'ai.onnx'}::{entry.op_type}({version}) (it would expand "
                     "the op's function, or cannot run it)")
     if oracle == "reference":
+        from onnx.reference import ReferenceEvaluator
         from onnx.reference.op_run import OpFunction
-        from onnx.reference.ops import load_op
 
         try:
-            cls = load_op(entry.domain, entry.op_type, version)
-        except Exception:  # noqa: BLE001 - any refusal: not implemented
-            return (f"the reference evaluator has no implementation of "
+            (implementation,) = ReferenceEvaluator(check.model).rt_nodes_
+        except Exception as e:  # noqa: BLE001 - it cannot run the op at all
+            return f"the reference evaluator cannot run it: {type(e).__name__}: {e}"
+        if isinstance(implementation, OpFunction) or type(implementation).__module__.split(
+                ".")[:2] != ["onnx", "reference"]:
+            return ("the reference evaluator has no implementation of "
                     f"{entry.domain or 'ai.onnx'}::{entry.op_type}({version}) but its function")
-        if issubclass(cls, OpFunction):
-            return "the reference evaluator runs the op's function body"
     return None
 
 

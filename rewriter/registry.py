@@ -98,7 +98,8 @@ class OpSample:
             the oracle must both give these.
         attributes: the node's attributes.
         opset: the ai.onnx opset of the model (default: the registration's lowest, at least
-            7); outside the registration's range the sample does not apply to it.
+            7; 0: the model imports no ai.onnx opset, which counts as opset 1); outside the
+            registration's range the sample does not apply to it.
         dtypes: the registration's dtypes this sample runs at (default: all of them).
         tolerance: ``(rtol, atol)`` for float outputs (default: by dtype).
         oracle: this sample's oracle, where the registration's cannot run it (onnxruntime's
