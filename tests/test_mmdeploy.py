@@ -1,9 +1,10 @@
-"""The ``mmdeploy`` plugin against its oracles: ``torch.nn.functional.grid_sample``
-(grid_sampler), onnxruntime's own RoiAlign (the numpy MMCVRoiAlign kernel), numpy
-deformable convolution checked against onnxruntime's DeformConv (the MMCV deform convs),
-OpenVINO's runtime (MMCVRoIAlignRotated, DeformableConv2D: it imports both ops itself), and
-a brute-force NMSMatch. Decompositions are rewritten for onnxruntime and run there; kernels
-through ``rewriter.session``.
+"""The ``mmdeploy`` plugin. Its decompositions against their oracles on the plugin's samples
+(``torch.nn.functional.grid_sample``, the numpy MMCVRoiAlign and TRTBatchedNMS kernels, the
+numpy deformable convolution) are in ``tests/test_oracles.py``; here: those oracles against
+independent ones (onnxruntime's RoiAlign and DeformConv, a hand-worked NMS), the kernels
+against OpenVINO's runtime (MMCVRoIAlignRotated, DeformableConv2D,
+ExperimentalDetectronDetectionOutput) and a brute-force NMSMatch, declines, If branches and
+the corpus. Kernels run through ``rewriter.session``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from rewriter_plugins import mmdeploy
 
 import rewriter
 from rewriter.api import rewrite
@@ -65,36 +67,6 @@ def _grid_model(opset, **attrs):
                   [_vi("output")], opset)
 
 
-@pytest.mark.parametrize("opset", [11, 13, 16, 20])
-def test_grid_sampler(plugins, opset):
-    """Every interpolation/padding/align_corners code, one node each in one model (before
-    opset 16, bicubic has no decomposition), with grid points on, beyond and far beyond the
-    borders."""
-    torch = pytest.importorskip("torch")
-    modes = 3 if opset >= 16 else 2
-    cases = [(m, p, a) for m in range(modes) for p in range(3) for a in range(2)]
-    nodes = [helper.make_node("grid_sampler", ["input", "grid"], [f"y{i}"], domain=MM,
-                              interpolation_mode=m, padding_mode=p, align_corners=a)
-             for i, (m, p, a) in enumerate(cases)]
-    model = _model(nodes, [_vi("input", F32, ["N", 3, "H", "W"]),
-                           _vi("grid", F32, ["N", "h", "w", 2])],
-                   [_vi(f"y{i}") for i in range(len(cases))], opset)
-    rng = np.random.default_rng(opset)
-    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
-    grid = rng.uniform(-1.3, 1.3, (2, 4, 6, 2)).astype(np.float32)
-    grid[0, 0, :4] = [[-1, -1], [1, 1], [0, 0], [50, -80]]
-    if opset < 16:  # onnxruntime 1.32's GridSample (border) misplaces (1e6, -1e7)
-        grid[0, 0, 4] = [1e6, -1e7]
-    got = _run(_decomposed(model, plugins), {"input": x, "grid": grid})
-    for (mode, padding, align), y in zip(cases, got):
-        expected = torch.nn.functional.grid_sample(
-            torch.from_numpy(x), torch.from_numpy(grid),
-            mode=["bilinear", "nearest", "bicubic"][mode],
-            padding_mode=["zeros", "border", "reflection"][padding], align_corners=bool(align))
-        np.testing.assert_allclose(y, expected.numpy(), rtol=1e-4, atol=1e-5,
-                                   err_msg=f"mode {mode} padding {padding} align {align}")
-
-
 def test_grid_sampler_bicubic_below_opset_16_has_no_remedy(plugins):
     with pytest.raises(UnfixableError):
         _rewritten(_grid_model(13, interpolation_mode=2), plugins)
@@ -129,13 +101,6 @@ def test_grid_sampler_inside_if_branch(plugins, opset):
 # -- MMCVRoiAlign ------------------------------------------------------------------------
 
 
-def _rois(rng, count, batch, extent=20.0):
-    x1 = rng.uniform(-4, extent, count)
-    y1 = rng.uniform(-4, extent, count)
-    return np.stack([rng.integers(0, batch, count), x1, y1, x1 + rng.uniform(0, 12, count),
-                     y1 + rng.uniform(0, 12, count)], 1).astype(np.float32)
-
-
 def _onnx_roi_align(x, rois, mode, aligned, **attrs):
     """onnxruntime's RoiAlign on the split rois: an independent oracle for avg mode."""
     node = helper.make_node("RoiAlign", ["X", "boxes", "index"], ["Y"], mode=mode,
@@ -153,7 +118,7 @@ def test_roi_align_kernel_matches_onnxruntime_roialign(aligned, sampling_ratio):
 
     rng = np.random.default_rng(10 + aligned + sampling_ratio)
     x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
-    rois = _rois(rng, 9, 2)
+    rois = mmdeploy._rois(rng, (9, 5)).astype(np.float32)
     attrs = dict(output_height=3, output_width=4, spatial_scale=0.5,
                  sampling_ratio=sampling_ratio)
     got = roi_align(x, rois, mode="avg", aligned=aligned, **attrs)
@@ -168,21 +133,6 @@ def _roi_model(opset, domain=MM, **attrs):
                   [_vi("output")], opset, domain)
 
 
-@pytest.mark.parametrize("opset,aligned", [(16, 0), (16, 1), (11, 0), (20, 1)])
-@pytest.mark.parametrize("domain", [MM, "mmcv"])
-def test_roi_align_decomposition(plugins, opset, aligned, domain):
-    from rewriter_custom_ops.mm_roi_align import roi_align
-
-    rng = np.random.default_rng(20 + opset + aligned)
-    x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
-    rois = _rois(rng, 9, 2)
-    attrs = dict(output_height=2, output_width=3, spatial_scale=0.75, sampling_ratio=0)
-    model = _roi_model(opset, domain, mode="avg", aligned=aligned, **attrs)
-    (got,) = _run(_decomposed(model, plugins), {"input": x, "rois": rois})
-    expected = roi_align(x, rois, mode="avg", aligned=aligned, **attrs)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-
-
 @pytest.mark.parametrize("opset,attrs", [(16, dict(mode="max", aligned=1)),
                                          (11, dict(mode="avg", aligned=1))],
                          ids=["max-mode", "aligned-before-16"])
@@ -192,7 +142,7 @@ def test_roi_align_kernel_where_roialign_differs(plugins, opset, attrs):
 
     rng = np.random.default_rng(30 + opset)
     x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
-    rois = _rois(rng, 9, 2)
+    rois = mmdeploy._rois(rng, (9, 5)).astype(np.float32)
     model = _roi_model(opset, output_height=2, output_width=3, spatial_scale=0.75, **attrs)
     result = _rewritten(model, plugins)
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
@@ -215,9 +165,7 @@ def _deform_case(rng, n=2, c=4, h=7, w=6, o=6, kh=3, kw=2, groups=1, dg=2, strid
     ow = (w + 2 * pad[1] - (dilation[1] * (kw - 1) + 1)) // stride[1] + 1
     return dict(
         input=rng.standard_normal((n, c, h, w)).astype(np.float32),
-        offset=np.round(rng.uniform(-3, 3, (n, dg * 2 * kh * kw, oh, ow)) * 2).astype(
-            np.float32) / 2 + rng.uniform(-0.3, 0.3, (n, dg * 2 * kh * kw, oh, ow)).astype(
-            np.float32),
+        offset=mmdeploy._offsets(rng, (n, dg * 2 * kh * kw, oh, ow)).astype(np.float32),
         mask=rng.uniform(0, 1, (n, dg * kh * kw, oh, ow)).astype(np.float32),
         weight=rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32),
         bias=rng.standard_normal(o).astype(np.float32),
@@ -241,34 +189,6 @@ def test_numpy_deform_conv_matches_onnxruntime_deformconv():
     expected = deform_conv2d(v["input"], v["offset"], v["weight"], v["mask"], v["bias"],
                              strides=a["stride"], pads=a["padding"] * 2,
                              dilations=a["dilation"], groups=2, offset_groups=2)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("op,inputs", [
-    ("MMCVModulatedDeformConv2d", ["input", "offset", "mask", "weight", "bias"]),
-    ("MMCVModulatedDeformConv2d", ["input", "offset", "mask", "weight"]),
-    ("MMCVDeformConv2d", ["input", "offset", "weight"]),
-])
-@pytest.mark.parametrize("groups,dg", [(1, 2), (2, 1)])
-@pytest.mark.parametrize("opset", [13, 19])  # gathers before DeformConv (opset 19)
-def test_deform_conv_decomposition(plugins, op, inputs, groups, dg, opset):
-    from rewriter_custom_ops.mm_deform_conv import deform_conv2d
-
-    rng = np.random.default_rng(41 + groups + len(inputs))
-    v, a = _deform_case(rng, groups=groups, dg=dg)
-    attrs = dict(a)
-    if op == "MMCVDeformConv2d":
-        attrs["im2col_step"] = 32
-    node = helper.make_node(op, inputs, ["output"], domain=MM, **attrs)
-    model = _model([node], [_vi(n, F32, list(v[n].shape)) for n in inputs], [_vi("output")],
-                   opset)
-    decomposed = _decomposed(model, plugins)
-    assert any(n.op_type == "DeformConv" for n in decomposed.graph.node) == (opset >= 19)
-    (got,) = _run(decomposed, {n: v[n] for n in inputs})
-    expected = deform_conv2d(
-        v["input"], v["offset"], v["weight"], v["mask"] if "mask" in inputs else None,
-        v["bias"] if "bias" in inputs else None, strides=a["stride"], pads=a["padding"] * 2,
-        dilations=a["dilation"], groups=groups, offset_groups=dg)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
@@ -498,63 +418,6 @@ def test_corpus_nms_match_end_to_end(plugins):
 
 # -- TRTBatchedNMS -----------------------------------------------------------------------
 
-_NMS_CASES = [  # (per-class boxes, attributes, outputs)
-    (False, dict(background_label_id=-1, topk=6, keep_topk=9, score_threshold=0.2,
-                 iou_threshold=0.3, is_normalized=0, clip_boxes=0, return_index=1), 3),
-    (True, dict(background_label_id=1, topk=20, keep_topk=7, score_threshold=0.1,
-                iou_threshold=0.4, clip_boxes=1, return_index=1), 3),
-    (False, dict(keep_topk=40, score_threshold=0.3, iou_threshold=0.0), 2),  # 40 > C * N
-]
-
-
-def _nms_inputs(rng, batch=2, count=10, classes=3):
-    def boxes(locs):
-        xy = rng.uniform(0, 1, (batch, count, locs, 2))
-        out = np.concatenate([xy, xy + rng.uniform(0.05, 0.6, (batch, count, locs, 2))], -1)
-        out[0, 0] = out[0, 0][..., [2, 3, 0, 1]]  # a reversed box overlaps nothing
-        return out.astype(np.float32)
-
-    scores = rng.uniform(0, 1, (batch, count, classes)).astype(np.float32)
-    scores[-1, :3] = 0.5  # equal scores: lower class, then lower box first
-    return {"boxes": boxes(1), "class_boxes": boxes(classes), "scores": scores}
-
-
-@pytest.mark.parametrize("opset", [11, 13])
-def test_batched_nms_decomposition(plugins, opset):
-    """Each attribute form against the numpy plugin transcription, bit for bit."""
-    from rewriter_custom_ops.mm_batched_nms import batched_nms
-
-    names = ["dets", "labels", "index"]
-    nodes = [helper.make_node("TRTBatchedNMS", ["class_boxes" if per_class else "boxes",
-                                                "scores"], [f"{n}{i}" for n in names[:n_out]],
-                              domain=MM, num_classes=3, **attrs)
-             for i, (per_class, attrs, n_out) in enumerate(_NMS_CASES)]
-    outputs = [_vi(f"{n}{i}", F32 if n == "dets" else TensorProto.INT64)
-               for i, (_, _, n_out) in enumerate(_NMS_CASES) for n in names[:n_out]]
-    model = _model(nodes, [_vi("boxes", F32, ["B", "N", 1, 4]),
-                           _vi("class_boxes", F32, ["B", "N", 3, 4]),
-                           _vi("scores", F32, ["B", "N", 3])], outputs, opset)
-    sess = ort.InferenceSession(_decomposed(model, plugins).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(80 + opset)
-    kept = 0
-    for _ in range(8):
-        feeds = _nms_inputs(rng)
-        got = iter(sess.run(None, feeds))
-        for per_class, attrs, n_out in _NMS_CASES:
-            expected = batched_nms(feeds["class_boxes" if per_class else "boxes"],
-                                   feeds["scores"], num_classes=3,
-                                   **{k: v for k, v in attrs.items()
-                                      if k not in ("is_normalized", "return_index")},
-                                   **{k: v for k, v in dict(background_label_id=0, topk=0,
-                                                            clip_boxes=1).items()
-                                      if k not in attrs})
-            for value, want in zip([next(got) for _ in range(n_out)], expected):
-                np.testing.assert_array_equal(value, want)
-            kept += int((expected[1] >= 0).sum())
-    assert kept > 100
-
-
 def test_batched_nms_kernel_by_hand():
     """Strict IoU and score thresholds, topk per class, ties, padding, index, clipping."""
     from rewriter_custom_ops.mm_batched_nms import batched_nms
@@ -593,10 +456,11 @@ def test_batched_nms_rewrite_verifies(plugins):
     model = _model([node], [_vi("boxes", F32, [1, 10, 1, 4]), _vi("scores", F32, [1, 10, 3])],
                    [_vi("dets", F32, [1, 5, 5]), _vi("labels", TensorProto.INT64, [1, 5]),
                     _vi("index", TensorProto.INT64, [1, 5])], 11)
-    feeds = _nms_inputs(np.random.default_rng(90), batch=1)
+    rng = np.random.default_rng(90)
+    feeds = {"boxes": mmdeploy._nms_boxes(rng, (1, 10, 1, 4)).astype(np.float32),
+             "scores": mmdeploy._nms_scores(rng, (1, 10, 3)).astype(np.float32)}
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False,
-                     compare_options={"inputs": {"boxes": feeds["boxes"],
-                                                 "scores": feeds["scores"]}})
+                     compare_options={"inputs": feeds})
     assert result.report.ok, result.report.verification
     assert result.report.verification["compare"] == "ok"
     assert [a["kind"] for a in result.report.as_dict()["applied"]] == ["decomposition"]
