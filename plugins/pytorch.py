@@ -1148,25 +1148,30 @@ _INT64_TESTED = ("cumsum", "tril", "triu", "flip", "roll", "masked_fill")
 def register_decompositions(registry):
     """One builder per node form; the opset range is the union of the operators' (each
     builder declines below its operator's ``MIN_OPSETS`` entry)."""
+    from rewriter_plugins.pytorch_samples import oracles  # torch's own operators
+
     ops = ", ".join(sorted({name.partition(".")[0] for name in ATEN_SCHEMAS}))
-    for domain, op_type, builder in (("", "ATen", build_aten),
-                                     (ATEN_DOMAIN, "ATen", build_positional_aten),
-                                     (MS_DOMAIN, "ATen", build_positional_aten),
-                                     (MS_DOMAIN, "ATenOp", build_ms_atenop)):
+    for domain, op_type, builder, form in (("", "ATen", build_aten, "named"),
+                                           (ATEN_DOMAIN, "ATen", build_positional_aten,
+                                            "positional"),
+                                           (MS_DOMAIN, "ATen", build_positional_aten,
+                                            "ms_aten"),
+                                           (MS_DOMAIN, "ATenOp", build_ms_atenop, "atenop")):
         label = f"{domain}::{op_type}" if domain else op_type
         registry.add(domain, op_type, builder, opsets=(1, None), dtypes=_DTYPES,
-                     description=f"pytorch:{label} ({ops})")
+                     description=f"pytorch:{label} ({ops})", **oracles(form))
     for operator in sorted(name for name in ATEN_SCHEMAS if "." not in name):
         # (1, None): a model importing no ai.onnx opset counts as opset 1 and gets a body
         # at FALLBACK_OPSET; below MIN_OPSETS[operator] the builder declines
         tested = _DTYPES if operator in _INT64_TESTED else _DTYPES[:3]
         registry.add(ATEN_DOMAIN, operator, build_org_pytorch_aten, opsets=(1, None),
                      dtypes=tested, description=f"pytorch:org.pytorch.aten::{operator} "
-                     f"(opset >= {MIN_OPSETS[operator]})")
+                     f"(opset >= {MIN_OPSETS[operator]})", **oracles("op_type", operator))
     registry.add(CAFFE2_DOMAIN, "GenerateProposals", build_generate_proposals,
                  opsets=(MIN_PROPOSALS_OPSET, None), dtypes=("float",),
                  description="pytorch:org.pytorch._caffe2::GenerateProposals (upright boxes; "
-                 "TopK, greedy NMS in a Loop; static A*H*W below opset 10)")
+                 "TopK, greedy NMS in a Loop; static A*H*W below opset 10)",
+                 **oracles("proposals"))
 
 
 _KERNELS = "rewriter_custom_ops.aten_fallback"

@@ -196,8 +196,8 @@ def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None) -> Che
     while names and not names[-1]:
         names.pop()
     outputs = [f"y{i}" if t is not None else "" for i, t in enumerate(sample.outputs)]
-    node = helper.make_node(entry.op_type, names, outputs, domain=entry.domain,
-                            **sample.attributes)
+    node = helper.make_node(entry.op_type, names, outputs, domain=entry.domain)
+    node.attribute.extend(helper.make_attribute(k, v) for k, v in sample.attributes.items())
     out_elems = [_elem(t, dtype) for t in sample.outputs if t is not None]
     graph = helper.make_graph([node], "sample", graph_inputs, [
         helper.make_tensor_value_info(n, e, None)
