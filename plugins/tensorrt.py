@@ -100,6 +100,18 @@ class _Body(FunctionBuilder):
     def last(self, x: str, start: int, end: int) -> str:
         return self.slice(x, [start], [end], [-1])
 
+    def minimum(self, a: str, b: str) -> str:
+        """``Min`` of int64 values (Min takes integers from opset 12: ``Where`` below)."""
+        if self.opset >= 12:
+            return self.op("Min", a, b)
+        return self.op("Where", self.op("Less", a, b), a, b)
+
+    def maximum(self, a: str, b: str) -> str:
+        """``Max`` of int64 values (Max takes integers from opset 12: ``Where`` below)."""
+        if self.opset >= 12:
+            return self.op("Max", a, b)
+        return self.op("Where", self.op("Greater", a, b), a, b)
+
     def greater_equal(self, a: str, b: str) -> str:
         if self.opset >= 12:
             return self.op("GreaterOrEqual", a, b)
@@ -217,7 +229,7 @@ def _efficient_core(g: _Body, *, boxes: str, scores: str, anchors: str | None, k
     nc = g.op("Mul", n, c)
     shape_bm = g.op("Concat", bv, g.vec(nc), axis=0)
     flat = g.op("Reshape", masked, shape_bm)  # candidate j = anchor * C + class
-    flat = _keep_best(g, flat, g.vec(g.op("Min", nc, g.const(MAX_SELECTED))), 1)
+    flat = _keep_best(g, flat, g.vec(g.minimum(nc, g.const(MAX_SELECTED))), 1)
 
     # greedy NMS suppresses at IoU >= t; ONNX's at IoU > t': t' is the float below t
     iou = float(np.nextafter(np.float32(iou_threshold), np.float32(-np.inf)))
@@ -314,8 +326,8 @@ def build_efficient_nms_onnx(ctx) -> FunctionProto | None:
     _, order = g.op("TopK", key, g.vec(total_rows), axis=0, largest=0, outputs=2)
     ordered = g.op("Gather", rows, order, axis=0)
     count = g.reduce_sum(g.op("Cast", valid, to=TensorProto.INT64), [0], keepdims=0)
-    slot = g.op("Min", position, g.op("Sub", count, g.const(1)))
-    padded = g.op("Gather", ordered, g.op("Max", slot, g.const(0)), axis=0)
+    slot = g.minimum(position, g.op("Sub", count, g.const(1)))
+    padded = g.op("Gather", ordered, g.maximum(slot, g.const(0)), axis=0)
     any_selected = g.op("Greater", count, g.const(0))
     result = g.op("Where", any_selected, padded, g.const(-1))
     g.nodes.append(helper.make_node("Cast", [result], ["selected_indices"],
@@ -353,7 +365,7 @@ def build_batched_nms(ctx) -> FunctionProto | None:
         keep = g.op("And", keep, g.op("Not", g.op("Equal", classes, g.const(background))))
     masked = g.op("Transpose", g.op("Where", keep, scores, g.const(-np.inf, np.float32)),
                   perm=[0, 2, 1])  # [B,C,N]
-    masked = _keep_best(g, masked, g.vec(g.op("Min", n, g.const(top_k))), 2)
+    masked = _keep_best(g, masked, g.vec(g.minimum(n, g.const(top_k))), 2)
     limit = min(top_k, keep_top_k)
     iou = float(ctx.attribute("iouThreshold", 0.5))
     boxes4 = g.op("Reshape", "boxes", g.op("Concat", bv, nv, g.const([-1, 4]), axis=0))

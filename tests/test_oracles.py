@@ -53,3 +53,10 @@ def test_decomposition_agrees_with_its_oracle(oracle_plugins, index, sample, dty
 def test_every_decomposition_has_an_oracle():
     missing = oracle_check.without_oracle(_REGISTRY, BUILTIN)
     assert not missing, "decompositions without an oracle:\n" + "\n".join(missing)
+
+
+def test_every_kernel_of_a_decomposed_op_declares_its_output_types_on_a_sample():
+    """Where an op has both a decomposition and a Python kernel, some sample has input types
+    of a kernel signature, so the kernel's declared output types meet the decomposition's."""
+    unchecked = oracle_check.kernels_never_type_checked(_REGISTRY, BUILTIN)
+    assert not unchecked, "\n".join(unchecked)
