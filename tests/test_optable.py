@@ -57,6 +57,7 @@ def test_rows_combine_decompositions_and_kernels(tmp_path):
     assert thing["dtypes"][:2] == ["float", "double"]  # then the kernel's input types
     assert thing["accuracy"] == "approximate / exact"
     assert any("acme_table" in d for d in thing["decompositions"])
+    assert thing["oracle"] == "none"  # the registration declares none
 
 
 def test_every_registered_op_is_a_row(plugins):
@@ -69,3 +70,17 @@ def test_every_registered_op_is_a_row(plugins):
     text = to_markdown(rows)
     for _domain, op_type in expected:
         assert f"| {op_type} |" in text
+
+
+def test_every_built_in_op_names_its_oracle(plugins):
+    """The oracle column: what checks each decomposition (tests/test_oracles.py runs it);
+    an op with kernels only is its own oracle."""
+    rows = {(r.domain, r.op_type): r for r in operator_rows(plugins.registry)}
+    assert not [key for key, r in rows.items() if r.oracle == "none"]
+    assert rows[("com.microsoft", "FastGelu")].oracle == "onnxruntime kernel, numpy"
+    assert rows[("com.microsoft", "NhwcConv")].oracle == "plugin kernel"
+    assert rows[("", "Celu")].oracle == "ONNX test cases"
+    assert rows[("", "BitCast")].oracle == "reference evaluator"
+    assert rows[("ai.onnx.contrib", "StringUpper")].oracle == (
+        "the extensions native kernel itself")
+    assert rows[("org.openvinotoolkit", "DeformableConv2D")].oracle == "the kernel itself"

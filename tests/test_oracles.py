@@ -60,3 +60,87 @@ def test_every_kernel_of_a_decomposed_op_declares_its_output_types_on_a_sample()
     of a kernel signature, so the kernel's declared output types meet the decomposition's."""
     unchecked = oracle_check.kernels_never_type_checked(_REGISTRY, BUILTIN)
     assert not unchecked, "\n".join(unchecked)
+
+
+ACME = '''
+import numpy as np
+from onnx import helper
+
+from rewriter import hookimpl
+from rewriter.kernels import kernel
+from rewriter.registry import OpSample
+
+
+def twice(x):
+    """com.acme::Twice as documented: 2 x."""
+    return 2 * x
+
+
+@kernel(signatures=["float -> int32"])
+def sign_kernel(x):
+    return np.sign(x).astype(np.int32)
+
+
+def _body(name, nodes, opset=17):
+    return helper.make_function("com.acme", name, ["x"], ["y"], nodes,
+                                [helper.make_opsetid("", opset)])
+
+
+THRICE = _body("twice", [helper.make_node("Constant", [], ["k"], value_float=3.0),
+                         helper.make_node("Mul", ["x", "k"], ["y"])])
+SIGN64 = _body("sign", [helper.make_node("Sign", ["x"], ["s"]),
+                        helper.make_node("Cast", ["s"], ["y"], to=7)])
+
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "Twice", THRICE, opsets=(17, None), dtypes=["float"],
+                 oracle=f"{__name__}:twice", samples=[OpSample(["T[2,3]"])])
+    registry.add("com.acme", "Sign", SIGN64, opsets=(17, None), dtypes=["float"],
+                 oracle="kernel", samples=[OpSample(["T[4]"], ["int32"])])
+    registry.add("", "Swish", _body("swish", [helper.make_node("Sigmoid", ["x"], ["y"])], 24),
+                 opsets=(24, None), dtypes=["float"], oracle="onnxruntime",
+                 samples=[OpSample(["T[4]"])])
+
+
+@hookimpl
+def register_kernels(registry):
+    registry.add("com.acme", "Sign", f"{__name__}:sign_kernel")
+'''
+
+
+@pytest.fixture(scope="module")
+def acme(tmp_path_factory):
+    path = tmp_path_factory.mktemp("acme") / "acme_oracles.py"
+    path.write_text(ACME)
+    plugins = oracle_check.oracle_plugins([str(path)])
+    return plugins, {(e.domain, e.op_type): e for e in plugins.registry.decompositions
+                     if e.plugin == "acme_oracles"}
+
+
+def _only_check(entry):
+    (check,) = oracle_check.checks(entry)
+    return check
+
+
+def test_a_wrong_body_is_a_disagreement(acme):
+    plugins, entries = acme
+    problems = oracle_check.check_one(_only_check(entries[("com.acme", "Twice")]), plugins)
+    assert problems and "6 of 6 values differ" in problems[0], problems
+
+
+def test_a_wrong_output_type_is_a_disagreement(acme):
+    """The body gives int64 where the op (and its kernel) give int32."""
+    plugins, entries = acme
+    problems = " ".join(oracle_check.check_one(_only_check(entries[("com.acme", "Sign")]),
+                                               plugins))
+    assert "dtype int64, the oracle gives int32" in problems
+    assert "dtype int64, the op declares int32" in problems
+    assert "declares outputs (int32), the decomposition gives (int64)" in problems
+
+
+def test_an_oracle_that_would_run_the_function_body_is_refused(acme):
+    """onnxruntime 1.32 has no Swish kernel of its own: as an oracle it is not independent."""
+    plugins, entries = acme
+    with pytest.raises(AssertionError, match="not independent"):
+        oracle_check.check_one(_only_check(entries[("", "Swish")]), plugins)
