@@ -88,9 +88,37 @@ def _png(height: int, width: int) -> np.ndarray:
     return np.frombuffer(buffer.getvalue(), np.uint8)
 
 
+def _rand(*shape) -> np.ndarray:
+    return np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+
+
+def _packed_attention() -> list:
+    """Two sequences of 3 and 2 tokens padded to 4 (onnxruntime's RemovePadding layout:
+    offsets of the 5 real tokens first, then of the padding), 12 heads of size 2."""
+    return [_rand(5, 24), _rand(24, 72) * 0.3, _rand(72),
+            np.array([[0, 1, 2, 4], [5, 3, 6, 7]], np.int32), np.array([0, 3, 5], np.int32)]
+
+
+def _dmmha() -> list:
+    """One decoding step of 2 sequences (beam width 1) after 3 cached tokens, cache of 8."""
+    return [_rand(2, 1, 64), _rand(2, 1, 64), _rand(2, 1, 64), _rand(192),
+            _rand(2, 2, 8, 32), _rand(2, 2, 8, 32), np.array([3], np.int32),
+            np.array([1], np.int32), np.zeros((2, 1, 8), np.int32)]
+
+
+def _gqa_rotary() -> list:
+    """One new token after 3 cached ones (seqlens_k = total - 1 = 3), rotary cache of 8."""
+    return [_rand(1, 1, 64), _rand(1, 1, 3, 16), _rand(1, 1, 3, 16),
+            np.array([[3]], np.int32), _rand(8, 8), _rand(8, 8)]
+
+
 # Inputs for models whose inputs cannot be generated meaningfully (images, strings the op
-# wants 1-D), and symbolic dimensions the model's own ops constrain.
+# wants 1-D, shapes and indices their attention ops tie together), and symbolic dimensions
+# the model's own ops constrain.
 GIVEN_INPUTS = {
+    "ort_packed_attention_fp32.onnx": _packed_attention,
+    "ort_dmmha_self_attn.onnx": _dmmha,
+    "ov_com_microsoft_gqa_rotary.onnx": _gqa_rotary,
     "ortx_string_split.onnx": lambda: [np.array(["a,,b", "", "c, d"], dtype=object),
                                        np.array([", "], dtype=object), np.array([False])],
     "ortx_decode_encode_decode_image.onnx": lambda: [_png(9, 13)],
@@ -156,6 +184,12 @@ def measure(model: Path, target: str, workdir: Path, plugins=None, *,
         row.rewrite = "rewritten" if row.remedies else "no-op"
         row.compare = report.verification.get("compare", "")
         row.verdict, row.reason = report.verdict, _short(report.verdict_reason, 300)
+        if report.remaining:  # e.g. the target refused the result at load: not fixed
+            f = report.remaining[0]
+            row.verdict = "unfixable"
+            row.reason = _short(f"{len(report.remaining)} finding(s) left after the rewrite "
+                                f"(compare: {report.verdict}), e.g. {f.op_label or 'model'}: "
+                                f"{f.detail}", 300)
         row.oracle = report.comparison.oracle if report.comparison is not None else ""
     if not run_before:
         return row

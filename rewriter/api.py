@@ -196,6 +196,10 @@ def rewrite(
             if wants:
                 error = target.confirm(rewritten, loaded.base_dir)
                 report.verification[f"{target.name} load"] = error or "ok"
+                if error:  # the rewrite did not make it run there: a finding left
+                    from rewriter.targets import runtime_refusal
+
+                    report.remaining.append(runtime_refusal(target.name, rewritten, error))
     # in_place names the input file; an in-memory model has none to write back to
     destination = output if output is not None else (loaded.path if in_place and is_path else None)
     if verify and not dry_run:

@@ -44,21 +44,26 @@ EXPECTED = "expected"  # the oracle's name when outputs are given
 
 @dataclass(frozen=True)
 class Tolerance:
-    """|actual - expected| <= atol + rtol * |expected|, element by element."""
+    """|actual - expected| <= atol + rtol * |expected| + scale * max|expected|, element by
+    element. ``scale`` (a few units of the type's precision) admits the rounding of long
+    reductions: a dot product over 1,024 terms computed in another order differs by about
+    sqrt(1024) * eps * its largest terms, which an element near zero cannot absorb by its
+    own magnitude (seen: 2.1e-4 on outputs of magnitude ~300 in float32)."""
 
     atol: float
     rtol: float
+    scale: float = 0.0
 
 
 EXACT = Tolerance(0.0, 0.0)
 # Looser for narrower floats; integers, booleans and strings must be equal.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "float64": Tolerance(1e-8, 1e-7),
-    "complex128": Tolerance(1e-8, 1e-7),
-    "float32": Tolerance(1e-5, 1e-4),
-    "complex64": Tolerance(1e-5, 1e-4),
-    "float16": Tolerance(1e-3, 1e-2),
-    "bfloat16": Tolerance(1e-2, 4e-2),
+    "float64": Tolerance(1e-8, 1e-7, 2e-15),
+    "complex128": Tolerance(1e-8, 1e-7, 2e-15),
+    "float32": Tolerance(1e-5, 1e-4, 1e-6),
+    "complex64": Tolerance(1e-5, 1e-4, 1e-6),
+    "float16": Tolerance(1e-3, 1e-2, 1e-3),
+    "bfloat16": Tolerance(1e-2, 4e-2, 8e-3),
     "float8_e4m3fn": Tolerance(0.0625, 0.25),
     "float8_e4m3fnuz": Tolerance(0.0625, 0.25),
     "float8_e5m2": Tolerance(0.125, 0.5),
@@ -110,7 +115,7 @@ class Tolerances:
         root = name.split("[", 1)[0]  # a sequence item "y[0]" uses the overrides of "y"
         atol = self.atol.get(name, self.atol.get(root, self.atol.get(None, base.atol)))
         rtol = self.rtol.get(name, self.rtol.get(root, self.rtol.get(None, base.rtol)))
-        return Tolerance(atol, rtol)
+        return Tolerance(atol, rtol, base.scale)
 
     def as_dict(self) -> dict[str, Any]:
         return {"atol": {k or "*": v for k, v in self.atol.items()},
@@ -271,7 +276,10 @@ def compare_tensor(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tol
         with np.errstate(invalid="ignore", over="ignore"):
             same = (ef == af) | (nan_e & nan_a)  # equal infinities and NaN at NaN agree
             diff = np.where(finite, np.abs(af - ef), 0.0)
-            within = same | (finite & (diff <= tol.atol + tol.rtol * np.abs(ef)))
+            bound = tol.atol + tol.rtol * np.abs(ef)
+            if tol.scale and finite.any():
+                bound = bound + tol.scale * float(np.abs(ef[finite]).max())
+            within = same | (finite & (diff <= bound))
         c.mismatches = int((~within).sum())
         if finite.any():
             c.max_abs = float(diff[finite].max())
@@ -913,7 +921,7 @@ def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
     has the result run on the chain of :mod:`rewriter.oracles`), and record the comparison
     in ``report.comparison`` and its one-line verdict in ``report.verification["compare"]``
     ("ok" when verified). ``output``: the path the result is to be written to (named in the
-    report). Nothing is compared when nothing was rewritten or the result does not load."""
+    report). Nothing is compared when nothing was rewritten."""
     from pathlib import Path
 
     from rewriter.io import LoadedModel
@@ -921,12 +929,7 @@ def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
     if not report.applied:
         report.verification["compare"] = "skipped: nothing was rewritten"
         return
-    refused = [name for name, verdict in report.verification.items()
-               if name.endswith(" load") and verdict != "ok"]
-    if refused:
-        report.verification["compare"] = f"skipped: the result does not load ({refused[0]})"
-        return
-    still = {f.target for f in report.remaining}
+    still = {f.target for f in report.remaining}  # a target that refused the result too
     off_target = [spec for spec, t in zip(specs, resolved) if t.name in still]
     # named after the input so its external data resolves there (it is not written yet)
     subject = LoadedModel(rewritten, Path(f"{loaded.path} (rewritten)"), rewritten.ByteSize())

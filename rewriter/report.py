@@ -230,10 +230,16 @@ def verdict_line(report) -> str:
     else:
         where = "nothing written"
     if verdict == "unverified" and not report.verify:
-        return f"[yellow]![/yellow] not verified ({escape(reason)}); {escape(where)}"
-    mark = {"verified": "[green]✓[/green]", "unchanged": "[green]✓[/green]",
-            "mismatch": "[red]✗[/red]"}.get(verdict, "[yellow]![/yellow]")
-    return f"{mark} {verdict}: {escape(reason)}; {escape(where)}"
+        line = f"[yellow]![/yellow] not verified ({escape(reason)}); {escape(where)}"
+    else:
+        mark = {"verified": "[green]✓[/green]", "unchanged": "[green]✓[/green]",
+                "mismatch": "[red]✗[/red]"}.get(verdict, "[yellow]![/yellow]")
+        line = f"{mark} {verdict}: {escape(reason)}; {escape(where)}"
+    if report.remaining:  # the verdict is about what changed; the rest does not run yet
+        what = "what --partial changed" if report.written else "what was changed"
+        line = (f"[red]✗[/red] {len(report.remaining)} finding(s) left; {what}: "
+                + line.split(" ", 1)[1])
+    return line
 
 
 def _num(x, fmt: str = ".3g") -> str:

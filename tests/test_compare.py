@@ -23,6 +23,7 @@ from onnx.reference.op_run import OpRun
 from rewriter.api import rewrite
 from rewriter.cli import main
 from rewriter.comparison import (
+    Tolerance,
     Tolerances,
     compare,
     compare_tensor,
@@ -668,3 +669,25 @@ def test_target_api_runs_models_in_process_too(plugins):
 
     assert OnlyRun().runs_models
     assert OnlyRun().prepare(model, ".")({"x": x})["y"] is x
+
+
+def test_rounding_of_long_reductions_is_within_tolerance_but_a_real_error_is_not():
+    """A float32 dot product over 1,024 terms summed in another order: elements near zero
+    differ by more than atol + rtol * |element|, yet by less than a millionth of the
+    tensor's largest value; an error of 1e-3 of that scale is still a mismatch."""
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-3, 3, (64, 1024)).astype(np.float32)
+    b = rng.uniform(-3, 3, (1024, 64)).astype(np.float32)
+    exact = (a.astype(np.float64) @ b.astype(np.float64))
+    pairwise = a @ b  # float32, BLAS order
+    sequential = np.zeros_like(pairwise)
+    for k in range(0, 1024, 128):  # another order of the same sums
+        sequential += a[:, k:k + 128] @ b[k:k + 128, :]
+    tol = default_tolerance("float32")
+    plain = Tolerance(tol.atol, tol.rtol)  # without the scale term
+    assert not compare_tensor("y", pairwise, sequential, plain).ok
+    assert compare_tensor("y", pairwise, sequential, tol).ok
+    assert compare_tensor("y", exact.astype(np.float32), pairwise, tol).ok
+    wrong = pairwise.copy()
+    wrong[0, 0] += 1e-3 * np.abs(pairwise).max()
+    assert not compare_tensor("y", pairwise, wrong, tol).ok
