@@ -607,7 +607,7 @@ def compare(
         save_feed_sets,
     )
     from rewriter.manager import load_plugins
-    from rewriter.oracles import Runner, runners_for
+    from rewriter.oracles import Runner, after_refusal, runners_for
     from rewriter.targets import TargetOptions
 
     start = time.perf_counter()
@@ -684,8 +684,8 @@ def compare(
             found = runners_for(original.model, plugins,
                                 custom_op_libraries=custom_op_libraries,
                                 reference_ops=reference_ops, only=original_target, also=specs)
-            chain_entries = found.entries
-            for candidate in found.entries:
+            chain_entries = list(found.entries)
+            for index, candidate in enumerate(chain_entries):  # (the list may grow)
                 if not isinstance(candidate, Runner):
                     report.oracle_attempts.append(candidate)
                     continue
@@ -693,6 +693,11 @@ def compare(
                                  candidate.reference_ops, candidate.libraries))
                 report.oracle_attempts.append(
                     {"target": candidate.label, "status": result.kind, "error": result.error})
+                if result.kind == "error":  # a node refused at run time: its kernel next
+                    instead = after_refusal(candidate, result.error, plugins,
+                                            custom_op_libraries)
+                    if instead is not None:
+                        chain_entries.insert(index + 1, instead)
                 if result.ok:
                     want, recast = as_declared_floats(result.outputs, original.model)
                     if recast:

@@ -144,10 +144,34 @@ def runners_for(
     return chain
 
 
+def after_refusal(runner: Runner, error: str, plugins: Plugins,
+                  custom_op_libraries: Sequence[str] = ()) -> Runner | None:
+    """When onnxruntime refused to run the model at run time on one node it names (its CPU
+    Attention and a 4-D mask), the runner that has that node run by a plugin's kernel
+    instead (the rest still onnxruntime's), or None."""
+    from rewriter.targets import runtime_refusal
+
+    if runner.target.partition(":")[0] != ONNXRUNTIME:
+        return None
+    refused = runtime_refusal(runner.target, runner.model, error)
+    if not refused.node_name:
+        return None
+    retargeted, _ = with_kernels(runner.model, plugins, runner.target,
+                                 runner.libraries or custom_op_libraries,
+                                 refused={refused.node_name})
+    if retargeted is None:
+        return None
+    return Runner(f"{WITH_KERNELS} (for the node it refused, {refused.node_name!r})",
+                  runner.target, retargeted, runner.reference_ops, runner.libraries)
+
+
 def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
-                 custom_op_libraries: Sequence[str] = ()) -> tuple[ModelProto | None, str]:
-    """``model`` with every node ``spec`` cannot run retargeted to a plugin kernel (the
-    engine, restricted to kernel remedies), or None and why not."""
+                 custom_op_libraries: Sequence[str] = (), *,
+                 refused: frozenset[str] | set[str] = frozenset()
+                 ) -> tuple[ModelProto | None, str]:
+    """``model`` with every node ``spec`` cannot run, and the nodes named in ``refused``,
+    retargeted to a plugin kernel (the engine, restricted to kernel remedies), or None and
+    why not."""
     from rewriter.api import resolve_targets
     from rewriter.errors import RewriterError
     from rewriter.pipeline import rewrite_proto
@@ -161,6 +185,8 @@ def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
     try:
         (target,) = resolve_targets(only_kernels, [spec], TargetOptions(
             custom_op_libraries=tuple(custom_op_libraries), confirm=False, plugins=plugins))
+        if refused:
+            target = _Refusing(target, refused)
         typed = typed_through_kernels(model, plugins, target)
         rewritten, report = rewrite_proto(typed, [target], only_kernels, prefer="kernel")
     except RewriterError as e:
@@ -223,6 +249,22 @@ def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
         if not learned:
             break
     return current if current is not model and len(current.graph.value_info) else model
+
+
+class _Refusing:
+    """A target as another one, except that the nodes named in ``names`` are findings (the
+    runtime refused them at run time), so the engine gives them a kernel."""
+
+    def __init__(self, base, names) -> None:
+        self._base, self._names = base, frozenset(names)
+
+    def __getattr__(self, attr):
+        return getattr(self._base, attr)
+
+    def check_node(self, query):
+        if query.node.name in self._names:
+            return self._base.finding(query, "runtime-refused", "refused at run time")
+        return self._base.check_node(query)
 
 
 def findings_text(findings, limit: int = 3) -> str:
