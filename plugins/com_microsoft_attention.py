@@ -67,8 +67,8 @@ visible keys are all masked attends to those, never to future keys.
 * ``EmbedLayerNormalization``, ``RemovePadding``, ``RestorePadding``: see their builders.
 
 ``register_kernels`` adds numpy kernels for ``RemovePadding``, ``RestorePadding`` (no
-onnxruntime CPU kernel) and ``Attention`` without past (the oracle when the original cannot
-run on onnxruntime). ``tests/test_com_microsoft_attention.py`` checks every body against
+onnxruntime CPU kernel) and ``Attention`` (with or without past: the oracle when the original
+cannot run on onnxruntime, e.g. its CPU kernel refusing a 4-D mask). ``tests/test_com_microsoft_attention.py`` checks every body against
 onnxruntime's contrib kernels, or these numpy kernels.
 """
 
@@ -1257,11 +1257,15 @@ _ATTENTION_KERNEL_ATTRIBUTES = {"num_heads": int, "unidirectional": 0, "scale": 
                                 "mask_filter_value": DEFAULT_MASK_FILTER_VALUE}
 
 
-@kernel(signatures=["float, float, float, int32 -> float", "float, float, float -> float",
+@kernel(signatures=["float, float, float, int32, float -> float, float",
+                    "float, float, float, int32 -> float", "float, float, float -> float",
                     "float, float -> float"], attributes=_ATTENTION_KERNEL_ATTRIBUTES)
-def attention_kernel(x, weights, bias=None, mask_index=None, **attributes):
-    """Attention without past (see ``attention_reference``)."""
-    return attention_reference(x, weights, bias, mask_index, **attributes)[0]
+def attention_kernel(x, weights, bias=None, mask_index=None, past=None, **attributes):
+    """Attention (see ``attention_reference``): the output, and with ``past`` the present
+    too (GPT-2 exports with a Megatron mask, which onnxruntime's CPU kernel refuses)."""
+    output, present = attention_reference(x, weights, bias, mask_index, past=past,
+                                          **attributes)[:2]
+    return output if past is None else (output, present)
 
 
 def register_kernels(registry) -> None:

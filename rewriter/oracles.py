@@ -21,7 +21,7 @@ costs no child process; the runs themselves happen in :mod:`rewriter.isolation`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -158,7 +158,7 @@ def after_refusal(runner: Runner, error: str, plugins: Plugins,
         return None
     retargeted, _ = with_kernels(runner.model, plugins, runner.target,
                                  runner.libraries or custom_op_libraries,
-                                 refused={refused.node_name})
+                                 refused={refused.node_name: (refused.domain, refused.op_type)})
     if retargeted is None:
         return None
     return Runner(f"{WITH_KERNELS} (for the node it refused, {refused.node_name!r})",
@@ -167,11 +167,11 @@ def after_refusal(runner: Runner, error: str, plugins: Plugins,
 
 def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
                  custom_op_libraries: Sequence[str] = (), *,
-                 refused: frozenset[str] | set[str] = frozenset()
+                 refused: Mapping[str, tuple[str, str]] | None = None
                  ) -> tuple[ModelProto | None, str]:
-    """``model`` with every node ``spec`` cannot run, and the nodes named in ``refused``,
-    retargeted to a plugin kernel (the engine, restricted to kernel remedies), or None and
-    why not."""
+    """``model`` with every node ``spec`` cannot run, and the nodes ``refused`` names (node
+    name -> its (domain, op_type)), retargeted to a plugin kernel (the engine, restricted to
+    kernel remedies), or None and why not."""
     from rewriter.api import resolve_targets
     from rewriter.errors import RewriterError
     from rewriter.pipeline import rewrite_proto
@@ -252,17 +252,18 @@ def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
 
 
 class _Refusing:
-    """A target as another one, except that the nodes named in ``names`` are findings (the
-    runtime refused them at run time), so the engine gives them a kernel."""
+    """A target as another one, except that the nodes ``refused`` names (node name -> its
+    (domain, op_type), so a node once retargeted is not refused again) are findings: the
+    runtime refused them at run time, and the engine gives them a kernel."""
 
-    def __init__(self, base, names) -> None:
-        self._base, self._names = base, frozenset(names)
+    def __init__(self, base, refused: Mapping[str, tuple[str, str]]) -> None:
+        self._base, self._refused = base, dict(refused)
 
     def __getattr__(self, attr):
         return getattr(self._base, attr)
 
     def check_node(self, query):
-        if query.node.name in self._names:
+        if self._refused.get(query.node.name) == (query.domain, query.node.op_type):
             return self._base.finding(query, "runtime-refused", "refused at run time")
         return self._base.check_node(query)
 

@@ -364,3 +364,19 @@ def test_expected_outputs_stand_in_for_the_oracle_in_rewrite(acme, tmp_path):
     with pytest.raises(InputError, match="the model has no output 'z'"):
         rewrite(model_from_text(WRONG), ["reference"], plugins=acme,
                 compare_options={"inputs": {"x": x}, "expected": {"z": want}})
+
+
+def test_a_node_onnxruntime_refuses_at_run_time_is_run_by_its_kernel_for_the_oracle(
+        corpus, plugins, tmp_path):
+    """GPT-2 (Megatron) holds an Attention whose 4-D mask onnxruntime's CPU kernel refuses
+    only at run time: the oracle is onnxruntime with the plugin's numpy Attention kernel for
+    that one node; the rewritten model runs on onnxruntime itself."""
+    source = corpus / "ort_gpt2_megatron_skiplayernorm.onnx"
+    result = rewrite(source, ["onnxruntime"], output=tmp_path / "out.onnx", plugins=plugins)
+    report = result.report
+    assert report.verdict == "verified", report.verdict_reason
+    attempts = report.comparison.oracle_attempts
+    assert attempts[0]["target"] == "onnxruntime" and "4D mask" in attempts[0]["error"]
+    assert report.comparison.oracle == ("onnxruntime with plugin kernels (for the node it "
+                                        "refused, 'GptAttention_0')")
+    assert (tmp_path / "out.onnx").exists()
