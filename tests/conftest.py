@@ -25,6 +25,39 @@ FusedSwish <alpha: float = 1.0> (x) => (y) {
 '''
 
 
+# com.acme::ErfGelu decomposed deliberately wrong (erf(0.8 x) where erf(x / sqrt 2) belongs),
+# and its correct numpy kernel `erf_gelu` (the oracle), in the source of test plugins; the
+# plugin imports `parser` from onnx and `kernel` from rewriter.kernels.
+WRONG_GELU_SOURCE = '''
+import math
+
+import numpy as np
+
+WRONG_GELU = parser.parse_function("""
+<domain: "com.acme", opset_import: ["": 18]>
+ErfGelu (x) => (y) {
+    c = Constant <value_float: float = 0.8> ()
+    cx = CastLike (c, x)
+    h = Constant <value_float: float = 0.5> ()
+    hx = CastLike (h, x)
+    one = Constant <value_float: float = 1.0> ()
+    onex = CastLike (one, x)
+    s = Mul (x, cx)
+    e = Erf (s)
+    p = Add (e, onex)
+    q = Mul (x, p)
+    y = Mul (q, hx)
+}
+""")
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+@kernel(signatures=["float -> float"])
+def erf_gelu(x):
+    return (0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype)
+'''
+
 # Its numpy kernel, the oracle that runs an original holding com.acme::FusedSwish (plugin
 # source to append to FUSED_SWISH_SOURCE; the plugin imports `hookimpl` from rewriter).
 FUSED_SWISH_KERNEL_SOURCE = '''

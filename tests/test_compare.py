@@ -35,7 +35,12 @@ from rewriter.errors import RewriterError
 from rewriter.inputs import InputError, generate_inputs, load_inputs, load_outputs, parse_dims
 from rewriter.isolation import Job, Runner
 from rewriter.manager import load_plugins
-from tests.conftest import FUSED_SWISH_SOURCE, model_from_text, write_model
+from tests.conftest import (
+    FUSED_SWISH_SOURCE,
+    WRONG_GELU_SOURCE,
+    model_from_text,
+    write_model,
+)
 
 # -- oracles: Python kernels for the reference evaluator (module level: the child imports
 # them by reference) ------------------------------------------------------------------------
@@ -71,31 +76,7 @@ from onnx import parser
 from rewriter import hookimpl
 from rewriter.kernels import kernel
 
-''' + FUSED_SWISH_SOURCE + '''
-WRONG_GELU = parser.parse_function("""
-<domain: "com.acme", opset_import: ["": 18]>
-ErfGelu (x) => (y) {
-    c = Constant <value_float: float = 0.8> ()
-    cx = CastLike (c, x)
-    h = Constant <value_float: float = 0.5> ()
-    hx = CastLike (h, x)
-    one = Constant <value_float: float = 1.0> ()
-    onex = CastLike (one, x)
-    s = Mul (x, cx)
-    e = Erf (s)
-    p = Add (e, onex)
-    q = Mul (x, p)
-    y = Mul (q, hx)
-}
-""")
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-@kernel(signatures=["float -> float"])
-def erf_gelu(x):
-    return (0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype)
-
+''' + FUSED_SWISH_SOURCE + WRONG_GELU_SOURCE + '''
 
 @kernel(signatures=["float -> float"], attributes={"alpha": 1.0})
 def fused_swish(x, *, alpha):

@@ -18,7 +18,7 @@ from rewriter.cli import main
 from rewriter.comparison import compare
 from rewriter.inputs import InputError
 from rewriter.manager import load_plugins
-from tests.conftest import model_from_text, write_model
+from tests.conftest import WRONG_GELU_SOURCE, model_from_text, write_model
 
 # A third-party plugin: com.acme::ErfGelu decomposed wrongly (0.8 x for x / sqrt 2) with a
 # correct numpy kernel; com.acme::Boom decomposed correctly (Relu) with a kernel that crashes
@@ -27,10 +27,8 @@ from tests.conftest import model_from_text, write_model
 # onnxruntime's own contrib kernel is the oracle that catches it. The builders record that
 # they ran in the file named by $ACME_BUILT (to prove a bad input stops before any work).
 PLUGIN = textwrap.dedent('''
-    import math
     import os
 
-    import numpy as np
     from onnx import parser
 
     from rewriter import hookimpl
@@ -43,24 +41,7 @@ PLUGIN = textwrap.dedent('''
             with open(path, "a") as f:
                 f.write(name + "\\n")
 
-
-    WRONG_GELU = parser.parse_function("""
-    <domain: "com.acme", opset_import: ["": 18]>
-    ErfGelu (x) => (y) {
-        c = Constant <value_float: float = 0.8> ()
-        cx = CastLike (c, x)
-        h = Constant <value_float: float = 0.5> ()
-        hx = CastLike (h, x)
-        one = Constant <value_float: float = 1.0> ()
-        onex = CastLike (one, x)
-        s = Mul (x, cx)
-        e = Erf (s)
-        p = Add (e, onex)
-        q = Mul (x, p)
-        y = Mul (q, hx)
-    }
-    """)
-
+''') + WRONG_GELU_SOURCE + textwrap.dedent('''
     WRONG_FAST_GELU = parser.parse_function("""
     <domain: "com.microsoft", opset_import: ["": 18]>
     FastGelu (x) => (y) {
@@ -87,14 +68,6 @@ PLUGIN = textwrap.dedent('''
         <domain: "com.acme", opset_import: ["": 18]>
         Lonely (x) => (y) { y = Neg (x) }
         """)
-
-
-    _erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-    @kernel(signatures=["float -> float"])
-    def erf_gelu(x):
-        return (0.5 * x * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype)
 
 
     @kernel(signatures=["float -> float"])
