@@ -4,9 +4,10 @@ declares (``registry.add(..., oracle=..., samples=[OpSample(...)])``).
 For one sample and dtype: build the one-node model, run the oracle on it, rewrite it with the
 real engine for a target that lacks exactly that op (``lacking:DOMAIN::OP``, registered by
 this module when it is loaded as a plugin: :func:`oracle_plugins`), run the result on
-onnxruntime (the reference evaluator when onnxruntime refuses the model, e.g. a bfloat16 body)
-and compare every output's element type, shape and values. Where the op also has a Python
-kernel, the kernel's declared output types must be the decomposition's too.
+onnxruntime (the reference evaluator where onnxruntime refuses it for one of its own limits,
+:data:`RUNTIME_LIMITS`) and compare every output's element type, shape and values. Where the
+op also has a Python kernel, the kernel's declared output types must be the decomposition's
+too.
 
 Oracles (:data:`rewriter.registry.ORACLES`) must be independent of the decomposition, and are
 checked to be: ``onnxruntime`` only where onnxruntime has a kernel of its own for the op (not
