@@ -147,12 +147,12 @@ def print_operators(rows: list[dict[str, Any]], stream=None) -> None:
     from rich.table import Table
 
     table = Table(title=f"operators ({len(rows)})")
-    for col in ("domain", "op", "remedy", "opsets", "dtypes", "accuracy"):
+    for col in ("domain", "op", "remedy", "opsets", "dtypes", "accuracy", "oracle"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(*(escape(x) for x in (
             r["domain"], r["op_type"], r["remedy"], ", ".join(r["opsets"]) or "any",
-            ", ".join(r["dtypes"]) or "-", r["accuracy"])))
+            ", ".join(r["dtypes"]) or "-", r["accuracy"], r.get("oracle") or "-")))
     _console(stream).print(table)
 
 

@@ -33,6 +33,10 @@ FIXED = {
     "onnx_preview_training_nesterov_momentum.onnx",
     "ort_gemmfastgelu_withbias.onnx",  # com-microsoft decompositions
     "ort_nhwcconv_fp32.onnx",
+    "ort_packed_attention_fp32.onnx",  # numpy RemovePadding/RestorePadding kernels
+    # onnxruntime refuses its Attention's 4-D mask only when it runs: check's confirmation
+    # (a session and one run) finds it, and the decomposition takes the mask
+    "ort_gpt2_megatron_skiplayernorm.onnx",
     "ort_trt_plugin_disentangled_attention.onnx",  # tensorrt decompositions
     "trt_fmha_plugin_attention.onnx",
     "ortx_decode_encode_decode_image.onnx",  # onnxruntime-extensions ops: kernels
