@@ -34,6 +34,8 @@ FIXED = {
     "ort_gemmfastgelu_withbias.onnx",  # com-microsoft decompositions
     "ort_nhwcconv_fp32.onnx",
     "ort_packed_attention_fp32.onnx",  # numpy RemovePadding/RestorePadding kernels
+    # GQA without total_sequence_length: onnxruntime refuses it, OpenVINO (the oracle) runs it
+    "ov_com_microsoft_gqa_rotary.onnx",
     # onnxruntime refuses its Attention's 4-D mask only when it runs: check's confirmation
     # (a session and one run) finds it, and the decomposition takes the mask
     "ort_gpt2_megatron_skiplayernorm.onnx",
