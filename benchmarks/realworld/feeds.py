@@ -1,0 +1,70 @@
+"""Inputs that make sense for these models, from each input's name and declared shape.
+
+Symbolic dimensions take the values of :data:`DIMS` (batch 2, sequence 6; a decoding step of
+4 new tokens after 3 cached ones for models with a KV cache). Token ids are drawn from the
+vocabulary, positions count up, masks are ones except that the second sequence of an
+encoder batch ends in one padding token, caches and features are standard normal.
+numpy and onnx only: the committed test models use this too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+VOCAB = 128  # realworld.families.VOCAB (not imported: that module is for the builds)
+HEAD_SIZE = 16  # the LLM families' (hidden 64, 4 heads)
+DIMS = {
+    "batch": 2, "batch_size": 2,
+    "sequence": 6, "decoder_sequence": 4,
+    # the genai builder's names: one decoding step of 4 tokens after 3 cached ones
+    "sequence_length": 4, "past_sequence_length": 3, "total_sequence_length": 7,
+    "kv_cache_dim": HEAD_SIZE,
+}
+_ONNX_TO_NUMPY = {1: np.float32, 10: np.float16, 11: np.float64, 6: np.int32, 7: np.int64,
+                  9: np.bool_}
+
+
+def _shape(value_info, path: Path) -> list[int]:
+    shape = []
+    for dim in value_info.type.tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            shape.append(dim.dim_value)
+        elif dim.dim_param in DIMS:
+            shape.append(DIMS[dim.dim_param])
+        else:
+            raise ValueError(f"{path}: input {value_info.name!r} has dimension "
+                             f"{dim.dim_param or '?'!r}, which realworld.feeds.DIMS lacks")
+    return shape
+
+
+def feeds_for(path: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """One input set for the model at ``path`` (its weights are not read)."""
+    import onnx
+
+    path = Path(path)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    has_cache = any(i.name.startswith("past") for i in inputs)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value_info in inputs:
+        name, shape = value_info.name, _shape(value_info, path)
+        dtype = _ONNX_TO_NUMPY[value_info.type.tensor_type.elem_type]
+        if name.endswith("input_ids"):
+            value = rng.integers(0, VOCAB, shape)
+        elif name == "token_type_ids":
+            value = rng.integers(0, 2, shape)
+        elif name == "position_ids":
+            start = DIMS["past_sequence_length"] if has_cache else 0
+            value = np.broadcast_to(np.arange(start, start + shape[-1]), shape)
+        elif name.endswith("attention_mask"):
+            value = np.ones(shape)
+            if not has_cache and shape[0] > 1 and shape[-1] > 1:
+                value[1, -1] = 0  # the second sequence is one token shorter
+        else:  # caches, images, audio features, encoder states
+            value = rng.standard_normal(shape)
+        feeds[name] = np.ascontiguousarray(value).astype(dtype)
+    return feeds
