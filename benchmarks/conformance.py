@@ -4,6 +4,11 @@
 no confirmation) with really creating an onnxruntime session, over every node case that
 ships inside the ``onnx`` package, and prints the confusion matrix and the disagreements.
 
+``python benchmarks/conformance.py confirm`` compares ``check --target onnxruntime`` as users
+get it (static check, then a session and one run on generated inputs in a child process)
+with a session run on each case's own inputs, on every case onnxruntime refuses (at load or
+run time) and a seeded sample of the others (``--sample 300``, ``--seed 0``).
+
 ``python benchmarks/conformance.py rescue`` measures ``rewrite --target onnxruntime``: every
 case onnxruntime refuses for lack of a kernel or schema is rewritten, and counted as rescued
 when the result runs on onnxruntime and matches the case's expected outputs within its
@@ -63,9 +68,11 @@ def _session_error(model_bytes: bytes) -> str | None:
     return None
 
 
-def _run(model_bytes: bytes, feeds: list[dict]) -> dict:
+def _run(model_bytes: bytes, feeds: list[dict], outputs_optional: bool = False) -> dict:
     """Create a session and run it on every feed: {"session": error} if onnxruntime refuses
-    the model, {"run": error, "index": i} if a run fails, else {"outputs": [per feed]}."""
+    the model, {"run": error, "index": i} if a run fails, else {"outputs": [per feed]}.
+    ``outputs_optional``: a run whose outputs numpy has no type for (float8...) ran (its
+    outputs None); else that is a failed run."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -80,12 +87,18 @@ def _run(model_bytes: bytes, feeds: list[dict]) -> dict:
             session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001
         return {"session": (str(e).strip().splitlines() or [type(e).__name__])[0]}
+    from rewriter_plugins.onnxruntime_feeds import run_once
+
     results = []
     for i, feed in enumerate(feeds):
         try:
-            results.append(session.run(None, feed))
+            outputs = run_once(session, feed)
         except Exception as e:  # noqa: BLE001
             return {"run": (str(e).strip().splitlines() or [type(e).__name__])[0], "index": i}
+        if outputs is None and not outputs_optional:
+            return {"run": "onnxruntime's Python API has no numpy type for an output",
+                    "index": i}
+        results.append(outputs)
     return {"outputs": results}
 
 
@@ -112,7 +125,7 @@ def _worker(conn) -> None:
         data = conn.recv()
         if data is None:
             return
-        if isinstance(data, tuple):  # (model bytes, feeds): create and run
+        if isinstance(data, tuple):  # (model bytes, feeds[, outputs_optional]): run
             conn.send(_run(*data))
         else:
             conn.send(_session_error(data))
@@ -145,12 +158,13 @@ class SessionProbe:
             self._proc = None
             return f"onnxruntime crashed (exit code {code})"
 
-    def run(self, model, feeds: list[dict], timeout: float = RUN_TIMEOUT_S) -> dict:
+    def run(self, model, feeds: list[dict], timeout: float = RUN_TIMEOUT_S,
+            outputs_optional: bool = False) -> dict:
         """Create a session for ``model`` and run it on each feed (see :func:`_run`); a crash
         or a hang is reported as {"crash": message}."""
         if self._proc is None or not self._proc.is_alive():
             self._start()
-        self._conn.send((model.SerializeToString(), feeds))
+        self._conn.send((model.SerializeToString(), feeds, outputs_optional))
         try:
             if self._conn.poll(timeout):
                 return self._conn.recv()
@@ -202,6 +216,138 @@ def measure_onnxruntime_agreement(cases=None) -> Agreement:
             )
     probe.close()
     return Agreement(len(cases), dict(matrix), disagreements, time.perf_counter() - start)
+
+
+@dataclass
+class Confirmed:
+    """``check --target T`` with its confirmation against the runtime's own run."""
+
+    total: int
+    refused: int  # cases the runtime refuses (all of them are measured)
+    sampled: int  # cases it runs, a seeded sample
+    matrix: dict[str, int]  # "predicted/actual" against "compiles and runs on its inputs"
+    confirmations: dict[str, int]  # how check confirmed its "runs" verdicts
+    disagreements: list[dict]
+    unproven: dict[str, str]  # case -> why its run on generated inputs proves nothing
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        agree = self.matrix.get("runs/runs", 0) + self.matrix.get("fails/fails", 0)
+        return agree / self.total if self.total else 0.0
+
+
+def confirmed_agreement(cases, target: str, actual: dict[str, tuple[bool, str | None]],
+                        plugins, *, sample: int = 300, seed: int = 0, progress=None,
+                        start: float | None = None) -> Confirmed:
+    """``check --target TARGET`` as users get it (the static check, then the target's
+    confirmation: load and run once on generated inputs, in a child process) against what
+    the runtime did with each case's own inputs (``actual``: name -> (ran, why not)), on
+    every case it refuses and ``sample`` (seeded) of those it runs."""
+    import random
+
+    from rewriter.api import check
+
+    start = time.perf_counter() if start is None else start
+    refused = [c for c in cases if not actual[c.name][0]]
+    running = sorted((c for c in cases if actual[c.name][0]), key=lambda c: c.name)
+    chosen = random.Random(seed).sample(running, min(sample, len(running)))
+    matrix: Counter = Counter()
+    how: Counter = Counter()
+    disagreements, unproven = [], {}
+    for case in sorted(refused + chosen, key=lambda c: c.name):
+        if progress:
+            progress(case.name)
+        (result,) = check(case.model, [target], plugins=plugins, confirm=True).results
+        predicted = "fails" if result.findings else "runs"
+        ran = "runs" if actual[case.name][0] else "fails"
+        matrix[f"{predicted}/{ran}"] += 1
+        if not result.findings:
+            how[_confirmation_kind(result.confirmation)] += 1
+            if not result.confirmation.startswith("loaded and ran"):
+                unproven[case.name] = result.confirmation
+        if predicted != ran:
+            f = result.findings[0] if result.findings else None
+            disagreements.append({
+                "case": case.name, "predicted": predicted, "actual": ran,
+                "finding": f"{f.op_label}: {f.reason}: {f.detail}" if f else None,
+                "confirmation": result.confirmation,
+                "runtime": actual[case.name][1],
+            })
+    return Confirmed(len(refused) + len(chosen), len(refused), len(chosen), dict(matrix),
+                     dict(how), disagreements, unproven, time.perf_counter() - start)
+
+
+def _confirmation_kind(text: str) -> str:
+    if "ran on another" in text:
+        return "loaded and ran on a second input set (the first failed on its values)"
+    if text.startswith("loaded and ran"):
+        return "loaded and ran once on generated inputs"
+    if "run on generated inputs failed" in text:
+        return "loaded; the run on generated inputs failed (not a refusal)"
+    if "not run" in text:
+        return "loaded; not run (inputs cannot be generated)"
+    return f"loaded; {_short(text.removeprefix('loaded').strip(' ();'), 80) or 'not run'}"
+
+
+def print_confirmed(result: Confirmed, target: str, actual: str) -> None:
+    print(f"cases: {result.total} = every case {target} refuses ({result.refused}) + "
+          f"{result.sampled} of those it runs (seeded sample)   ({result.seconds:.1f}s)")
+    print(f"\ncheck --target {target} (with confirmation) vs {actual} on the case's inputs: "
+          f"agreement {result.rate:.2%}")
+    print(f"{'':>16} {'runs':>8} {'fails':>8}")
+    for p in ("runs", "fails"):
+        print(f"{'predicts ' + p:>16} {result.matrix.get(p + '/runs', 0):>8} "
+              f"{result.matrix.get(p + '/fails', 0):>8}")
+    print("\nhow check confirmed its 'runs' verdicts:")
+    for kind, n in sorted(result.confirmations.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:>5}  {kind}")
+    for name, why in sorted(result.unproven.items()):
+        print(f"        {name}: {_short(why.split(': ', 1)[-1], 110)}")
+    for d in result.disagreements:
+        print(f"- {d['case']}: predicted {d['predicted']}, actual {d['actual']}")
+        print(f"    check: {d['finding'] or d['confirmation']}")
+        print(f"    runtime: {d['runtime']}")
+
+
+def measure_confirmed_onnxruntime(cases=None, *, sample: int = 300, seed: int = 0,
+                                  progress=None) -> Confirmed:
+    """``check --target onnxruntime`` (static check, then a session and one run on
+    generated inputs in a child process) against a session run on each case's own inputs,
+    on every case onnxruntime refuses (at load or run time) and ``sample`` of the others.
+    Inputs of types numpy cannot give onnxruntime's Python API (bfloat16, float8, 4- and
+    2-bit) are fed as OrtValues of their bits."""
+    from rewriter.manager import load_plugins
+
+    plugins = load_plugins(autoload=False)
+    cases = list(cases if cases is not None else node_testcases())
+    probe = SessionProbe()
+    start = time.perf_counter()
+    actual = {}
+    try:
+        for case in cases:
+            feeds = [{n: _as_array(v) for n, v in f.items()}
+                     for f in _feeds(case.model, case.data_sets)]
+            outcome = probe.run(case.model, feeds, outputs_optional=True)
+            problem = outcome.get("session") or outcome.get("run") or outcome.get("crash")
+            actual[case.name] = (problem is None, problem)
+    finally:
+        probe.close()
+    return confirmed_agreement(cases, "onnxruntime", actual, plugins, sample=sample,
+                               seed=seed, progress=progress, start=start)
+
+
+def _as_array(value):
+    """A case's value as numpy (bfloat16/float8 cases store TensorProtos: ml_dtypes
+    arrays)."""
+    from onnx import TensorProto, numpy_helper
+
+    if isinstance(value, TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [_as_array(v) for v in value]
+    return value
+
 
 
 # -- rescue: rewrite what onnxruntime refuses, leave alone what it runs ---------------------
@@ -550,9 +696,19 @@ def print_rescue(result: Rescue) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("what", choices=["check", "rescue"])
+    parser.add_argument("what", choices=["check", "confirm", "rescue"])
+    parser.add_argument("--sample", type=int, default=300,
+                        help="confirm: how many of the cases onnxruntime runs to measure")
+    parser.add_argument("--seed", type=int, default=0, help="confirm: the sample's seed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.what == "confirm":
+        confirmed = measure_confirmed_onnxruntime(sample=args.sample, seed=args.seed)
+        if args.json:
+            print(json.dumps(confirmed.__dict__ | {"rate": confirmed.rate}, indent=2))
+        else:
+            print_confirmed(confirmed, "onnxruntime", "a session run")
+        return 0
     if args.what == "rescue":
         rescue = measure_rescue()
         if args.json:

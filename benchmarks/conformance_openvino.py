@@ -5,6 +5,12 @@
 it, run it on the case's inputs, and compare with the case's expected outputs. It prints
 the confusion matrix against "compiles" and against "runs", and the disagreements.
 
+``python benchmarks/conformance_openvino.py confirm`` compares ``check --target openvino``
+as users get it (the static check, then the confirmation: compile and run once on generated
+inputs in a child process) with OpenVINO's own convert + compile + run on the case's inputs,
+on every case OpenVINO refuses plus a seeded sample of those it runs (``--sample 300``,
+``--seed 0``).
+
 ``python benchmarks/conformance_openvino.py rescue`` measures ``rewrite --target openvino``:
 every case OpenVINO refuses (it fails to convert, compile or run it) is rewritten and counted
 as rescued when the result runs on OpenVINO and matches the case's expected outputs within
@@ -32,10 +38,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conformance import (  # noqa: E402
+    Confirmed,
+    _as_array,
     _same_nodes,
     _short,
     compare_outputs,
+    confirmed_agreement,
     node_testcases,
+    print_confirmed,
     rewrite_case,
     verification_problem,
 )
@@ -74,21 +84,10 @@ RUNNING_SAMPLE = frozenset({
 })
 
 
-def _array(value):
-    """A case's value as numpy (bfloat16/float8 cases store TensorProtos: ml_dtypes arrays)."""
-    from onnx import TensorProto, numpy_helper
-
-    if isinstance(value, TensorProto):
-        return numpy_helper.to_array(value)
-    if isinstance(value, list):
-        return [_array(v) for v in value]
-    return value
-
-
 def _feeds(model, data_sets) -> list[dict]:
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
-    return [dict(zip(names, (_array(v) for v in inputs))) for inputs, _ in data_sets]
+    return [dict(zip(names, (_as_array(v) for v in inputs))) for inputs, _ in data_sets]
 
 
 @dataclass
@@ -135,7 +134,7 @@ class OpenVINORunner:
                 return Actual(True, True, f"{len(actual)} outputs, expected {len(expected)}",
                               result.outputs)
             for j, (e, a) in enumerate(zip(expected, actual)):
-                problem = compare_outputs(_array(e), a, case.rtol, case.atol, f" {j}")
+                problem = compare_outputs(_as_array(e), a, case.rtol, case.atol, f" {j}")
                 if problem:
                     where = f" (data set {i})" if len(case.data_sets) > 1 else ""
                     return Actual(True, True, f"mismatch{where}: {_short(problem, 200)}",
@@ -227,6 +226,26 @@ def measure_openvino_agreement(cases=None, *, per_node: bool = False,
         runner.close()
     return Agreement(len(cases), dict(compiles), dict(runs), correct, disagreements,
                      time.perf_counter() - start, check_seconds)
+
+
+def measure_confirmed_agreement(cases=None, *, sample: int = 300, seed: int = 0,
+                                progress=None) -> Confirmed:
+    """``check --target openvino`` (static check, then compile and run once on generated
+    inputs in a child process) against OpenVINO's convert + compile + run on each case's
+    own inputs, on every case OpenVINO refuses and ``sample`` (seeded) of those it runs."""
+    plugins = _plugins()
+    cases = list(cases if cases is not None else all_cases())
+    runner = OpenVINORunner(plugins)
+    start = time.perf_counter()
+    try:
+        actual = {}
+        for case in cases:
+            outcome = runner.actual(case.model, case)
+            actual[case.name] = (outcome.runs, outcome.problem)
+    finally:
+        runner.close()
+    return confirmed_agreement(cases, TARGET, actual, plugins, sample=sample, seed=seed,
+                               progress=progress, start=start)
 
 
 def print_agreement(result: Agreement) -> None:
@@ -373,12 +392,15 @@ def print_rescue(result: Rescue) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["check", "rescue"])
+    parser.add_argument("what", choices=["check", "confirm", "rescue"])
     parser.add_argument("--only", action="append", default=[], metavar="CASE")
     parser.add_argument("--no-verify", action="store_true",
                         help="rescue: skip rewrite's own compare against the reference")
     parser.add_argument("--per-node", action="store_true",
                         help="check: probe every node (no whole-model compile first)")
+    parser.add_argument("--sample", type=int, default=300,
+                        help="confirm: how many of the cases OpenVINO runs to measure")
+    parser.add_argument("--seed", type=int, default=0, help="confirm: the sample's seed")
     parser.add_argument("--progress", action="store_true", help="case names on stderr")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -394,6 +416,14 @@ def main(argv=None) -> int:
             print(json.dumps(rescue.as_dict(), indent=2))
         else:
             print_rescue(rescue)
+        return 0
+    if args.what == "confirm":
+        confirmed = measure_confirmed_agreement(cases, sample=args.sample, seed=args.seed,
+                                                progress=shown)
+        if args.json:
+            print(json.dumps(confirmed.__dict__ | {"rate": confirmed.rate}, indent=2))
+        else:
+            print_confirmed(confirmed, "openvino", "OpenVINO convert + compile + run")
         return 0
     result = measure_openvino_agreement(cases, per_node=args.per_node, progress=shown)
     if args.json:

@@ -3,11 +3,14 @@
 A node runs when a kernel of the provider (or the CPU fallback) covers its resolved schema
 version and type binding, or when the op is an ONNX function whose body runs. Ops from
 custom-op libraries the user registers are probed with a real one-node session. The static
-verdict can be confirmed by building a real session in a child process.
+verdict can be confirmed by building a real session in a child process and, for small models,
+running it once on generated inputs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -25,10 +28,15 @@ from rewriter.schemas import (
     type_proto,
 )
 from rewriter.targets import (
+    RUN_BY_DEFAULT_BELOW,
+    Confirmation,
     Finding,
     NodeQuery,
     Target,
     TargetOptions,
+    confirm_in_child,
+    generated_feeds,
+    model_size,
     opset_import_findings,
     schema_arity_problem,
 )
@@ -121,6 +129,7 @@ class OnnxRuntimeTarget(Target):
             for key, defs in _ort_kernels(provider).items():
                 self._kernels[key] = self._kernels.get(key, []) + defs
         self._verdicts: dict[tuple, tuple[str, str] | None] = {}
+        self._confirmations: dict[tuple, Confirmation] = {}
         self._fast: dict[tuple, tuple[str, str, int | None] | None] = {}
         self._probes: dict[tuple, tuple[str, str] | None] = {}
         self._known_domains = (
@@ -437,30 +446,48 @@ class OnnxRuntimeTarget(Target):
         return self.confirm_by_size(self.confirm_option, loaded, CONFIRM_BY_DEFAULT_BELOW)
 
     def confirm(self, model, base_dir) -> str | None:
-        """Build a real session in a child process (a crash is an answer, not our crash)."""
+        """onnxruntime's refusal of the model (see :meth:`confirmation`), or None."""
+        return self.confirmation(model, base_dir).refusal
+
+    def confirmation(self, model, base_dir) -> Confirmation:
+        """Build a real session in a child process and, for models up to
+        RUN_BY_DEFAULT_BELOW bytes, run it once on generated inputs (a crash is an answer,
+        not our crash). Cached per model bytes and folder."""
         from rewriter.errors import RewriterError
         from rewriter.kernels import read_needs
 
+        data = model.SerializeToString()
+        key = (hashlib.sha256(data).digest(), str(base_dir), self.libraries)
+        if key in self._confirmations:
+            return self._confirmations[key]
         try:
             if read_needs(model):
-                return self._confirm_with_kernels(model, base_dir)
+                error = self._confirm_with_kernels(model, base_dir)
+                result = Confirmation(error, "load" if error else "",
+                                      note="" if error else "not run: it needs custom kernels")
+                self._confirmations[key] = result
+                return result
         except RewriterError as e:
-            return str(e)
-        script = (
-            "import sys, onnxruntime as ort\n"
-            "so = ort.SessionOptions(); so.log_severity_level = 4\n"
-            "so.add_session_config_entry("
-            "'session.model_external_initializers_file_folder_path', sys.argv[2])\n"
-            "[so.register_custom_ops_library(x) for x in sys.argv[3:]]\n"
-            "try:\n"
-            "    ort.InferenceSession(sys.stdin.buffer.read(), so, providers=[sys.argv[1]])\n"
-            "except Exception as e:\n"
-            "    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)\n"
-            "    sys.exit(3)\n"
-        )
-        return _confirm_in_child(
-            [script, self.provider, str(base_dir), *self.libraries], model, base_dir
-        )
+            return Confirmation(str(e), "load")
+        feeds, note = None, f"not run: larger than {RUN_BY_DEFAULT_BELOW // 2**20} MiB"
+        if self.confirm_by_size(None, model_size(model, base_dir), RUN_BY_DEFAULT_BELOW):
+            feeds, note = generated_feeds(model)
+        payload = pickle.dumps({"model": data, "feeds": feeds})
+        result = confirm_in_child(
+            self, "onnxruntime",
+            [_CONFIRM_CHILD, self.provider, str(base_dir or ""), *self.libraries], payload,
+            base_dir, CONFIRM_TIMEOUT_S, _clean_ort_message)
+        if note and result.refusal is None and not result.note:
+            result = Confirmation(note=note)
+        self._confirmations[key] = result
+        return result
+
+    def run_refuses(self, message: str) -> bool:
+        """A run error is a refusal when its status is NOT_IMPLEMENTED or its message says
+        onnxruntime lacks something ("4D mask in attention cpu kernel is not supported");
+        INVALID_ARGUMENT and the like (an index out of range, shapes that do not fit) may
+        come from the generated inputs."""
+        return ": NOT_IMPLEMENTED :" in message or super().run_refuses(message)
 
     def prepare(self, model, base_dir):
         """An onnxruntime session (custom-op libraries registered) as a run function."""
@@ -508,7 +535,7 @@ class OnnxRuntimeTarget(Target):
         import json
 
         self._registry()
-        args = {"provider": self.provider, "base_dir": str(base_dir),
+        args = {"provider": self.provider, "base_dir": str(base_dir or ""),
                 "specs": list(getattr(self.plugins, "specs", ())),
                 "autoload": bool(getattr(self.plugins, "autoload", True)),
                 "libraries": list(self._given_libraries)}
@@ -530,7 +557,8 @@ def _confirm_in_child(argv: list[str], model, base_dir) -> str | None:
     try:
         proc = subprocess.run(
             [sys.executable, "-c", *argv], input=model.SerializeToString(),
-            capture_output=True, timeout=CONFIRM_TIMEOUT_S, cwd=str(base_dir),
+            capture_output=True, timeout=CONFIRM_TIMEOUT_S,
+            cwd=str(base_dir) if base_dir is not None else None,
         )
     except subprocess.TimeoutExpired:
         return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
@@ -541,6 +569,35 @@ def _confirm_in_child(argv: list[str], model, base_dir) -> str | None:
     tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
     return (f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
             + (f": {tail[0]}" if tail else ""))
+
+
+# The confirming child (rewriter.targets.confirm_in_child): argv provider, external-data
+# folder, custom-op libraries; stdin a pickle of {"model": bytes, "feeds": [input sets] or
+# None}. It imports no onnx (a second): the inputs are generated by the parent.
+_CONFIRM_CHILD = """
+import pickle, sys
+import onnxruntime as ort
+from rewriter.targets import child_says, run_sets
+from rewriter_plugins.onnxruntime_feeds import run_once
+
+job = pickle.load(sys.stdin.buffer)
+so = ort.SessionOptions()
+so.log_severity_level = 4
+so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                            sys.argv[2])
+try:
+    for library in sys.argv[3:]:
+        so.register_custom_ops_library(library)
+    session = ort.InferenceSession(job["model"], so, providers=[sys.argv[1]])
+except Exception as e:
+    text = str(e).strip()
+    child_says("load", text.splitlines()[0] if text else type(e).__name__)
+    sys.exit(0)
+child_says("loaded")
+if job["feeds"] is not None:
+    error, values = run_sets(lambda feeds: run_once(session, feeds), job["feeds"])
+    child_says("run", error, values=values) if error else child_says("ran")
+"""
 
 
 _OPEN_END = 2**31 - 1

@@ -7,8 +7,9 @@ converted (``FrontEnd.convert``: a missing conversion rule or a translator's ref
 answer), asked to the device (``Core.query_model``) and compiled (``Core.compile_model``).
 Verdicts are cached per process by what they depend on (domain, op, opset, input types and
 shapes, constant inputs, attributes), so a big model costs one probe per distinct node
-signature, not one per node. ``confirm`` compiles the whole model in a child process, and
-``prepare`` runs it (``compare`` calls it inside the isolation worker).
+signature, not one per node. ``confirm`` compiles the whole model in a child process and, for
+small models, runs it once there on generated inputs; ``prepare`` runs it (``compare`` calls
+it inside the isolation worker).
 
 Models reach OpenVINO as bytes; OpenVINO resolves external data against the working
 directory, so loads happen with the model's folder (``base_dir``) as working directory (the
@@ -27,16 +28,27 @@ import contextlib
 import hashlib
 import io
 import os
+import pickle
 import re
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 
 from rewriter import hookimpl
 from rewriter.errors import TargetError
-from rewriter.targets import Finding, NodeQuery, Target, TargetOptions
-from rewriter.walk import outer_references
+from rewriter.targets import (
+    RUN_BY_DEFAULT_BELOW,
+    Confirmation,
+    Finding,
+    NodeQuery,
+    Target,
+    TargetOptions,
+    child_says,
+    confirm_in_child,
+    generated_feeds,
+    model_size,
+    run_sets,
+)
 
 NOT_INSTALLED = "OpenVINO is not installed: pip install 'onnx-graph-rewriter[openvino]'"
 DEFAULT_DEVICE = "CPU"
@@ -258,6 +270,7 @@ class OpenVINOTarget(Target):
         self._model_compiles = False  # the model last checked compiled as a whole
         self._ov_shapes: dict | None = {}  # name -> dims from OpenVINO's partial conversion
         self._model = None  # the model last checked, until its OpenVINO shapes are read
+        self._confirmations: dict[tuple, Confirmation] = {}
 
     @property
     def schemas(self):
@@ -408,6 +421,8 @@ class OpenVINOTarget(Target):
         guessed). The model is only built on a cache miss."""
         from onnx import TensorProto, helper
 
+        from rewriter.walk import outer_references
+
         node = query.node
         constants = dict(query.constants) if in_body else self._constants
         parts, key_inputs, seen = [], [], set()  # parts: (name, TensorProto or TypeProto)
@@ -483,34 +498,41 @@ class OpenVINOTarget(Target):
         return self.confirm_by_size(self.confirm_option, loaded, CONFIRM_BY_DEFAULT_BELOW)
 
     def confirm(self, model, base_dir) -> str | None:
-        """Convert and compile the whole model in a child process (a crash is an answer)."""
+        """OpenVINO's refusal of the model (see :meth:`confirmation`), or None."""
+        return self.confirmation(model, base_dir).refusal
+
+    def confirmation(self, model, base_dir) -> Confirmation:
+        """Convert and compile the whole model in a child process and, for models up to
+        RUN_BY_DEFAULT_BELOW bytes, run it once there on generated inputs (a crash is an
+        answer, not our crash). A failed run is a refusal when its message says OpenVINO
+        lacks something or when onnxruntime runs the same model on the same inputs; an
+        error naming an operation OpenVINO made is pointed at the node it lies in. Cached
+        per model bytes and folder."""
+        from rewriter.walk import iter_nodes
+
         try:
             check_external_data(model, base_dir)
         except ValueError as e:
-            return str(e)
+            return Confirmation(str(e), "load")
         data = model.SerializeToString()
-        script = (
-            "import sys\n"
-            "from rewriter_plugins.openvino_target import compile_model, clean_message\n"
-            "try:\n"
-            "    compile_model(sys.stdin.buffer.read(), sys.argv[1])\n"
-            "except Exception as e:\n"
-            "    print(clean_message(str(e)))\n"
-            "    sys.exit(3)\n"
-        )
-        try:
-            proc = subprocess.run([sys.executable, "-c", script, self.device], input=data,
-                                  capture_output=True, timeout=CONFIRM_TIMEOUT_S,
-                                  cwd=str(base_dir) if base_dir is not None else None)
-        except subprocess.TimeoutExpired:
-            return f"OpenVINO took longer than {CONFIRM_TIMEOUT_S}s to compile the model"
-        if proc.returncode == 0:
-            return None
-        if proc.returncode == 3:
-            return proc.stdout.decode(errors="replace").strip() or "OpenVINO refused the model"
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-        return (f"OpenVINO crashed while compiling the model (exit code {proc.returncode})"
-                + (f": {tail[0]}" if tail else ""))
+        key = (hashlib.sha256(data).digest(), str(base_dir))
+        if key in self._confirmations:
+            return self._confirmations[key]
+        feeds, note = None, f"not run: larger than {RUN_BY_DEFAULT_BELOW // 2**20} MiB"
+        if self.confirm_by_size(None, model_size(model, base_dir), RUN_BY_DEFAULT_BELOW):
+            feeds, note = generated_feeds(model)
+        script = ("from rewriter_plugins.openvino_target import confirm_child\n"
+                  "confirm_child()\n")
+        producers = {o: site.node.name for site in iter_nodes(model)
+                     for o in site.node.output if o}
+        payload = pickle.dumps({"model": data, "feeds": feeds, "device": self.device,
+                                "io": _io_names(model), "producers": producers})
+        result = confirm_in_child(self, "OpenVINO", [script], payload, base_dir,
+                                  CONFIRM_TIMEOUT_S)
+        if note and result.refusal is None and not result.note:
+            result = Confirmation(note=note)
+        self._confirmations[key] = result
+        return result
 
     def prepare(self, model, base_dir):
         """A compiled model (float32 precision) as a run function: feeds by input name,
@@ -524,33 +546,126 @@ class OpenVINOTarget(Target):
         except Exception as e:  # noqa: BLE001 - say it in one line
             raise RuntimeError(f"OpenVINO cannot compile the model: {clean_message(str(e))}"
                                ) from None
-        # OpenVINO merges tensor names while optimizing (an input may also carry the name of
-        # a node it optimized away): pick each port's name among the model's own.
-        out_names = _port_names(compiled.outputs, [o.name for o in model.graph.output])
-        initializers = {t.name for t in model.graph.initializer}
-        in_names = _port_names(compiled.inputs, [i.name for i in model.graph.input
-                                                 if i.name not in initializers])
-        request = compiled.create_infer_request()
-        keep_alive = (data, compiled)  # the compiled model reads constants from `data`
+        return _run_function(compiled, data, *_io_names(model))
 
-        in_types = [port.get_element_type() for port in compiled.inputs]
-        out_types = [port.get_element_type() for port in compiled.outputs]
 
-        def run(feeds):
-            assert keep_alive
-            missing = [name for name in in_names if name not in feeds]
-            if missing:
-                raise RuntimeError(f"no value given for input(s) {', '.join(missing)}")
-            given = [_to_openvino(feeds[name], t) for name, t in zip(in_names, in_types)]
-            try:
-                request.infer(given)
-            except Exception as e:  # noqa: BLE001
-                raise RuntimeError(f"OpenVINO failed running the model: "
-                                   f"{clean_message(str(e))}") from None
-            return {name: _from_openvino(request.get_output_tensor(i), out_types[i])
-                    for i, name in enumerate(out_names)}
+def _io_names(model) -> tuple[list[str], list[str]]:
+    """The names of the inputs a caller feeds (not those with an initializer) and of the
+    outputs."""
+    initializers = {t.name for t in model.graph.initializer}
+    return ([i.name for i in model.graph.input if i.name not in initializers],
+            [o.name for o in model.graph.output])
 
-        return run
+
+def _run_function(compiled, data: bytes, inputs: list[str], outputs: list[str]):
+    """Run ``compiled`` (compiled from ``data``, whose graph has these input and output
+    names) on feeds by input name; outputs by name. RuntimeError with OpenVINO's message in
+    one line."""
+    # OpenVINO merges tensor names while optimizing (an input may also carry the name of
+    # a node it optimized away): pick each port's name among the model's own.
+    out_names = _port_names(compiled.outputs, outputs)
+    in_names = _port_names(compiled.inputs, inputs)
+    request = compiled.create_infer_request()
+    keep_alive = (data, compiled)  # the compiled model reads constants from `data`
+
+    in_types = [port.get_element_type() for port in compiled.inputs]
+    out_types = [port.get_element_type() for port in compiled.outputs]
+
+    def run(feeds):
+        assert keep_alive
+        missing = [name for name in in_names if name not in feeds]
+        if missing:
+            raise RuntimeError(f"no value given for input(s) {', '.join(missing)}")
+        given = [_to_openvino(feeds[name], t) for name, t in zip(in_names, in_types)]
+        try:
+            request.infer(given)
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"OpenVINO failed running the model: "
+                               f"{clean_message(str(e))}") from None
+        return {name: _from_openvino(request.get_output_tensor(i), out_types[i])
+                for i, name in enumerate(out_names)}
+
+    return run
+
+
+def confirm_child() -> None:
+    """The confirming child (``OpenVINOTarget.confirmation``): stdin a pickle of {"model":
+    bytes, "feeds": [input sets] or None, "device": str, "io": (input names, output names),
+    "producers": {value: name of the node making it}}; compiles, then runs the input sets
+    until one runs, reporting each stage with :func:`rewriter.targets.child_says`. Its working
+    directory is the model's folder (external data). It imports no onnx (a second saved per
+    confirmation)."""
+    job = pickle.load(sys.stdin.buffer)
+    data = job["model"]
+    try:
+        compiled = compile_model(data, job["device"])
+    except Exception as e:  # noqa: BLE001 - OpenVINO's refusal is the answer
+        child_says("load", clean_message(str(e)))
+        return
+    child_says("loaded")
+    if job["feeds"] is None:
+        return
+    error, values = run_sets(_run_function(compiled, data, *job["io"]), job["feeds"])
+    if error is None:
+        child_says("ran")
+        return
+    error = error.removeprefix("OpenVINO failed running the model: ")
+    error += _owner(compiled, error, job["producers"])
+    elsewhere = not values and _onnxruntime_runs(data, job["feeds"][0])
+    child_says("run", error, "onnxruntime" if elsewhere else None, values)
+
+
+def _owner(compiled, error: str, producers: dict) -> str:
+    """When OpenVINO's error names one of its own operations (made while converting or
+    compiling a node, e.g. 'Reshape_4185'), which node of the model it lies in: the node
+    whose output is the first of the model's values downstream of it, in the compiled
+    model's graph; said as " (OpenVINO's 'Reshape_4185' lies inside node 'N': ...)"; "" when
+    the error names a node of the model, or none is found."""
+    from collections import deque
+
+    m = re.search(r"node with name '([^']*)'", error)
+    if not m or m.group(1) in producers or m.group(1) in producers.values():
+        return ""
+    ops = {op.get_friendly_name(): op for op in compiled.get_runtime_model().get_ordered_ops()}
+    start = ops.get(m.group(1))
+    queue, seen = deque([start] if start is not None else []), {m.group(1)}
+    while queue:
+        op = queue.popleft()
+        info = op.get_rt_info()
+        names = [op.get_friendly_name()]
+        if "originalLayersNames" in info:
+            names += str(info["originalLayersNames"].astype(str)).split(",")
+        for name in names:
+            value = name.split("/sink_port_")[0]  # a model output's Result
+            if value in producers:
+                node = producers[value]
+                where = f"node '{node}'" if node else f"the node of output '{value}'"
+                return (f" (OpenVINO's '{m.group(1)}' lies inside {where}: the first of the "
+                        f"model's values it feeds is that node's output '{value}')")
+        for output in op.outputs():
+            for target in output.get_target_inputs():
+                following = target.get_node()
+                if following.get_friendly_name() not in seen:
+                    seen.add(following.get_friendly_name())
+                    queue.append(following)
+    return ""
+
+
+def _onnxruntime_runs(data: bytes, feeds: dict) -> bool:
+    """Whether onnxruntime (CPU) runs the model on the same inputs: then OpenVINO's failure
+    is not the inputs' fault. False when it cannot load the model either (ops it lacks)."""
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    os.getcwd())
+        session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        session.run(None, feeds)
+    except Exception:  # noqa: BLE001 - any failure: it cannot vouch for the inputs
+        return False
+    return True
 
 
 # OpenVINO element types numpy has no dtype for (its arrays show their raw bits, 4-bit

@@ -1,14 +1,24 @@
 """Target ``reference``: the ONNX reference evaluator (``onnx.reference``).
 
 A node runs when the evaluator has a Python implementation for its domain, op and version,
-or the op is a spec function it can expand.
+or the op is a spec function it can expand. ``confirm`` builds the evaluator and runs it once
+on generated inputs (in process: it is Python).
 """
 
 from __future__ import annotations
 
 from rewriter import hookimpl
 from rewriter.schemas import onnx_schemas
-from rewriter.targets import Finding, NodeQuery, Target, TargetOptions, opset_import_findings
+from rewriter.targets import (
+    Confirmation,
+    Finding,
+    NodeQuery,
+    Target,
+    TargetOptions,
+    generated_feeds,
+    opset_import_findings,
+    run_sets,
+)
 from rewriter.walk import normalize_domain
 
 CONFIRM_BY_DEFAULT_BELOW = 20 * 2**20
@@ -119,11 +129,38 @@ class ReferenceTarget(Target):
         return self.confirm_by_size(self.confirm_option, loaded, CONFIRM_BY_DEFAULT_BELOW)
 
     def confirm(self, model, base_dir) -> str | None:
+        return self.confirmation(model, base_dir).refusal
+
+    def confirmation(self, model, base_dir) -> Confirmation:
+        """Build the evaluator, then run it once on generated inputs: a NotImplementedError
+        (an attribute value or mode it lacks) or a message saying it lacks something is a
+        refusal; other run errors may come from the inputs."""
         try:
-            self._evaluator(model, base_dir)
+            evaluator = self._evaluator(model, base_dir)
         except Exception as e:  # noqa: BLE001 - the evaluator's refusal is the answer
-            return (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return None
+            return Confirmation(_first_line(e), "load")
+        sets, note = generated_feeds(model)
+        if sets is None:
+            return Confirmation(note=note)
+        lacks = []
+
+        def run(feeds):
+            try:
+                evaluator.run(None, {n: feeds[n] for n in evaluator.input_names if n in feeds})
+            except NotImplementedError as e:
+                lacks.append(e)
+                raise RuntimeError(f"NotImplementedError: {_first_line(e)}") from None
+            except Exception as e:  # noqa: BLE001
+                raise RuntimeError(f"{type(e).__name__}: {_first_line(e)}") from None
+
+        error, values = run_sets(run, sets)
+        if error is None:
+            return Confirmation(ran=True)
+        if values:
+            return Confirmation.varied(error)
+        if lacks or self.run_refuses(error):
+            return Confirmation(error, "run")
+        return Confirmation.inconclusive(error)
 
     def _evaluator(self, model, base_dir):
         from onnx import ModelProto
@@ -152,6 +189,10 @@ class ReferenceTarget(Target):
             return dict(zip(outputs, evaluator.run(None, given)))
 
         return run
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def evaluator_class(ops: tuple[type, ...]):

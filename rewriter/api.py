@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from onnx import ModelProto
 
-from rewriter.detect import CheckReport, TargetResult, find_unsupported
+from rewriter.detect import CheckReport, TargetResult, confirm_model, find_unsupported
 from rewriter.errors import OutputError, TargetError
 from rewriter.io import LoadedModel, load_model
 from rewriter.manager import Plugins, load_plugins
-from rewriter.targets import Target, TargetOptions, runtime_refusal
+from rewriter.targets import Target, TargetOptions
 
 if TYPE_CHECKING:
     from rewriter.pipeline import RewriteResult
@@ -76,8 +76,12 @@ def check(
         model: a path, a ``ModelProto`` or a :class:`~rewriter.io.LoadedModel`.
         targets: target names, e.g. ``["onnxruntime", "opset:13"]``.
         plugins: loaded plugins (default: :func:`rewriter.manager.load_plugins`).
-        confirm: build a real session where the static verdict says "runs" (default: the
-            target decides, e.g. onnxruntime confirms models under 100 MiB).
+        confirm: where the static verdict says "runs", load the model in the runtime and
+            run it once on generated inputs (in a child process; default: the target
+            decides, e.g. onnxruntime and OpenVINO confirm models up to 100 MiB). A
+            refusal at load or run time is a ``runtime-refused`` finding on the node the
+            runtime names; a run that fails on the generated inputs' values (an index out
+            of range) is not a refusal (``TargetResult.confirmation`` says so).
         custom_op_libraries: shared libraries of custom ops to register in onnxruntime
             (``"extensions"`` names onnxruntime-extensions).
     """
@@ -90,12 +94,10 @@ def check(
         result = TargetResult(target.name, target.description, findings)
         wants = confirm if confirm is not None else target.wants_confirm(loaded)
         if not findings and wants:
-            error = target.confirm(loaded.model, loaded.base_dir)
-            if error is None:
-                result.confirmed = True
-            else:
-                result.confirmed = False
-                result.findings = [runtime_refusal(target.name, loaded.model, error)]
+            confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir)
+            result.confirmed = not refused
+            result.confirmation = confirmation.describe()
+            result.findings = refused
         results.append(result)
     return CheckReport(str(loaded.path), results)
 

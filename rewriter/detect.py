@@ -9,7 +9,7 @@ from typing import Any
 
 from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
 
-from rewriter.targets import Finding, NodeQuery, Target
+from rewriter.targets import Confirmation, Finding, NodeQuery, Target, refused_node
 from rewriter.typeinfer import (
     OutputTypeMemo,
     binding_conflict,
@@ -43,7 +43,8 @@ class TargetResult:
     target: str
     description: str
     findings: list[Finding]
-    confirmed: bool | None = None  # True: a real load agreed; None: not confirmed
+    confirmed: bool | None = None  # True: a real load (and run) agreed; None: not confirmed
+    confirmation: str = ""  # how: "loaded and ran once on generated inputs", why not run...
 
     @property
     def runs(self) -> bool:
@@ -72,6 +73,41 @@ def find_unsupported(model: ModelProto, target: Target, keep_nodes: bool = False
     return walker.run()
 
 
+def confirm_model(model: ModelProto, target: Target, base_dir=None,
+                  types: Mapping[str, str] | None = None,
+                  ) -> tuple[Confirmation, list[Finding]]:
+    """Really load ``model`` in ``target``'s runtime (and run it once, where the target
+    does): the confirmation, and a ``runtime-refused`` finding when the runtime refused it,
+    pointed at the node its message names (with the node, its input types from ``types``
+    and its scope's opsets, for the rewrite engine, when ``types`` is given)."""
+    from rewriter.targets import runtime_refusal
+
+    confirmation = target.confirmation(model, base_dir)
+    if confirmation.refusal is None:
+        return confirmation, []
+    finding = runtime_refusal(target.name, model, confirmation.refusal)
+    if types is not None and finding.op_type:
+        site = refused_node(model, confirmation.refusal)
+        finding = _with_node(finding, site.node, tuple(site.node.input), types,
+                             site.scope.opsets)
+    return confirmation, [finding]
+
+
+def confirms_here(model: ModelProto, target: Target, base_dir=None) -> bool:
+    """Whether the target confirms ``model`` by default (its own size rule), given what
+    is at hand: a model with external data only with the folder that holds it."""
+    from pathlib import Path
+
+    from rewriter.io import LoadedModel
+    from rewriter.targets import model_size
+    from rewriter.walk import iter_tensors
+
+    if base_dir is None and any(t.data_location == t.EXTERNAL for _, t in iter_tensors(model)):
+        return False
+    size = model_size(model, base_dir)
+    return target.wants_confirm(LoadedModel(model, Path("<model>"), size))
+
+
 @dataclass
 class Detection:
     """One target's walk over a model, with what the rewrite engine reuses afterwards."""
@@ -83,16 +119,34 @@ class Detection:
     owners: set[str]  # outputs of main-graph nodes that hold subgraphs
     in_main: set[int]  # ids of the findings whose node is in the main graph
     walker: _Walker = field(repr=False)
+    # the runtime's answer when the walk found nothing and the model was confirmed
+    confirmation: Confirmation | None = None
+    base_dir: Any = None  # where the model's external data lies (for confirmations)
 
 
-def detect(model: ModelProto, target: Target) -> Detection:
-    """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs."""
+def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
+           base_dir=None) -> Detection:
+    """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs.
+
+    When the walk finds nothing, the model is confirmed (:func:`confirm_model`: loaded, and
+    run once where the target does) if ``confirm`` says so, or by default when the target
+    confirms models of that size (:func:`confirms_here`); a refusal is a finding on the node
+    the runtime names, which the engine remedies like any other."""
     walker = _Walker(model, target)
     walker.keep_nodes = True
     walker.record = True
     findings = walker.run()
+    confirmation = None
+    if not findings and (confirm if confirm is not None
+                         else confirms_here(model, target, base_dir)):
+        confirmation, findings = confirm_model(model, target, base_dir, walker.main_types)
+        walker.findings = findings
+        for f in findings:
+            site = refused_node(model, f.detail) if f.node is not None else None
+            if site is not None and site.scope.graph is model.graph:
+                walker.in_main.add(id(f))
     return Detection(findings, walker.declared, walker.main_types, walker.produced,
-                     walker.owners, walker.in_main, walker)
+                     walker.owners, walker.in_main, walker, confirmation, base_dir)
 
 
 @dataclass
@@ -127,11 +181,19 @@ def recheck(
     (their bodies read outer values implicitly) and every subgraph are checked again, with
     the same walker as :func:`find_unsupported`; a body whose inputs changed type is asked
     of ``body_outputs``. Not for models with local functions (the caller walks those).
+    When the runtime refused ``before``'s model (a confirmation), the rewritten model is
+    confirmed again if nothing else is found.
     """
     walker = _Walker(model, target)
     walker.keep_nodes = True
     walker.output_types = before.walker.output_types  # same schemas: reuse the memo
-    return walker.recheck(before, replaced, body_outputs)
+    result = walker.recheck(before, replaced, body_outputs)
+    refused = before.confirmation is not None and before.confirmation.refusal is not None
+    if result is not None and refused and not result.findings:
+        # the runtime refused the model before: ask it again about the rewritten one (it
+        # may name the next node it refuses)
+        _, result.findings = confirm_model(model, target, before.base_dir, result.types)
+    return result
 
 
 def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:

@@ -6,16 +6,20 @@ interface; onnxruntime, the reference evaluator and ``opset:N`` are built-in plu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx import ModelProto, NodeProto, TypeProto
+if TYPE_CHECKING:  # onnx is imported where used: a confirming child runs without it
+    from onnx import ModelProto, NodeProto, TypeProto
 
-from rewriter.schemas import SchemaIndex, onnx_schemas
-
-if TYPE_CHECKING:
     from rewriter.io import LoadedModel
+    from rewriter.schemas import SchemaIndex
 
 # Why a target cannot run a node. Keys are stable (JSON); values are for people.
 REASONS: dict[str, str] = {
@@ -28,6 +32,15 @@ REASONS: dict[str, str] = {
     "invalid-node": "node does not match the operator's schema",
     "runtime-refused": "the runtime refused the model",
 }
+
+# Models up to this many bytes (with external data) are run once on generated inputs when
+# they are confirmed (``Target.confirm_by_size``); bigger ones are only loaded.
+RUN_BY_DEFAULT_BELOW = 100 * 2**20
+# A run failure counts as the runtime refusing the model only when its message says the
+# runtime lacks something; other run failures (an index out of range, shapes that do not
+# fit) may come from the generated inputs, and the static verdict stands.
+_LACKS = re.compile(r"not (yet )?(supported|implemented)|unsupported|does(n't| not) support",
+                    re.IGNORECASE)
 
 
 def schema_arity_problem(node: NodeProto, schema, inputs=None, outputs=None) -> str | None:
@@ -135,12 +148,43 @@ class KernelRemedy:
     declared: Mapping[str, TypeProto] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """What really loading a model in the runtime, and running it once on generated inputs
+    (small models), showed."""
+
+    refusal: str | None = None  # the runtime's words refusing the model; None: no refusal
+    stage: str = ""  # where it refused: "load" (session, conversion, compilation) or "run"
+    ran: bool = False  # it ran once on generated inputs without an error
+    note: str = ""  # why it was not run, or why a failed run is not counted as a refusal
+
+    @classmethod
+    def inconclusive(cls, error: str) -> Confirmation:
+        """A run that failed in a way the inputs may explain: no refusal, said in the note."""
+        return cls(note=f"the run on generated inputs failed, not counted as a refusal (the "
+                        f"inputs may be the cause): {error}")
+
+    @classmethod
+    def varied(cls, error: str) -> Confirmation:
+        """A run that failed on one input set and ran on another: it runs."""
+        return cls(ran=True, note=f"the run failed on one generated input set and ran on "
+                                  f"another (the values, not the model): {error}")
+
+    def describe(self) -> str:
+        """One line for reports: how the verdict was confirmed."""
+        if self.refusal is not None:
+            return f"refused at {self.stage or 'load'}: {self.refusal}"
+        done = "loaded and ran once on generated inputs" if self.ran else "loaded"
+        return f"{done}; {self.note}" if self.note else done
+
+
 class Target:
     """Base class for targets. Subclasses implement :meth:`check_node`."""
 
     name: str = "target"
     description: str = ""
     plugins: Any = None  # the run's loaded plugins (TargetOptions.plugins), if given
+    confirm_option: bool | None = None  # TargetOptions.confirm (--confirm / --no-confirm)
 
     def _registry(self):
         """The registry of the run's plugins (loaded on first use when none were given):
@@ -160,6 +204,8 @@ class Target:
     @property
     def schemas(self) -> SchemaIndex:
         """Schemas used to resolve versions and infer types (default: onnx's)."""
+        from rewriter.schemas import onnx_schemas
+
         return onnx_schemas()
 
     def check_model(self, model: ModelProto) -> list[Finding]:
@@ -175,12 +221,16 @@ class Target:
         return False
 
     @staticmethod
-    def confirm_by_size(confirm_option: bool | None, loaded: LoadedModel, below: int) -> bool:
+    def confirm_by_size(confirm_option: bool | None, loaded: LoadedModel | int,
+                        below: int) -> bool:
         """``--confirm``/``--no-confirm`` when given, else whether the model and its
-        external data together are at most ``below`` bytes (a helper for
-        :meth:`wants_confirm`)."""
+        external data together (``loaded``, or their size in bytes) are at most ``below``
+        bytes (a helper for :meth:`wants_confirm`, and for whether a confirmation runs the
+        model: :data:`RUN_BY_DEFAULT_BELOW`)."""
         if confirm_option is not None:
             return confirm_option
+        if isinstance(loaded, int):
+            return loaded <= below
         total = loaded.file_size + sum(f.size for f in loaded.external_files.values())
         return total <= below
 
@@ -190,10 +240,21 @@ class Target:
         return f"{self.name} cannot run custom kernels"
 
     def confirm(self, model: ModelProto, base_dir) -> str | None:
-        """Really load ``model`` (external data relative to ``base_dir``) in the runtime;
-        return the runtime's error, or None if it loads. Targets that cannot confirm return
-        None."""
+        """Really load ``model`` (external data relative to ``base_dir``) in the runtime
+        and, where the target can, run it once on generated inputs; return the runtime's
+        refusal, or None. Targets that cannot confirm return None."""
         return None
+
+    def confirmation(self, model: ModelProto, base_dir) -> Confirmation:
+        """:meth:`confirm` with how far it got (targets that run the model say more)."""
+        error = self.confirm(model, base_dir)
+        return Confirmation(error, "load" if error is not None else "")
+
+    def run_refuses(self, message: str) -> bool:
+        """Whether a failure while running a model that loaded is the runtime refusing it
+        (it lacks a kernel, a mode, a mask layout...), rather than a problem of the
+        generated inputs (an index out of range, shapes that do not fit each other)."""
+        return _LACKS.search(message) is not None
 
     # -- running models (used by ``compare``, always in a child process) -----------------
 
@@ -262,6 +323,9 @@ def opset_import_findings(
 
 
 _NODE_NAME_PATTERNS = (
+    r"lies inside node '([^']*)'",  # OpenVINO's own operation, traced to a node
+    r"lies inside the node of output '([^']*)'",
+    r"running \w+ node\. Name:'([^']*)'",  # onnxruntime, at run time
     r'In Node, \("([^"]*)", (\w+), "([^"]*)"',
     r"node with name '([^']*)'",
     r"\(node:'([^']*)'",
@@ -269,21 +333,193 @@ _NODE_NAME_PATTERNS = (
 )
 
 
-def runtime_refusal(target: str, model: ModelProto, message: str) -> Finding:
-    """A finding for a runtime's load error, pointed at the node it names when it names one."""
-    import re
-
+def refused_node(model: ModelProto, message: str):
+    """The node (a :class:`rewriter.walk.NodeSite`) a runtime's error names, if it names
+    one of the model's: by node name, else by output name (OpenVINO names the operations
+    it converts a node to after the node's outputs); None when no single node matches."""
     from rewriter.walk import iter_nodes
 
-    name = None
     for pattern in _NODE_NAME_PATTERNS:
         m = re.search(pattern, message)
-        if m and m.group(1):
-            name = m.group(1)
-            break
-    if name:
+        if not (m and m.group(1)):
+            continue
+        name = m.group(1)
+        by_name, by_output = [], []
         for site in iter_nodes(model):
             if site.node.name == name:
-                return Finding(target, site.path, site.domain, site.node.op_type,
-                               site.opset_version, "runtime-refused", message, name)
+                by_name.append(site)
+            elif name in site.node.output:
+                by_output.append(site)
+        found = by_name or by_output
+        if len(found) == 1 or (found and by_name):
+            return found[0]
+    return None
+
+
+def runtime_refusal(target: str, model: ModelProto, message: str) -> Finding:
+    """A finding for a runtime's refusal (at load or run time), pointed at the node it
+    names when it names one."""
+    site = refused_node(model, message)
+    if site is not None:
+        return Finding(target, site.path, site.domain, site.node.op_type, site.opset_version,
+                       "runtime-refused", message, site.node.name)
     return Finding(target, "model", "", "", None, "runtime-refused", message)
+
+
+# -- confirming in a child process ------------------------------------------------------------
+
+CHILD_MARK = "@confirm "  # the confirming child's reports on stdout start with this
+
+
+def child_says(stage: str, error: str | None = None, elsewhere: str | None = None,
+               values: bool = False) -> None:
+    """In a confirming child: report how far it got (``loaded``, ``ran``) or where the
+    runtime refused (``load``/``run`` with ``error``; ``elsewhere``: another runtime that
+    ran the same model on the same inputs; ``values``: the run failed on the first input
+    set but ran on another), one line on stdout."""
+    print(CHILD_MARK + json.dumps({"stage": stage, "error": error, "elsewhere": elsewhere,
+                                   "values": values}), flush=True)
+
+
+def run_sets(run: Callable[[Mapping[str, Any]], Any], sets: Sequence[Mapping[str, Any]]
+             ) -> tuple[str | None, bool]:
+    """In a confirming child: run each input set until one runs. (the first set's error
+    or None, whether a later set ran after the first failed)."""
+    first = None
+    for feeds in sets:
+        try:
+            run(feeds)
+        except Exception as e:  # noqa: BLE001 - the runtime's answer
+            text = str(e).strip()
+            first = first or (text.splitlines()[0] if text else type(e).__name__)
+            continue
+        return first, first is not None
+    return first, False
+
+
+# Decoder exports (onnxruntime-genai's builder, Optimum) name the lengths of their KV cache
+# ("past_sequence_length", "total_sequence_length", "past_sequence_length + 1", ...): with
+# every symbolic dimension the same, the total would not be the past plus the new tokens and
+# any run fails on the inputs. A confirmation run gives them a decode step (one new token:
+# onnxruntime's GroupQueryAttention takes several with a past only for batch 1) after a past
+# of two, and an all-ones attention mask (random values are no mask a model expects).
+_PAST_LENGTH = 2
+_NEW_TOKENS = ("sequence_length", "seq_len", "sequence")  # named so beside a past length
+_MASK_NAMES = ("attention_mask",)
+
+
+# A confirmation runs the model on input sets of these seeds (same shapes, other values)
+# until one runs: a failure counts only when every set fails (an input generated as 0 where
+# the op wants a positive value fails on one set, not on all).
+RUN_SEEDS = (0, 1, 2)
+
+
+def generated_feeds(model: ModelProto) -> tuple[list[dict] | None, str]:
+    """Seeded input sets for a confirmation run (:func:`rewriter.inputs.generate_inputs`
+    with each of RUN_SEEDS; cache lengths that fit each other, attention masks of ones), or
+    None and why they cannot be generated (an input of unknown rank, a map...)."""
+    import numpy as np
+
+    from rewriter.inputs import DEFAULT_DIM, InputError, generate_inputs
+
+    sets = []
+    dims = cache_dims(model, DEFAULT_DIM)
+    for seed in RUN_SEEDS:
+        try:
+            feeds = generate_inputs(model, seed=seed, dims=dims)
+        except InputError as e:
+            return None, f"not run: {e}"
+        for name, value in feeds.items():
+            if name.endswith(_MASK_NAMES) and isinstance(value, np.ndarray) \
+                    and value.dtype.kind in "biuf":
+                feeds[name] = np.ones_like(value)
+        sets.append(feeds)
+    return sets, ""
+
+
+def cache_dims(model: ModelProto, default: int) -> dict[str, int]:
+    """Values for the symbolic dimensions of ``model``'s inputs that name KV-cache lengths,
+    when some input has a past length (``past...``): that, one new token
+    (``sequence_length``), the total (``total...``: past + new) and sums
+    (``past_sequence_length + 1``); other dimensions are left to ``default``."""
+    names = {d.dim_param for i in model.graph.input if i.type.HasField("tensor_type")
+             for d in i.type.tensor_type.shape.dim if d.dim_param}
+    dims = {n: _PAST_LENGTH for n in names if "past" in n.lower() and "+" not in n}
+    if not dims:
+        return {}
+    dims.update({n: 1 for n in names if n.lower() in _NEW_TOKENS})
+    for name in names:
+        if "+" in name:
+            terms = [t.strip() for t in name.split("+")]
+            dims[name] = sum(int(t) if t.isdigit() else dims.get(t, default) for t in terms)
+        elif "total" in name.lower():
+            dims[name] = _PAST_LENGTH + 1
+    return dims
+
+
+def model_size(model: ModelProto, base_dir) -> int:
+    """Bytes of the model and the external-data files it names (those found under
+    ``base_dir``), for :meth:`Target.confirm_by_size`."""
+    from rewriter.walk import iter_tensors
+
+    files = set()
+    for _, tensor in iter_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                files.add(entry.value)
+    total = model.ByteSize()
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    for name in files:
+        try:
+            total += (base / name).stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def confirm_in_child(target: Target, runtime: str, argv: list[str], payload: bytes, cwd,
+                     timeout: float, clean: Callable[[str], str] = str.strip) -> Confirmation:
+    """Run ``python -c argv[0] argv[1:]`` with ``payload`` on stdin, a child that loads a
+    model, then runs it on each input set it was given until one runs (:func:`run_sets`),
+    reporting with :func:`child_says`; the :class:`Confirmation` its reports (or its crash,
+    or the time limit) amount to. A run failing on every set counts as a refusal when
+    another runtime ran the same model on the same inputs (the child says which), or when
+    ``target.run_refuses`` its message; ``clean`` makes the runtime's message one readable
+    line afterwards."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", *argv], input=payload,
+                              capture_output=True, timeout=timeout,
+                              cwd=str(cwd) if cwd is not None else None)
+        out, err, code = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out, err, code = e.stdout or b"", e.stderr or b"", None
+    reports = [json.loads(line[len(CHILD_MARK):]) for line in
+               out.decode(errors="replace").splitlines() if line.startswith(CHILD_MARK)]
+    loaded = any(r["stage"] == "loaded" for r in reports)
+    last = reports[-1] if reports else {}
+    if last.get("error") is not None:
+        stage, error = last["stage"], clean(last["error"])
+        if stage == "run" and last.get("values"):
+            return Confirmation.varied(error)
+        if stage == "run" and last.get("elsewhere"):  # another runtime ran the same inputs
+            return Confirmation(f"{error} ({last['elsewhere']} runs the same model on the "
+                                "same inputs)", stage)
+        if stage == "run" and not target.run_refuses(last["error"]):
+            return Confirmation.inconclusive(error)
+        return Confirmation(error, stage)
+    if last.get("stage") == "ran":
+        return Confirmation(ran=True)
+    if code == 0 and loaded:
+        return Confirmation()
+    if code is None:
+        if loaded:
+            return Confirmation(note=f"the run on generated inputs took longer than "
+                                f"{timeout:.0f}s")
+        return Confirmation(f"{runtime} took longer than {timeout:.0f}s to load the model",
+                            "load")
+    tail = err.decode(errors="replace").strip().splitlines()[-1:]
+    crash = f"{runtime} crashed (exit code {code})" + (f": {tail[0]}" if tail else "")
+    if loaded:  # the inputs may be what it cannot take: not counted as a refusal
+        return Confirmation(note=f"{crash} while running it on generated inputs")
+    return Confirmation(crash.replace(" crashed", " crashed while loading the model", 1),
+                        "load")

@@ -1,0 +1,58 @@
+"""Feeding onnxruntime's Python API what it cannot take as numpy arrays, and running once.
+
+Imports numpy and onnxruntime only: the confirming child of the onnxruntime target uses it
+(``onnx`` would cost it a second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# ml_dtypes arrays the Python API takes only as OrtValues of their bits, and the ONNX element
+# type of each; 4- and 2-bit ones (bits per value) are packed, the first value in the low bits
+RAW_FEEDS = {"bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19,
+             "float8_e5m2fnuz": 20, "float8_e8m0fnu": 24, "uint4": 21, "int4": 22,
+             "float4_e2m1fn": 23, "uint2": 25, "int2": 26}
+PACKED = {"uint4": 4, "int4": 4, "float4_e2m1fn": 4, "uint2": 2, "int2": 2}
+# what session.run raises converting an output numpy has no type for (float8, 4-bit): the
+# run itself happened
+_NO_NUMPY_TYPE = "No corresponding Numpy type for Tensor Type"
+
+
+def as_ort_feed(value: Any) -> Any:
+    """A feed onnxruntime's Python API takes: an ml_dtypes array (bfloat16, float8, 4- and
+    2-bit types) as an OrtValue of its bits (numpy arrays of those types it refuses:
+    "Numpy_type 256 can't be converted to MLDataType"); anything else as it is."""
+    import numpy as np
+
+    name = getattr(getattr(value, "dtype", None), "name", "")
+    if name not in RAW_FEEDS:
+        return value
+    import onnxruntime as ort
+
+    array = np.ascontiguousarray(value)
+    if name in PACKED:  # a uint8 buffer of the array's shape, the packed bits at its start
+        bits = PACKED[name]
+        codes = array.view(np.uint8).reshape(-1) & ((1 << bits) - 1)
+        codes = np.append(codes, np.zeros(-codes.size % (8 // bits), np.uint8))
+        packed = np.zeros(codes.size * bits // 8, np.uint8)
+        for k in range(8 // bits):
+            packed |= codes[k::8 // bits] << (k * bits)
+        raw = np.zeros(array.shape, np.uint8)
+        raw.reshape(-1)[:packed.size] = packed[:raw.size]
+    else:
+        raw = array.view(np.uint16 if array.dtype.itemsize == 2 else np.uint8)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_element_type=RAW_FEEDS[name])
+
+
+def run_once(session, feeds: Mapping[str, Any]) -> list | None:
+    """``session.run`` on ``feeds`` (bfloat16 and float8 arrays fed as OrtValues): the
+    outputs, or None when the run happened but the Python API has no numpy type for some
+    output."""
+    try:
+        return session.run(None, {name: as_ort_feed(v) for name, v in feeds.items()})
+    except Exception as e:
+        if _NO_NUMPY_TYPE in str(e):
+            return None
+        raise
