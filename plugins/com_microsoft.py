@@ -22,7 +22,13 @@ for float16/bfloat16 inputs as onnxruntime does):
   ``y = (s - mean) / sqrt(var + eps) * gamma + beta``; outputs ``y, mean, inv_std_var, s``.
   ``LayerNormalization`` at opset >= 17, the formula below that.
 * ``SkipSimplifiedLayerNormalization(input, skip, gamma[, bias])`` (``epsilon`` = 1e-12):
-  RMS norm ``y = s / sqrt(mean(s^2) + eps) * gamma``; outputs ``y, -, inv_std_var, s``.
+  RMS norm ``y = s / sqrt(mean(s^2) + eps) * gamma``; outputs ``y, mean, inv_std_var, s``,
+  ``mean`` all zeros (no centring: onnxruntime's kernel writes 0 there).
+* ``LayerNormalization(X, Scale[, B])`` in the ai.onnx domain at opsets below 17
+  (onnxruntime's own registration, versions 1-16, which no other runtime has; ``axis`` =
+  -1, ``epsilon`` = 1e-5, ``stash_type`` = 1): ``Y = (X - mean) / sqrt(var + eps) * Scale
+  + B`` over axes ``axis..``, statistics in float32 for float16/bfloat16; outputs ``Y,
+  Mean, InvStdDev`` (float). A non-negative ``axis`` needs the input's rank (declared).
 * ``SimplifiedLayerNormalization(X, scale)`` (ai.onnx and com.microsoft domains; ``axis`` =
   -1, ``epsilon`` = 1e-5, ``stash_type`` = 1): RMS norm over axes ``axis..``; outputs
   ``Y, inv_std_var``.
@@ -89,6 +95,7 @@ DOMAIN = "com.microsoft"
 ELEMENTWISE_OPSETS = (9, None)  # literals need a known element type below opset 15
 SKIPLN_OPSETS = (9, None)  # LayerNormalization itself at >= 17
 NORM_OPSETS = (9, None)
+LAYER_NORM_BEFORE_17_OPSETS = (7, 16)  # ai.onnx LayerNormalization is standard from 17
 NHWCCONV_OPSETS = (11, None)
 CONV_OPSETS = (11, None)
 MATMUL_OPSETS = (12, None)  # Einsum
@@ -386,8 +393,6 @@ def _skip_norm_body(ctx, name: str, formal: Sequence[str], bias_index: int,
     if (not all(_present(node.input, i) for i in range(3)) or not _present(node.output, 0)
             or _unknown_attributes(node, ["epsilon"])):
         return None
-    if simplified and _present(node.output, 1):
-        return None  # RMS norm has no mean
     elem = _elem_type(ctx)
     epsilon = ctx.attribute("epsilon", SKIPLN_DEFAULT_EPSILON)
     b = Body(_body_opset(ctx), elem)
@@ -415,6 +420,12 @@ def _skip_norm_body(ctx, name: str, formal: Sequence[str], bias_index: int,
         y = b.op("Mul", normalized, "gamma")
         if has_beta:
             y = b.op("Add", y, "beta")
+        if elem == TensorProto.DOUBLE:  # the statistics outputs are float (type U)
+            mean = mean and b.cast(mean, TensorProto.FLOAT)
+            inv_std_var = b.cast(inv_std_var, TensorProto.FLOAT)
+        if simplified and _present(node.output, 1):
+            # no centring: onnxruntime writes a mean of 0 (skip_layer_norm.cc)
+            mean = b.fill(b.op("Shape", inv_std_var), 0.0, TensorProto.FLOAT)
     outputs = [y, mean or inv_std_var, inv_std_var, s]
     fn = b.function(DOMAIN, name, _inputs(node, formal), outputs)
     return _trim_outputs(fn, [_present(node.output, i) for i in range(4)])
@@ -430,6 +441,56 @@ def build_skip_layer_norm(ctx) -> FunctionProto | None:
 def build_skip_simplified_layer_norm(ctx) -> FunctionProto | None:
     return _skip_norm_body(ctx, "skip_simplified_layer_norm",
                            ["input", "skip", "gamma", "bias"], 3, simplified=True)
+
+
+@declining
+def build_layer_norm_before_17(ctx) -> FunctionProto | None:
+    """onnxruntime's ai.onnx ``LayerNormalization`` (versions 1-16), in ops of the model's
+    opset."""
+    node = ctx.node
+    if (not (_present(node.input, 0) and _present(node.input, 1)) or not _present(node.output, 0)
+            or _unknown_attributes(node, ["axis", "epsilon", "stash_type"])):
+        return None
+    axis = ctx.attribute("axis", -1)
+    if axis >= 0:
+        rank = _declared_rank(ctx, node.input[0])
+        if rank is None or axis >= rank:
+            return None  # the axes to reduce need the rank
+        axis -= rank
+    elem = _elem_type(ctx)
+    if elem is None:
+        return None
+    stash = ctx.attribute("stash_type", 1) == 1 and elem in _LOW_PRECISION
+    b = Body(_body_opset(ctx), TensorProto.FLOAT if stash else elem)
+    x = b.cast("X", TensorProto.FLOAT) if stash else "X"
+    axes = list(range(axis, 0))
+    mean = b.reduce("ReduceMean", x, axes)
+    centered = b.op("Sub", x, mean)
+    inv_std_dev = _rms_inverse(b, centered, axes, ctx.attribute("epsilon", 1e-5))
+    normalized = b.op("Mul", centered, inv_std_dev)
+    if stash:
+        normalized = b.cast(normalized, elem)
+    y = b.op("Mul", normalized, "Scale")
+    if _present(node.input, 2):
+        y = b.op("Add", y, "B")
+    if elem != TensorProto.FLOAT and not stash:  # Mean and InvStdDev are float (type U)
+        mean, inv_std_dev = b.cast(mean, TensorProto.FLOAT), b.cast(inv_std_dev,
+                                                                    TensorProto.FLOAT)
+    fn = b.function(DOMAIN, "layer_norm_before_17", _inputs(node, ["X", "Scale", "B"]),
+                    [y, mean, inv_std_dev])
+    return _trim_outputs(fn, [_present(node.output, i) for i in range(3)])
+
+
+def _declared_rank(ctx, name: str) -> int | None:
+    """The rank of ``name`` from a constant's or the model's declared shape, if known."""
+    constant = ctx.constant(name)
+    if constant is not None:
+        return constant.ndim
+    declared = (ctx.declared or {}).get(name)
+    if declared is not None and declared.HasField("tensor_type") and declared.tensor_type.HasField(
+            "shape"):
+        return len(declared.tensor_type.shape.dim)
+    return None
 
 
 @declining
@@ -1106,7 +1167,18 @@ def _oracles() -> dict[str, dict]:
             skip_ln(["input", "skip", "gamma"], ["T"], None, opset=13, name="plain"),
             skip_ln(["input", "skip", "gamma", "bias"], ["T"], opset=13, name="bias"),
             skip_ln(["input", "skip", "gamma", "bias"], ["T", None, "float", "T"], opset=13,
-                    dtypes=f32, name="bias-3-outputs")]),
+                    dtypes=f32, name="bias-3-outputs"),
+            *[skip_ln(["input", "skip", "gamma", *bias], ["T", "float", "float", "T"],
+                      opset=opset, name="4-outputs" + ("-bias" if bias else ""))
+              for bias, opset in (([], 13), (["bias"], 17))]]),
+        "LayerNormalization": dict(oracle=ort, samples=[
+            sample("T[2,5,8]", "T[8]", "T[8]", outputs=["T", "float", "float"], opset=12,
+                   attributes=dict(epsilon=1e-5)),
+            sample("T[2,5,8]", "T[5,8]", outputs=["T"], opset=16, name="axis-2",
+                   attributes=dict(axis=-2, epsilon=1e-3)),
+            sample("T[2,5,8]", "T[8]", "T[8]", outputs=["T", None, "float"], opset=9,
+                   attributes=dict(axis=2), dtypes=f32, name="axis2"),
+            sample("T[3,8]", "T[8]", outputs=["T"], opset=13, dtypes=f32, name="default")]),
         "SimplifiedLayerNormalization": dict(samples=[
             sample("T[2,5,8]", "T[8]", outputs=["T", "float"], dtypes=f32, opset=13,
                    attributes=dict(axis=-1, epsilon=1e-5)),
@@ -1200,6 +1272,9 @@ def register_decompositions(registry):
     add("SkipSimplifiedLayerNormalization", build_skip_simplified_layer_norm, NORM_OPSETS)
     add("SimplifiedLayerNormalization", build_simplified_layer_norm, NORM_OPSETS,
         domain="", note="negative axis only")
+    add("LayerNormalization", build_layer_norm_before_17, LAYER_NORM_BEFORE_17_OPSETS,
+        dtypes=("float", "float16", "double"), domain="",
+        note="onnxruntime's ai.onnx op below opset 17")
     add("SimplifiedLayerNormalization", build_simplified_layer_norm, NORM_OPSETS,
         note="negative axis only")
     add("FusedMatMul", build_fused_matmul, MATMUL_OPSETS)
