@@ -68,8 +68,9 @@ visible keys are all masked attends to those, never to future keys.
 
 ``register_kernels`` adds numpy kernels for ``RemovePadding``, ``RestorePadding`` (no
 onnxruntime CPU kernel) and ``Attention`` (with or without past: the oracle when the original
-cannot run on onnxruntime, e.g. its CPU kernel refusing a 4-D mask). ``tests/test_com_microsoft_attention.py`` checks every body against
-onnxruntime's contrib kernels, or these numpy kernels.
+cannot run on onnxruntime, e.g. its CPU kernel refusing a 4-D mask). Every body is checked
+against onnxruntime's contrib kernels, or these numpy kernels, on the samples registered
+below (``tests/test_oracles.py``).
 """
 
 from __future__ import annotations
@@ -286,36 +287,59 @@ def build_attention(ctx) -> FunctionProto | None:
     sizes = [int(v) for v in sizes] if sizes else None
     if sizes is not None and (len(sizes) != 3 or any(v <= 0 or v % num_heads for v in sizes)):
         return None
-    mask_rank = _rank(ctx, node.input[3]) if _present(node.input, 3) else None
-    if mask_rank is not None and mask_rank not in (1, 2, 3, 4):
+    if attention_mask_declines(ctx, 3):
         return None
-    mask_shape = _shape(ctx, node.input[3]) if _present(node.input, 3) else None
-    batch_dim = (_shape(ctx, node.input[0]) or [None])[0]
-    if mask_rank == 1 and mask_shape[0] and batch_dim and mask_shape[0] not in (
-            batch_dim, 2 * batch_dim):
-        return None  # (3B + 2): cumulative lengths, a GPU-only form
 
     names = ["input", "weights", "bias", "mask_index", "past", "attention_bias"]
-    inputs = names[:len(node.input)]
     b = _Body(ctx.opset, elem)
-    if _present(node.input, 3) or ctx.attribute("unidirectional", 0):
-        b.set_mask_values(float(ctx.attribute("mask_filter_value", DEFAULT_MASK_FILTER_VALUE)))
     qkv = b.op("MatMul", "input", "weights")
     if _present(node.input, 2):
         qkv = b.op("Add", qkv, "bias")
+    return attention_from_qkv(ctx, b, qkv, sizes, names[:len(node.input)], "attention",
+                              mask=3, past=4, attention_bias=5)
+
+
+def attention_mask_declines(ctx, mask: int) -> bool:
+    """Whether ``Attention``'s ``mask_index`` (node input ``mask``) has a form the body
+    cannot read: a rank other than 1-4, or the GPU-only ``(3B + 2)`` 1-D form."""
+    node = ctx.node
+    if not _present(node.input, mask):
+        return False
+    shape = _shape(ctx, node.input[mask])
+    if shape is None:
+        return False
+    batch_dim = (_shape(ctx, node.input[0]) or [None])[0]
+    return len(shape) not in (1, 2, 3, 4) or bool(
+        len(shape) == 1 and shape[0] and batch_dim and shape[0] not in (batch_dim,
+                                                                        2 * batch_dim))
+
+
+def attention_from_qkv(ctx, b: _Body, qkv: str, sizes: list[int] | None, inputs: list[str],
+                       name: str, *, mask: int, past: int,
+                       attention_bias: int | None) -> FunctionProto | None:
+    """The body of ``Attention`` (and ``QAttention``) from the projected ``qkv`` (B, S,
+    hq + hk + hv): heads, ``past``, masks and the core; ``mask``/``past``/``attention_bias``
+    are the node's input indices, ``inputs`` the function's formal input names (the mask
+    is called ``mask_index``, the past ``past``). Outputs ``output`` and ``present``."""
+    node = ctx.node
+    num_heads = ctx.attribute("num_heads")
+    has_mask = _present(node.input, mask)
+    if has_mask or ctx.attribute("unidirectional", 0):
+        b.set_mask_values(float(ctx.attribute("mask_filter_value", DEFAULT_MASK_FILTER_VALUE)))
     q, k, v = b.split(qkv, sizes, axis=-1, parts=3)
     qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))
-    if _present(node.input, 4):
+    if _present(node.input, past):
         zero, one = b.const(0, np.int64), b.const(1, np.int64)
         kh = b.op("Concat", b.op("Gather", "past", zero, axis=0), kh, axis=2)
         vh = b.op("Concat", b.op("Gather", "past", one, axis=0), vh, axis=2)
     s_len, t_len = b.dim(qh, 2), b.dim(kh, 2)
     biases = []
-    if _present(node.input, 3):
-        biases.append(_mask_bias(b, "mask_index", mask_rank, s_len, t_len, b.dim("input", 0)))
+    if has_mask:
+        biases.append(_mask_bias(b, "mask_index", _rank(ctx, node.input[mask]), s_len, t_len,
+                                 b.dim(inputs[0], 0)))
     if ctx.attribute("unidirectional", 0):
         biases.append(_causal_bias(b, s_len, t_len))
-    if _present(node.input, 5):
+    if attention_bias is not None and _present(node.input, attention_bias):
         biases.append("attention_bias")
     outputs = ["output"]
     b.op("Identity", _attend(b, qh, kh, vh, _scale(ctx), biases), outputs=["output"])
@@ -325,7 +349,7 @@ def build_attention(ctx) -> FunctionProto | None:
         outputs.append("present")
     elif len(node.output) > 1:
         return None
-    return b.function(DOMAIN, "attention", inputs, outputs)
+    return b.function(DOMAIN, name, inputs, outputs)
 
 
 def _dispatch_rank(b: _Body, x: str, ranks: list[int], make) -> str:
@@ -532,20 +556,33 @@ def build_embed_layer_norm(ctx) -> FunctionProto | None:
             or _present(node.input, 1) != _present(node.input, 4) or len(node.input) > 9
             or not _present(node.output, 0) or len(node.output) > 3):
         return None
-    epsilon = float(ctx.attribute("epsilon", EMBED_LAYER_NORM_DEFAULT_EPSILON))
     names = ["input_ids", "segment_ids", "word_embedding", "position_embedding",
              "segment_embedding", "gamma", "beta", "mask", "position_ids"]
     b = _Body(ctx.opset, elem)
-    total = b.op("Gather", "word_embedding", "input_ids", axis=0)
-    if _present(node.input, 8):
+    tables = ["word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"]
+    return embed_layer_norm_body(ctx, b, tables, names[:len(node.input)],
+                                 position_ids=_present(node.input, 8))
+
+
+def embed_layer_norm_body(ctx, b: _Body, tables: list[str], inputs: list[str], *,
+                          position_ids: bool) -> FunctionProto:
+    """The body of ``EmbedLayerNormalization`` (and ``QEmbedLayerNormalization``) from the
+    (dequantized) ``tables``: word, position and segment embeddings, gamma, beta; the
+    formal inputs ``input_ids``, ``segment_ids`` (when node input 1 is given), ``mask``
+    (node input 7) and ``position_ids`` (when ``position_ids``) are read by name."""
+    node = ctx.node
+    word, position, segment, gamma, beta = tables
+    epsilon = float(ctx.attribute("epsilon", EMBED_LAYER_NORM_DEFAULT_EPSILON))
+    total = b.op("Gather", word, "input_ids", axis=0)
+    if position_ids:
         positions = "position_ids"
     else:
         positions = b.unsqueeze(b.op("Range", b.const(0, np.int64), b.dim("input_ids", 1),
                                      b.const(1, np.int64)), [0])
-    total = b.op("Add", total, b.op("Gather", "position_embedding", positions, axis=0))
+    total = b.op("Add", total, b.op("Gather", position, positions, axis=0))
     if _present(node.input, 1):
-        total = b.op("Add", total, b.op("Gather", "segment_embedding", "segment_ids", axis=0))
-    b.op("Identity", _layer_norm(b, total, "gamma", "beta", epsilon), outputs=["output"])
+        total = b.op("Add", total, b.op("Gather", segment, "segment_ids", axis=0))
+    b.op("Identity", _layer_norm(b, total, gamma, beta, epsilon), outputs=["output"])
     outputs = ["output"]
     if len(node.output) > 1:
         if _present(node.input, 7):
@@ -561,7 +598,7 @@ def build_embed_layer_norm(ctx) -> FunctionProto | None:
     if len(node.output) > 2:
         b.op("Identity", total, outputs=["embedding_sum"])
         outputs.append("embedding_sum")
-    return b.function(DOMAIN, "embed_layer_norm", names[:len(node.input)], outputs)
+    return b.function(DOMAIN, node.op_type.lower(), inputs, outputs)
 
 
 # -- RemovePadding / RestorePadding ---------------------------------------------------------
