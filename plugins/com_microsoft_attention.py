@@ -29,8 +29,13 @@ visible keys are all masked attends to those, never to future keys.
 * ``MultiHeadAttention(query, key, value[, bias[, key_padding_mask[, attention_bias[,
   past_key, past_value]]]])``: ``query``/``key``/``value`` are ``(B, S|L, D)``; ``bias``
   adds to each; the key padding mask as ``Attention``'s; ``past_key``/``past_value``
-  ``(B, N, P, H)`` concatenated before K/V give ``present_key``/``present_value``. Declined:
-  packed QKV / KV, BNSH key/value, ``past_sequence_length``, ``cache_indirection``, ``qk``.
+  ``(B, N, P, H)`` concatenated before K/V give ``present_key``/``present_value``. Also the
+  forms onnxruntime's fusions write for diffusion models and its CUDA kernels read: packed
+  QKV (``query`` ``(B, S, N, 3, H)``, no key or value: ``q, k, v = query[:, :, :, i]``,
+  as ``fusion_attention_unet.py`` interleaves the weights), packed KV (``key`` ``(B, L, N,
+  2, H)``, no value), and key/value already in ``(B, N, L, H)`` (a cross-attention cache;
+  ``present`` is then key/value themselves). Declined: a bias or past with those three
+  forms, ``past_sequence_length``, ``cache_indirection``, ``qk``.
 * ``RotaryEmbedding(input, position_ids, cos_cache, sin_cache)``: per position ``p``
   (``position_ids[b, s]``, or ``position_ids[0] + s`` when it has one element), with ``x1``,
   ``x2`` the two halves of the first ``rotary_embedding_dim`` channels of each head (or its
@@ -51,8 +56,10 @@ visible keys are all masked attends to those, never to future keys.
   when set); ``softcap`` maps ``x -> softcap * tanh(x / softcap)`` before
   ``attention_bias`` is added; ``smooth_softmax`` adds one zero logit, ``head_sink`` one
   logit per head, to the softmax. Without input 6 (OpenVINO accepts the omission) the
-  total is ``max(max(T_b), S)``. Declined: ``position_ids``, a quantized cache
-  (``k_scale``/``v_scale``), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``,
+  total is ``max(max(T_b), S)``. ``position_ids`` ``(B, S)`` replace the rotary positions
+  (a first prompt, ``S`` equal to the total, reads only ``position_ids[0, 0]``, counting up
+  from it, as onnxruntime documents); the masks keep ``P_b + s``. Declined: a quantized
+  cache (``k_scale``/``v_scale``), ``q_norm_weight``/``k_norm_weight``, ``query_seqlens``,
   ``causal=0``, ``sliding_window_cache``, ``qk_output``.
 * ``DecoderMaskedMultiHeadAttention(query, key, value[, mask_index, attention_bias],
   past_key, past_value, past_sequence_length[, beam_width, cache_indirection, bias])``,
@@ -370,31 +377,67 @@ def _dispatch_rank(b: _Body, x: str, ranks: list[int], make) -> str:
 _MHA_ATTRIBUTES = {"num_heads", "unidirectional", "scale", "mask_filter_value"}
 
 
+def _mha_form(ctx) -> str | None:
+    """Which of the forms ``MultiHeadAttention`` takes a node is in: ``"separate"`` (3-D
+    query, key and value), ``"packed-qkv"`` (query (B, S, N, 3, H), no key or value),
+    ``"packed-kv"`` (key (B, L, N, 2, H), no value) or ``"bnsh-kv"`` (key and value already
+    (B, N, L, H)); None for anything else. An unknown rank is read as the form the present
+    inputs allow (3-D where all three are given)."""
+    node = ctx.node
+    q_rank = _rank(ctx, node.input[0])
+    k_rank = _rank(ctx, node.input[1]) if _present(node.input, 1) else None
+    v_rank = _rank(ctx, node.input[2]) if _present(node.input, 2) else None
+    if not _present(node.input, 1):
+        return "packed-qkv" if not _present(node.input, 2) and q_rank in (None, 5) else None
+    if q_rank not in (None, 3):
+        return None
+    if not _present(node.input, 2):
+        return "packed-kv" if k_rank in (None, 5) else None
+    if 4 in (k_rank, v_rank):
+        return "bnsh-kv" if {k_rank, v_rank} <= {4, None} else None
+    return "separate" if {k_rank, v_rank} <= {3, None} else None
+
+
+def _unpack(b: _Body, packed: str, parts: int) -> list[str]:
+    """(B, S, N, parts, H) -> ``parts`` tensors (B, N, S, H)."""
+    return [b.op("Transpose", b.squeeze(x, [3]), perm=[0, 2, 1, 3])
+            for x in b.split(packed, [1] * parts, axis=3)]
+
+
 def build_multi_head_attention(ctx) -> FunctionProto | None:
     """``com.microsoft::MultiHeadAttention`` (see the module docstring)."""
     node = ctx.node
     elem = _elem(ctx, 0, 1, 2, 3, 5, 6, 7)
     num_heads = ctx.attribute("num_heads")
     if (elem is None or not num_heads or _unknown_attributes(node, _MHA_ATTRIBUTES)
-            or not all(_present(node.input, i) for i in range(3))
+            or not _present(node.input, 0)
             or any(_present(node.input, i) for i in (8, 9)) or len(node.input) > 10
             or _present(node.output, 3) or len(node.output) > 3
             or _present(node.input, 6) != _present(node.input, 7)):
         return None
-    for name in node.input[:3]:
-        rank = _rank(ctx, name)
-        if rank is not None and rank != 3:
-            return None  # packed QKV / KV, or BNSH key and value
+    form = _mha_form(ctx)
+    if form is None or (form != "separate" and (_present(node.input, 3)
+                                                or _present(node.input, 6))):
+        return None  # a bias or a past with packed or BNSH inputs: declined
     names = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias",
              "past_key", "past_value"]
     inputs = names[:len(node.input)]
     b = _Body(ctx.opset, elem)
     if _present(node.input, 4) or ctx.attribute("unidirectional", 0):
         b.set_mask_values(float(ctx.attribute("mask_filter_value", DEFAULT_MASK_FILTER_VALUE)))
-    q, k, v = "query", "key", "value"
-    if _present(node.input, 3):
-        q, k, v = _add_qkv_bias(b, q, k, v, "bias")
-    qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))
+    if form == "packed-qkv":
+        qh, kh, vh = _unpack(b, "query", 3)
+    else:
+        qh = _heads(b, "query", num_heads)
+        if form == "packed-kv":
+            kh, vh = _unpack(b, "key", 2)
+        elif form == "bnsh-kv":
+            kh, vh = "key", "value"
+        else:
+            q, k, v = "query", "key", "value"
+            if _present(node.input, 3):
+                q, k, v = _add_qkv_bias(b, q, k, v, "bias")
+            qh, kh, vh = (_heads(b, x, num_heads) for x in (q, k, v))
     if _present(node.input, 6):
         kh = b.op("Concat", "past_key", kh, axis=2)
         vh = b.op("Concat", "past_value", vh, axis=2)
@@ -402,7 +445,7 @@ def build_multi_head_attention(ctx) -> FunctionProto | None:
     biases = []
     if _present(node.input, 4):
         biases.append(_mask_bias(b, "key_padding_mask", _rank(ctx, node.input[4]), s_len,
-                                 t_len, b.dim("query", 0)))
+                                 t_len, b.dim(qh, 0)))
     if ctx.attribute("unidirectional", 0):
         biases.append(_causal_bias(b, s_len, t_len))
     if _present(node.input, 5):
@@ -690,7 +733,6 @@ def _gqa_declines(ctx) -> bool:
             or _present(node.input, 3) != _present(node.input, 4)
             or _present(node.input, 7) != _present(node.input, 8)
             or _present(node.input, 7) != bool(ctx.attribute("do_rotary", 0))
-            or _present(node.input, 9)  # position_ids: declined
             or any(_present(node.input, i) for i in range(12, 17)) or len(node.input) > 17
             or not _present(node.output, 0) or len(node.output) > 3):
         return True
@@ -728,15 +770,6 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
     past_b = b.op("Where", b.op("Greater", past_b, zero), past_b, zero)  # 0 for a first prompt
     steps = b.op("Range", zero, seq, one)
     positions = b.op("Add", b.unsqueeze(past_b, [1]), b.unsqueeze(steps, [0]))  # (B, S)
-    if ctx.attribute("do_rotary", 0):
-        interleaved = bool(ctx.attribute("rotary_interleaved", 0))
-        rot_dim = b.op("Mul", b.dim("cos_cache", 1), b.const(2, np.int64))
-        cos = b.unsqueeze(b.op("Gather", "cos_cache", positions, axis=0), [2])
-        sin = b.unsqueeze(b.op("Gather", "sin_cache", positions, axis=0), [2])
-        q = _rotate(b, q, cos, sin, rot_dim, interleaved)
-        k = _rotate(b, k, cos, sin, rot_dim, interleaved)
-    qh, kh, vh = (b.op("Transpose", x, perm=[0, 2, 1, 3]) for x in (q, k, v))
-
     # the present length: max(total_sequence_length, past buffer length); the total is
     # max(seqlens_k + 1) (at least S) when input 6 is left out
     if _present(node.input, 6):
@@ -745,6 +778,21 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
     else:
         total = b.op("ReduceMax", total_b, keepdims=0)
         total = b.op("Where", b.op("Greater", total, seq), total, seq)
+    if ctx.attribute("do_rotary", 0):
+        rotary_positions = positions
+        if _present(node.input, 9):  # given positions; a first prompt reads only the first
+            first = b.op("Reshape", b.slice(b.op("Reshape", "position_ids", b.ints([-1])),
+                                            [0], [1], [0]), b.ints([1, 1]))
+            from_first = b.op("Add", first, b.unsqueeze(steps, [0]))
+            rotary_positions = b.op("Where", b.op("Equal", seq, total), from_first,
+                                    "position_ids")
+        interleaved = bool(ctx.attribute("rotary_interleaved", 0))
+        rot_dim = b.op("Mul", b.dim("cos_cache", 1), b.const(2, np.int64))
+        cos = b.unsqueeze(b.op("Gather", "cos_cache", rotary_positions, axis=0), [2])
+        sin = b.unsqueeze(b.op("Gather", "sin_cache", rotary_positions, axis=0), [2])
+        q = _rotate(b, q, cos, sin, rot_dim, interleaved)
+        k = _rotate(b, k, cos, sin, rot_dim, interleaved)
+    qh, kh, vh = (b.op("Transpose", x, perm=[0, 2, 1, 3]) for x in (q, k, v))
     if _present(node.input, 3):
         past_len = b.dim("past_key", 2)
         present_len = b.op("Where", b.op("Greater", total, past_len), total, past_len)
@@ -998,6 +1046,27 @@ def _attention_sample(case: str, opset: int, dtypes=None) -> OpSample:
                     tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
 
 
+def _mha_packed_sample(case: str, opset: int, dtypes=None) -> OpSample:
+    """Packed QKV (B, S, N, 3, H), packed KV (B, L, N, 2, H) or BNSH key/value (B, N, L,
+    H), with N = 2 heads of size 4."""
+    length = S if case.startswith("packed-qkv") else 5
+    if case.startswith("packed-qkv"):
+        inputs = [f"T[2,{S},{N},3,4]", None, None]
+    elif case.startswith("packed-kv"):
+        inputs = ["T[2,4,8]", f"T[2,{length},{N},2,4]", None]
+    else:
+        inputs = ["T[2,4,8]", f"T[2,{N},{length},4]", f"T[2,{N},{length},4]"]
+    attrs = {"num_heads": N}
+    if "mask" in case:
+        inputs += [None, Arg(f"int32[2,{length}]", values=_binary_mask())]
+    if "causal" in case:
+        attrs["unidirectional"] = 1
+    outputs = ["T", "T", "T"] if "present" in case else ["T"]
+    oracle = None if case.startswith("bnsh") else _OWN + "mha_unpacked_oracle"
+    return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
+                    oracle=oracle, tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
+
+
 def _mha_sample(case: str, opset: int, dtypes=None) -> OpSample:
     length = S if case.startswith(("self", "causal")) or "past" in case else 5
     total = length + (P if "past" in case else 0)
@@ -1008,6 +1077,7 @@ def _mha_sample(case: str, opset: int, dtypes=None) -> OpSample:
     if "mask" in case:
         inputs += [None] * (4 - len(inputs))
         inputs.append(Arg(f"int32[2,{total}]", values=_binary_mask()) if "2d" in case
+                      else Arg(f"int32[2,4,{total}]", values=_binary_mask()) if "3d" in case
                       else Arg("int32[2]", values=[2, total]))
     if case == "attention-bias":
         inputs += [None, None, f"T[2,1,4,{total}]"]
@@ -1082,6 +1152,8 @@ def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
     if case == "packed-rotary":
         inputs[0] = f"T[{batch},{seq},{(n_heads + 2 * kv_heads) * head}]"
         inputs[1:3] = [None, None]
+    if case.endswith("position-ids"):  # arbitrary positions (only the first in a prompt)
+        inputs.append(Arg(f"int64[{batch},{seq}]", low=0, high=max_len + 4))
     attrs.update({"window": {"local_window_size": 3}, "softcap": {"softcap": 1.5},
                   "smooth": {"smooth_softmax": 1}, "scale": {"scale": 0.3}}.get(case, {}))
     if case in ("head-sink", "attention-bias"):
@@ -1129,17 +1201,21 @@ def _dmmha_sample(case: str, opset: int) -> OpSample:
 ATTENTION_CASES = ["plain", "no-bias", "mask-2d", "mask-1d", "mask-2b", "mask-3d", "causal",
                    "causal-mask-2d", "past", "past-causal-mask-2d", "scale", "qkv-sizes",
                    "attention-bias", "mask-filter"]
-MHA_CASES = ["self", "cross", "bias", "mask-2d", "mask-1d", "causal", "causal-mask-2d",
-             "past", "past-bias-mask-2d", "attention-bias"]
+MHA_CASES = ["self", "cross", "bias", "mask-2d", "mask-1d", "mask-3d", "causal",
+             "causal-mask-2d", "past", "past-bias-mask-2d", "attention-bias"]
+MHA_PACKED_CASES = ["packed-qkv", "packed-qkv-causal-mask-present", "packed-kv",
+                    "packed-kv-mask", "bnsh-kv", "bnsh-kv-mask-present"]
 ROTARY_CASES = ["plain", "no-num-heads", "bnsh", "interleaved", "partial", "single-position"]
 EMBED_CASES = ["mask", "no-mask", "segments", "position-ids", "position-ids-broadcast"]
 GQA_CASES = ["prompt", "prompt-padded", "prompt-past-buffer", "token", "token-grown-cache",
              "subsequent-prompt", "rotary-prompt", "rotary-token", "rotary-interleaved",
              "rotary-partial", "packed-rotary", "window", "softcap", "smooth", "head-sink",
-             "attention-bias", "scale", "multi-query", "prompt-present-unused"]
+             "attention-bias", "scale", "multi-query", "prompt-present-unused",
+             "rotary-prompt-position-ids", "rotary-token-position-ids"]
 DMMHA_CASES = ["plain", "bias", "mask", "attention-bias", "scale", "first-step",
                "last-slot", "beams", "beams-mask", "beam-width-1"]
 _F32, _F16 = ["float"], ["float16"]
+_OWN = "rewriter_plugins.com_microsoft_attention:"
 
 
 def _oracles() -> dict[str, dict]:
@@ -1160,7 +1236,11 @@ def _oracles() -> dict[str, dict]:
               for o in _OPSETS]]),
         "MultiHeadAttention": dict(oracle="onnxruntime", samples=[
             *[_mha_sample(c, o, _F32) for c in MHA_CASES for o in _OPSETS],
-            *[_mha_sample(c, 17, _F16) for c in ("cross", "past-bias-mask-2d")]]),
+            *[_mha_sample(c, 17, _F16) for c in ("cross", "past-bias-mask-2d")],
+            # packed forms: onnxruntime's CPU kernel refuses them, so its own kernel runs
+            # on the unpacked tensors (mha_unpacked_oracle)
+            *[_mha_packed_sample(c, o, _F32) for c in MHA_PACKED_CASES for o in _OPSETS],
+            *[_mha_packed_sample(c, 17, _F16) for c in ("packed-qkv", "bnsh-kv")]]),
         "RotaryEmbedding": dict(oracle="onnxruntime", samples=[
             *[_rotary_sample(c, o, _F32) for c in ROTARY_CASES for o in _OPSETS],
             *[_rotary_sample(c, 17, _F16) for c in ("plain", "interleaved")]]),
@@ -1198,7 +1278,7 @@ def register_decompositions(registry) -> None:
     add("RemovePadding", build_remove_padding, ATTENTION_OPSETS)
     add("RestorePadding", build_restore_padding, ATTENTION_OPSETS)
     add("GroupQueryAttention", build_group_query_attention, ATTENTION_OPSETS,
-        note="no position_ids, quantized cache, qk norm, query_seqlens or windowed cache")
+        note="no quantized cache, qk norm, query_seqlens or windowed cache")
     add("DecoderMaskedMultiHeadAttention", build_decoder_masked_mha, ATTENTION_OPSETS,
         dtypes=("float",), note="self-attention with a shared past/present buffer only")
 
@@ -1277,6 +1357,25 @@ def attention_oracle(x, weights, bias=None, mask_index=None, past=None, **attrib
     """``Attention`` (output, present) by :func:`attention_reference`, inputs in the op's
     order."""
     return attention_reference(x, weights, bias, mask_index, past=past, **attributes)
+
+
+def mha_unpacked_oracle(query, key=None, value=None, bias=None, key_padding_mask=None,
+                        attention_bias=None, past_key=None, past_value=None, **attributes):
+    """``MultiHeadAttention`` with packed QKV (B, S, N, 3, H) or packed KV (B, L, N, 2, H):
+    onnxruntime's own CPU kernel (which refuses the packed forms) on Q, K and V unpacked as
+    onnxruntime's ``fusion_attention_unet.py`` packs them (``[..., i, :]`` is Q, K, V)."""
+    from rewriter_plugins.com_microsoft import _onnxruntime_node
+
+    def flat(x):  # (B, L, N, H) -> (B, L, N * H)
+        return np.ascontiguousarray(x.reshape(*x.shape[:2], -1))
+
+    if key is None:
+        query, key, value = (flat(query[:, :, :, i]) for i in range(3))
+    elif value is None:
+        key, value = (flat(key[:, :, :, i]) for i in range(2))
+    return tuple(_onnxruntime_node("MultiHeadAttention", DOMAIN, [
+        query, key, value, bias, key_padding_mask, attention_bias, past_key, past_value], 3,
+        **attributes))
 
 
 def remove_padding_oracle(x, counts):

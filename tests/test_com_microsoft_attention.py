@@ -124,10 +124,16 @@ def test_attention_declines(plugins, attrs):
         rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
 
-def test_multi_head_attention_packed_qkv_declines(plugins):
-    """Packed QKV (no key): declined."""
-    node = helper.make_node("MultiHeadAttention", ["q"], ["y"], domain=MS, num_heads=2)
-    model = _model([node], [_vi("q", F32, [1, 2, 2, 3, 4])], [_vi("y", F32)])
+@pytest.mark.parametrize("inputs,shapes", [
+    (["q", "", "", "bias"], [[1, 2, 2, 3, 4], [24]]),  # packed QKV with a bias
+    (["q", "k", "v"], [[1, 2, 8], [1, 2, 5, 4], [1, 2, 8]]),  # BNSH key, 3-D value
+], ids=["packed-qkv-bias", "mixed-ranks"])
+def test_multi_head_attention_forms_it_declines(plugins, inputs, shapes):
+    """Packed QKV with a bias (no producer writes it, no CPU kernel to check it) and key /
+    value of different layouts: declined."""
+    node = helper.make_node("MultiHeadAttention", inputs, ["y"], domain=MS, num_heads=2)
+    names = [n for n in inputs if n]
+    model = _model([node], [_vi(n, F32, s) for n, s in zip(names, shapes)], [_vi("y", F32)])
     with pytest.raises(UnfixableError):
         rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
