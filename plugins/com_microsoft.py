@@ -61,7 +61,10 @@ Quantization:
 * ``MatMulNBits(A, B, scales[, zero_points][, -][, bias])`` (``K``, ``N``, ``bits`` 2/4/8,
   ``block_size``): ``W[k, n] = (q[n, k] - zp[n, k // block]) * scales[n, k // block]``, ``q``
   unpacked from ``B`` (``N x blocks x blob``, low bits first), default ``zp = 2^(bits-1)``,
-  packed (uint8) or unpacked (float) zero points; ``Y = A @ W + bias``. ``g_idx`` declines.
+  packed (uint8) or unpacked (float) zero points; ``Y = A @ W + bias``. With ``g_idx``
+  (GPTQ's act-order) column ``k`` takes the scale and zero point of block ``g_idx[k]``:
+  4 bits without zero points or with float ones; declined with packed zero points (which
+  onnxruntime 1.32 ignores then) and with 2 or 8 bits (which it refuses or misreads).
 * ``GatherBlockQuantized(data, indices, scales[, zero_points])`` (``bits``, ``block_size``,
   ``gather_axis``, ``quantize_axis``): ``Gather`` of ``(q - zp) * scale`` with each scale
   repeated over its block; int4/uint4 data, or uint8 data packed along the last axis (``bits``
@@ -703,8 +706,7 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
     node = ctx.node
     known = ["K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"]
     if (not all(_present(node.input, i) for i in range(3)) or not _single_output(node)
-            or _unknown_attributes(node, known) or _present(node.input, 4)
-            or ctx.attribute("weight_prepacked", 0)):
+            or _unknown_attributes(node, known) or ctx.attribute("weight_prepacked", 0)):
         return None
     k, n = ctx.attribute("K"), ctx.attribute("N")
     bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size")
@@ -712,6 +714,11 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
         return None
     elem = _elem_type(ctx)
     if elem is None:
+        return None
+    if _present(node.input, 4) and (bits != 4 or _any_elem_type(ctx, 3) == TensorProto.UINT8):
+        # onnxruntime 1.32 refuses g_idx with 8 bits, computes something else with 2, and
+        # ignores packed zero points with it (matmul_nbits_impl.cc reads them into a
+        # variable it never uses): no single meaning to reproduce
         return None
     blocks = -(-k // block)
     b = Body(_body_opset(ctx), elem)
@@ -729,11 +736,19 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
         zp = b.op("Reshape", zp, b.ints([n, blocks, 1]))
     else:
         zp = b.const(np.array(2 ** (bits - 1)), elem)
-    scales = b.op("Reshape", "scales", b.ints([n, blocks, 1]))
-    weight = b.op("Mul", b.op("Sub", q, zp), scales)
-    weight = b.op("Reshape", weight, b.ints([n, blocks * block]))
-    if blocks * block != k:
-        weight = b.slice(weight, [0], [k], [1])
+    if _present(node.input, 4):  # g_idx: column k takes the scale of block g_idx[k]
+        q = b.slice(b.op("Reshape", q, b.ints([n, blocks * block])), [0], [k], [1])
+        groups = b.cast("g_idx", TensorProto.INT64)
+        scales = b.op("Gather", b.op("Reshape", "scales", b.ints([n, blocks])), groups, axis=1)
+        if _present(node.input, 3):  # else the default, a scalar
+            zp = b.op("Gather", b.op("Reshape", zp, b.ints([n, blocks])), groups, axis=1)
+        weight = b.op("Mul", b.op("Sub", q, zp), scales)
+    else:
+        scales = b.op("Reshape", "scales", b.ints([n, blocks, 1]))
+        weight = b.op("Mul", b.op("Sub", q, zp), scales)
+        weight = b.op("Reshape", weight, b.ints([n, blocks * block]))
+        if blocks * block != k:
+            weight = b.slice(weight, [0], [k], [1])
     y = b.op("MatMul", "A", b.op("Transpose", weight, perm=[1, 0]))
     if _present(node.input, 5):
         y = b.op("Add", y, "bias")
@@ -1057,7 +1072,7 @@ def _oracles() -> dict[str, dict]:
         return sample(*[shapes[n] if n else None for n in names], outputs=outputs,
                       attributes={} if epsilon is None else {"epsilon": epsilon}, **kw)
 
-    def nbits(bits, k, zero_points, with_bias, opset):
+    def nbits(bits, k, zero_points, with_bias, opset, g_idx=False):
         n, block = 5, 16
         blocks = -(-k // block)
         inputs = [f"T[2,3,{k}]", Arg(f"uint8[{n},{blocks},{block * bits // 8}]", low=0,
@@ -1068,11 +1083,15 @@ def _oracles() -> dict[str, dict]:
                               constant=True))
         elif zero_points == "float":
             inputs.append(Arg(f"T[{n},{blocks}]", low=0, high=2 ** bits, constant=True))
+        if g_idx:  # act-order (GPTQ): the block of each input column, in any order
+            inputs += [None] * (4 - len(inputs)) + [Arg(f"int32[{k}]", low=0, high=blocks,
+                                                        constant=True)]
         if with_bias:
             inputs += [None] * (5 - len(inputs)) + [Arg(f"T[{n}]", constant=True)]
         return sample(*inputs, opset=opset, attributes=dict(K=k, N=n, bits=bits,
                                                             block_size=block),
-                      tolerance=(2e-2, 2e-2), name=f"{bits}bit-{zero_points}")
+                      tolerance=(2e-2, 2e-2),
+                      name=f"{bits}bit-{zero_points}" + ("-g_idx" if g_idx else ""))
 
     def gather_block(data, zero_points, axes, opset):
         gather_axis, quantize_axis = axes
@@ -1219,7 +1238,8 @@ def _oracles() -> dict[str, dict]:
         "MatMulNBits": dict(oracle=ort, samples=[
             nbits(4, 64, None, False, 21), nbits(4, 48, "packed", True, 13),
             nbits(4, 32, "float", False, 21), nbits(8, 40, "packed", True, 21),
-            nbits(2, 64, "packed", False, 17)]),
+            nbits(2, 64, "packed", False, 17), nbits(4, 64, "float", True, 21, g_idx=True),
+            nbits(4, 48, None, False, 17, g_idx=True)]),
         "GatherBlockQuantized": dict(oracle=ort, samples=[
             gather_block("int4", False, (0, 1), 21), gather_block("uint4", True, (0, 1), 21),
             gather_block("int4", True, (1, 0), 21), gather_block("uint8-4", True, (0, 1), 13),
@@ -1285,7 +1305,7 @@ def register_decompositions(registry):
     add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",))
     add("Trilu", build_trilu, TRILU_OPSETS)
     add("MatMulNBits", build_matmul_nbits, MATMULNBITS_OPSETS,
-        note="bits 2/4/8; no g_idx; accuracy_level computes in full precision")
+        note="bits 2/4/8; accuracy_level computes in full precision")
     add("GatherBlockQuantized", build_gather_block_quantized, GATHER_BLOCK_OPSETS,
         note="int4/uint4 or packed uint8 data")
     add("DequantizeLinear", build_dequantize_linear, QDQ_OPSETS)

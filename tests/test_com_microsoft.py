@@ -142,11 +142,16 @@ def test_fused_gemm_without_activation_parameter_declines(plugins):
         rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
 
-def test_matmul_nbits_g_idx_declines(plugins):
-    values = {"A": np.zeros([2, 3, 32], np.float32), "B": np.zeros([2, 2, 8], np.uint8),
-              "scales": np.ones([2, 2], np.float32), "g_idx": np.zeros([32], np.int32)}
-    model = _node_model("MatMulNBits", ["A", "B", "scales", "", "g_idx"], values, K=32, N=2,
-                        block_size=16)
+@pytest.mark.parametrize("bits,zero_points", [(4, "packed"), (8, None), (2, None)])
+def test_matmul_nbits_g_idx_forms_onnxruntime_misreads_decline(plugins, bits, zero_points):
+    """g_idx with packed zero points (onnxruntime 1.32 ignores them), or with 8 or 2 bits
+    (it refuses or computes something else): no meaning to reproduce, declined."""
+    blob = 16 * bits // 8
+    values = {"A": np.zeros([2, 3, 32], np.float32), "B": np.zeros([2, 2, blob], np.uint8),
+              "scales": np.ones([2, 2], np.float32), "zp": np.zeros([2, 1], np.uint8),
+              "g_idx": np.zeros([32], np.int32)}
+    names = ["A", "B", "scales", "zp" if zero_points else "", "g_idx"]
+    model = _node_model("MatMulNBits", names, values, K=32, N=2, bits=bits, block_size=16)
     with pytest.raises(UnfixableError):
         rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
