@@ -29,14 +29,14 @@ class Row:
     model: str  # the recipe's name
     target: str
     verdict: str  # one of VERDICTS, or "not built"
-    reason: str = ""  # first line of the verdict's reason (shortened)
+    reason: str = ""  # the verdict's reason, one line (up to 600 characters)
     oracle: str = ""  # where the original ran
     remedies: list[str] = field(default_factory=list)  # what the rewrite applied
     ops_left: list[str] = field(default_factory=list)  # ops without a remedy, or refused
     seconds: float = 0.0
 
 
-def short(message: str, limit: int = 160) -> str:
+def short(message: str, limit: int = 600) -> str:
     """One line, without onnxruntime's prefixes and temporary paths."""
     line = " ".join((message or "").split())
     line = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
@@ -44,19 +44,22 @@ def short(message: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def rewrite_pair(model: Path, target: str, workdir: Path, timeout: float) -> Row:
-    """``rewrite(model, [target])`` ending with its comparison on the model's inputs."""
+def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name: str,
+                 timeout: float = 300, plugins=None) -> Row:
+    """``rewrite(model, [target])``, ending with its comparison on ``inputs`` (a .npz), as a
+    row: the verdict, or "unfixable" (findings without a remedy, or findings the target
+    still has after the rewrite), or "error" (the engine raised)."""
     from rewriter.api import rewrite
     from rewriter.pipeline import UnfixableError
 
-    name = json.loads((model.parent / "provenance.json").read_text())["recipe"]
     row = Row(name, target, "error")
     out = workdir / f"{target.replace(':', '_')}.onnx"
+    out.unlink(missing_ok=True)
     started = time.perf_counter()
-    options = {"inputs": str(model.parent / "inputs.npz"), "timeout": timeout}
+    options = {"inputs": str(inputs), "timeout": timeout}
     try:
         result = rewrite(str(model), [target], output=str(out), compare_options=options,
-                         allow_unverified=True, keep_failed=True)
+                         plugins=plugins, allow_unverified=True, keep_failed=True)
     except UnfixableError as e:
         row.verdict = "unfixable"
         row.ops_left = sorted({op for _t, op, _d, _r, _n in e.groups})
@@ -81,13 +84,22 @@ def rewrite_pair(model: Path, target: str, workdir: Path, timeout: float) -> Row
 
 
 def child(argv: list[str]) -> None:
-    """In the child: MODEL RESULTS TIMEOUT TARGET... ; one JSON row per line to RESULTS."""
+    """In the child: PAIRS RESULTS TIMEOUT, PAIRS a JSON list of [model, target]; one JSON
+    row per line appended to RESULTS as each pair ends."""
     from rewriter.console import native_stdout_to_stderr
+    from rewriter.manager import load_plugins
 
-    model, results, timeout, targets = Path(argv[0]), Path(argv[1]), float(argv[2]), argv[3:]
+    pairs, results, timeout = json.loads(Path(argv[0]).read_text()), Path(argv[1]), float(argv[2])
+    plugins = load_plugins()
+    names: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp, native_stdout_to_stderr():
-        for target in targets:
-            row = rewrite_pair(model, target, Path(tmp), timeout)
+        for model_path, target in pairs:
+            model = Path(model_path)
+            if model_path not in names:
+                provenance = json.loads((model.parent / "provenance.json").read_text())
+                names[model_path] = provenance["recipe"]
+            row = rewrite_pair(model, target, Path(tmp), inputs=model.parent / "inputs.npz",
+                               name=names[model_path], timeout=timeout, plugins=plugins)
             with open(results, "a") as f:
                 f.write(json.dumps(asdict(row)) + "\n")
 
@@ -96,72 +108,97 @@ _CHILD = ("import sys; sys.path.insert(0, {path!r}); from realworld.bench import
           "child(sys.argv[1:])")
 
 
-def run_model(name: str, model: Path, targets: list[str], timeout: float) -> list[Row]:
-    """Every target for one model, in child processes; a pair that takes longer than
-    ``timeout`` (plus a minute to start) is killed and recorded as "timeout"."""
+def run_pairs(pairs: list[tuple[str, Path, str]], timeout: float,
+              progress=None) -> list[Row]:
+    """Rows for (name, model, target) pairs, rewritten one after the other in a child
+    process (one Python start and one comparison worker for all); a pair that takes longer
+    than ``timeout`` (plus a minute) is killed and recorded as "timeout", a child that dies
+    records "error", and a new child goes on with the rest."""
     rows: list[Row] = []
-    pending = list(targets)
+    pending = list(pairs)
     with tempfile.TemporaryDirectory() as tmp:
         results, log = Path(tmp) / "rows.jsonl", Path(tmp) / "child.log"
+        todo = Path(tmp) / "pairs.json"
         while pending:
             results.write_text("")
+            todo.write_text(json.dumps([[str(m), t] for _n, m, t in pending]))
             with open(log, "w") as err:
                 process = subprocess.Popen(
-                    [sys.executable, "-c", _CHILD.format(path=str(BENCHMARKS)), str(model),
-                     str(results), str(timeout), *pending],
+                    [sys.executable, "-c", _CHILD.format(path=str(BENCHMARKS)), str(todo),
+                     str(results), str(timeout)],
                     stdout=err, stderr=err, start_new_session=True)
-            done, deadline = 0, time.monotonic() + timeout + 60
-            while True:
-                lines = results.read_text().splitlines()
-                for line in lines[done:]:
-                    rows.append(Row(**json.loads(line)))
-                    deadline = time.monotonic() + timeout + 60
-                done = len(lines)
-                if done == len(pending) or process.poll() is not None:
-                    break
-                if time.monotonic() > deadline:
+            try:
+                done = _wait(process, results, rows, timeout, len(pending), progress)
+                if done == len(pending):
+                    process.wait(timeout=60)
+            finally:  # interrupted: leave no child (nor its workers) behind
+                if process.poll() is None:
                     os.killpg(process.pid, signal.SIGKILL)
-                    break
-                time.sleep(0.2)
             process.wait()
             lines = results.read_text().splitlines()
             for line in lines[done:]:  # written while we were deciding
                 rows.append(Row(**json.loads(line)))
+                if progress:
+                    progress(rows[-1])
             done = len(lines)
             if done < len(pending):  # the pair in progress hung or killed its process
-                target = pending[done]
+                name, _model, target = pending[done]
                 if process.returncode == -signal.SIGKILL:
                     rows.append(Row(name, target, "timeout",
-                                    f"no result within {timeout:.0f}s (+60s to start)"))
+                                    f"no result within {timeout:.0f}s (+60s)"))
                 else:
                     tail = (log.read_text().strip().splitlines() or [""])[-1]
                     rows.append(Row(name, target, "error", short(
                         f"the process died (exit {process.returncode}): {tail}")))
+                if progress:
+                    progress(rows[-1])
                 done += 1
             pending = pending[done:]
     return rows
 
 
+def _wait(process: subprocess.Popen, results: Path, rows: list[Row], timeout: float,
+          expected: int, progress) -> int:
+    """Collect the child's rows until it is done, dies, or a pair overruns (killed): how
+    many rows it wrote. The first pair also has a minute for the child to start."""
+    done, deadline = 0, time.monotonic() + timeout + 60
+    while True:
+        lines = results.read_text().splitlines()
+        for line in lines[done:]:
+            rows.append(Row(**json.loads(line)))
+            if progress:
+                progress(rows[-1])
+            deadline = time.monotonic() + timeout + 60
+        done = len(lines)
+        if done == expected or process.poll() is not None:
+            return done
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            return done
+        time.sleep(0.2)
+
+
 def run_all(built: dict[str, Path], failed: dict[str, str], targets: list[str], *,
             timeout: float = 300, jobs: int = 1) -> list[Row]:
-    """Rows for every (model, target); models that failed to build get "not built"."""
+    """Rows for every (model, target), in the order of ``built`` then ``failed`` (models
+    that failed to build get "not built"); ``jobs`` children share the models."""
 
-    def one(item: tuple[str, Path]) -> list[Row]:
-        rows = run_model(item[0], item[1], targets, timeout)
-        for r in rows:
-            print(f"{r.target:12} {r.model:50} {r.verdict:10} {r.seconds:6.1f}s",
-                  file=sys.stderr, flush=True)
-        return rows
+    def progress(r: Row) -> None:
+        print(f"{r.target:12} {r.model:50} {r.verdict:10} {r.seconds:6.1f}s",
+              file=sys.stderr, flush=True)
 
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        per_model = dict(zip(built, pool.map(one, built.items())))
+    names = list(built)
+    shares = [[(n, built[n], t) for n in names[i::max(1, jobs)] for t in targets]
+              for i in range(max(1, jobs))]
+    with ThreadPoolExecutor(len(shares)) as pool:
+        found = [r for share in pool.map(lambda p: run_pairs(p, timeout, progress), shares)
+                 for r in share]
+    by_pair = {(r.model, r.target): r for r in found}
     rows = []
-    for name in [*built, *failed]:
-        if name in per_model:
-            order = {t: i for i, t in enumerate(targets)}
-            rows += sorted(per_model[name], key=lambda r: order[r.target])
-        else:
-            rows += [Row(name, t, "not built", short(failed[name])) for t in targets]
+    for name in names:
+        rows += [by_pair[(name, t)] for t in targets]
+    for name, error in failed.items():
+        rows += [Row(name, t, "not built", short(error)) for t in targets]
     return rows
 
 
@@ -194,5 +231,5 @@ def markdown(rows: list[Row], targets: list[str]) -> str:
     for r in rows:
         if r.verdict not in OK:
             lines.append("| " + " | ".join(_cell(c) for c in (
-                r.model, r.target, r.verdict, r.oracle or "-", r.reason)) + " |")
+                r.model, r.target, r.verdict, r.oracle or "-", short(r.reason, 200))) + " |")
     return "\n".join(lines)

@@ -1,4 +1,6 @@
-"""The command line: ``build`` the models, ``run`` the benchmark (builds what is missing)."""
+"""The command line: ``build`` the models, ``run`` the benchmark (builds what is missing),
+``testdata`` writes the committed test models (``tests/data/realworld``), ``pin`` prints
+their verdicts today as ``tests/test_realworld.py``'s VERDICTS."""
 
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python benchmarks/realworld",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="?", choices=("build", "run"), default="run")
+    parser.add_argument("command", nargs="?", choices=("build", "run", "testdata", "pin"),
+                        default="run")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                         help=f"where models are built and kept (default {DEFAULT_CACHE})")
     parser.add_argument("--only", action="append", metavar="PATTERN",
@@ -66,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the recipes and exit")
     args = parser.parse_args(argv)
     recipes = _selected(args.only)
+    if args.command == "pin":  # the committed models only: no build, no transformers
+        from realworld.testdata import pinned_verdicts
+
+        print(pinned_verdicts(tuple(args.targets or TARGETS)))
+        return 0
+    if args.command == "testdata":
+        from realworld.testdata import TEST_MODELS, write_test_models
+
+        recipes = [r for r in RECIPES if r.name in TEST_MODELS]
     if args.list:
         print("\n".join(r.name for r in recipes))
         return 0
@@ -77,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     build_seconds = time.perf_counter() - started
     print(f"built {len(built)} of {len(recipes)} models in {build_seconds:.0f}s",
           file=sys.stderr)
+    if args.command == "testdata":
+        if failed:
+            print(f"error: not built: {', '.join(failed)}", file=sys.stderr)
+            return 1
+        for path in write_test_models(built):
+            print(path)
+        return 0
     if args.command == "build":
         for name, error in failed.items():
             print(f"{name}: {error}")

@@ -1,7 +1,7 @@
 """Inputs that make sense for these models, from each input's name and declared shape.
 
 Symbolic dimensions take the values of :data:`DIMS` (batch 2, sequence 6; a decoding step of
-4 new tokens after 3 cached ones for models with a KV cache). Token ids are drawn from the
+one new token after 3 cached ones for models with a KV cache). Token ids are drawn from the
 vocabulary, positions count up, masks are ones except that the second sequence of an
 encoder batch ends in one padding token, caches and features are standard normal.
 numpy and onnx only: the committed test models use this too.
@@ -18,8 +18,10 @@ HEAD_SIZE = 16  # the LLM families' (hidden 64, 4 heads)
 DIMS = {
     "batch": 2, "batch_size": 2,
     "sequence": 6, "decoder_sequence": 4,
-    # the genai builder's names: one decoding step of 4 tokens after 3 cached ones
-    "sequence_length": 4, "past_sequence_length": 3, "total_sequence_length": 7,
+    # the genai builder's names: a decoding step, one new token after 3 cached ones
+    # (onnxruntime's GroupQueryAttention takes several new tokens after a cache only for
+    # batch 1)
+    "sequence_length": 1, "past_sequence_length": 3, "total_sequence_length": 4,
     "kv_cache_dim": HEAD_SIZE,
 }
 _ONNX_TO_NUMPY = {1: np.float32, 10: np.float16, 11: np.float64, 6: np.int32, 7: np.int64,
