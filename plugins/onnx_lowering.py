@@ -1,0 +1,705 @@
+"""Decompositions ``onnx-lowering``: standard ops, or forms of them, that a runtime lacks
+(OpenVINO 2026.4's ONNX frontend above all), written with other standard ops. Each is
+checked against the ONNX reference evaluator's own implementation of the op (numpy written
+from the spec, not a function body) on its samples; ``docs/remedies.md`` lists the forms.
+
+* ``CumProd(x, axis)`` (``exclusive``, ``reverse``): ``x`` viewed as ``(pre, n, post)``
+  around the (run-time) axis; ``y[:, i] = prod_j x[:, j]`` over ``j <= i`` (``j < i``
+  exclusive; ``j >= i`` / ``j > i`` reversed) as a ``ReduceProd`` of an ``(n, n)``
+  triangular selection: exact, ``n^2`` memory.
+* ``Mod(A, B)`` with ``fmod = 0`` on floats (allowed from opset 28): the result takes the
+  divisor's sign, as ``numpy.mod``: ``r = A - B * trunc(A / B)`` (``A`` itself for a finite
+  ``A`` and an infinite ``B``), plus ``B`` where ``r`` is non-zero with the other sign;
+  NaN for an infinite ``A`` or a zero ``B``.
+* ``Det(X)``: Gaussian elimination with partial pivoting, unrolled for the static ``n`` of
+  ``X``'s last two axes (declared or constant; ``n <= 16``); a singular matrix gives 0.
+* ``Unsqueeze(data, axes)`` with ``axes`` computed at run time: ``Reshape`` to the target
+  shape built from ``Shape(data)`` and ``axes`` (its length static), so a runtime that
+  needs a static rank gets one.
+* ``Pad(data, pads[, constant_value[, axes]])`` with ``mode = "wrap"``: per axis ``i``,
+  ``Gather`` of the indices ``(-pads[i] .. d_i + pads[r + i]) mod d_i`` (negative pads
+  crop); ``axes`` must be constant; the rank must be known.
+* ``MaxUnpool(X, I[, output_shape])``: ``ScatterElements`` of ``X`` into zeros of the
+  inferred shape (``(in - 1) * stride - pads + kernel`` per spatial axis) at the flat
+  indices ``I``, padded with zeros (bottom/right) to ``output_shape`` when given.
+* ``Dropout(data[, ratio[, training_mode]])`` with a ``training_mode`` computed at run
+  time: ``Where(training_mode, Where(u >= ratio, data / (1 - ratio), 0), data)`` with
+  ``u = RandomUniformLike(data)``; ``mask`` the kept positions (all true when not
+  training). The random draw is not numpy's, so only ``ratio = 0`` or inference reproduce
+  a reference run.
+* ``OptionalHasElement()`` / ``OptionalHasElement("")`` (no input): ``false``; with a plain
+  tensor input: ``true``. ``OptionalGetElement(tensor)``: the tensor.
+* ``STFT(signal, frame_step[, window[, frame_length]])`` (``onesided``): frames gathered
+  at ``f * frame_step + t``, times the window, and a DFT as two matrix products with
+  ``cos``/``sin`` of ``-2 pi (t k mod n) / n``; real or complex (``[..., 2]``) signals.
+* ``MelWeightMatrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
+  upper_edge_hertz)`` (``output_datatype``): the reference evaluator's triangular filters
+  (bin edges ``floor((dft_length + 1) * hz / sample_rate)`` of ``num_mel_bins + 2`` points
+  evenly spaced in mel), computed in double.
+* ``ai.onnx.ml::ArrayFeatureExtractor(X, Y)``: ``Gather`` of ``Y`` (flattened) along the
+  last axis, ``(1, len)`` for a 1-D ``X``. ``ai.onnx.ml::Binarizer(X)`` (``threshold``):
+  ``X > threshold`` as 1 / 0 in ``X``'s type.
+
+A model that imports no ai.onnx opset gets bodies written at opset 17 (which they bring in).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from onnx import FunctionProto, TensorProto
+
+from rewriter import hookimpl
+from rewriter.bodies import FunctionBuilder, declining
+from rewriter.bodies import present as _present
+from rewriter.registry import Arg, OpSample
+
+DOMAIN = "onnx-lowering"
+NO_IMPORT_OPSET = 17
+MAX_DET_SIZE = 16
+CUMPROD_OPSETS = (26, None)
+MOD_OPSETS = (28, None)  # fmod = 0 on floats is valid from Mod-28
+DET_OPSETS = (13, None)  # Unsqueeze/Squeeze/Slice in their input forms
+UNSQUEEZE_OPSETS = (13, None)  # axes as an input
+PAD_WRAP_OPSETS = (19, None)  # wrap is new in Pad-19
+MAXUNPOOL_OPSETS = (13, None)
+DROPOUT_OPSETS = (12, None)  # ratio and training_mode as inputs
+OPTIONAL_OPSETS = (15, None)
+SIGNAL_OPSETS = (17, None)  # STFT and MelWeightMatrix are new in opset 17
+ML_OPSETS = (1, None)
+
+_FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
+           "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
+
+
+class _Body(FunctionBuilder):
+    default_dtype = np.int64
+
+    def scalar(self, x: str) -> str:
+        """``x`` (one element) as an int64 scalar."""
+        return self.op("Reshape", self.cast(x, TensorProto.INT64), self.ints([]))
+
+    def vector(self, x: str) -> str:
+        """A scalar as a 1-element vector."""
+        return self.unsqueeze(x, [0])
+
+    def shape_at(self, shape: str, index: str | int) -> str:
+        """``shape[index]`` as an int64 scalar (``index`` a constant or a scalar)."""
+        if isinstance(index, int):
+            index = self.const(np.array(index, np.int64))
+        return self.op("Gather", shape, index, axis=0)
+
+
+def _opset(ctx) -> int:
+    """The ai.onnx opset a body is written for (the model's, or 17 when it imports none)."""
+    if "" not in (ctx.opsets or {}) and "ai.onnx" not in (ctx.opsets or {}):
+        return NO_IMPORT_OPSET
+    return ctx.opset
+
+
+def _elem(ctx, index: int = 0) -> int | None:
+    """The element type of input ``index``, if known (any tensor type)."""
+    types = list(ctx.input_types or [])
+    if index < len(types) and types[index] and types[index].startswith("tensor("):
+        return getattr(TensorProto, types[index][7:-1].upper(), None)
+    return None
+
+
+def _float_elem(ctx, index: int = 0) -> int | None:
+    types = list(ctx.input_types or [])
+    return _FLOATS.get(types[index]) if index < len(types) else None
+
+
+def _shape(ctx, name: str) -> list | None:
+    """The declared (or constant) shape of ``name``: ints, None for unknown dims."""
+    if not name:
+        return None
+    constant = ctx.constant(name)
+    if constant is not None:
+        return list(constant.shape)
+    declared = (ctx.declared or {}).get(name)
+    if declared is None or not declared.HasField("tensor_type"):
+        return None
+    tensor_type = declared.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+
+
+def _rank(ctx, name: str) -> int | None:
+    shape = _shape(ctx, name)
+    return None if shape is None else len(shape)
+
+
+def _known(node, attributes: Sequence[str]) -> bool:
+    return all(a.name in attributes for a in node.attribute)
+
+
+def _inputs(node, formal: Sequence[str]) -> list[str]:
+    return list(formal[:len(node.input)])
+
+
+# -- CumProd --------------------------------------------------------------------------------
+
+
+@declining
+def build_cumprod(ctx) -> FunctionProto | None:
+    """``CumProd`` along a run-time axis, as a triangular ``ReduceProd``."""
+    node = ctx.node
+    if (len(node.input) != 2 or not all(_present(node.input, i) for i in range(2))
+            or len(node.output) != 1 or not _known(node, ["exclusive", "reverse"])):
+        return None
+    elem = _elem(ctx, 0)
+    if elem is None:
+        return None
+    exclusive, reverse = ctx.attribute("exclusive", 0), ctx.attribute("reverse", 0)
+    b = _Body(_opset(ctx))
+    shape = b.op("Shape", "x")
+    rank = b.op("Size", shape)
+    axis = b.scalar("axis")
+    axis = b.op("Where", b.op("Less", axis, b.const(np.array(0, np.int64))),
+                b.op("Add", axis, rank), axis)
+    axis_1 = b.vector(axis)
+    # (pre, n, post) around the axis; a leading 1 keeps the product of an empty prefix 1
+    pre = b.reduce("ReduceProd", b.op("Concat", b.ints([1]), b.slice(shape, [0], axis_1, [0]),
+                                      axis=0), [0])
+    n = b.vector(b.shape_at(shape, axis))
+    cube = b.reshape("x", b.op("Concat", pre, n, b.ints([-1]), axis=0))
+    steps = b.op("Range", b.const(np.array(0, np.int64)), b.scalar(n),
+                 b.const(np.array(1, np.int64)))
+    rows, cols = b.unsqueeze(steps, [1]), b.unsqueeze(steps, [0])  # i, j
+    compare = {(0, 0): "GreaterOrEqual", (1, 0): "Greater", (0, 1): "LessOrEqual",
+               (1, 1): "Less"}[(exclusive, reverse)]  # keep j (vs i) where rows <op> cols
+    keep = b.op(compare, rows, cols)
+    keep = b.op("Reshape", keep, b.op("Concat", b.ints([1]), n, n, b.ints([1]), axis=0))
+    one = b.const(np.array(1), elem, hint="one")
+    selected = b.op("Where", keep, b.unsqueeze(cube, [1]), one)  # (pre, n, n, post)
+    y = b.reduce("ReduceProd", selected, [2], keepdims=0)
+    y = b.op("Reshape", y, shape)
+    return b.function(DOMAIN, "cumprod", ["x", "axis"], [y])
+
+
+# -- Mod with fmod = 0 on floats ------------------------------------------------------------
+
+
+@declining
+def build_float_mod(ctx) -> FunctionProto | None:
+    """``numpy.mod`` of floats: the result takes the divisor's sign."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    if (elem is None or ctx.attribute("fmod", 0) != 0 or len(node.input) != 2
+            or len(node.output) != 1 or not _known(node, ["fmod"])):
+        return None
+    b = _Body(_opset(ctx))
+    zero = b.const(np.array(0.0), elem, hint="zero")
+    quotient = b.op("Div", "A", "B")
+    truncated = b.op("Where", b.op("Less", quotient, zero), b.op("Ceil", quotient),
+                     b.op("Floor", quotient))
+    r = b.op("Sub", "A", b.op("Mul", "B", truncated))
+    # a finite A over an infinite B: A itself (B * 0 would be NaN)
+    finite_a = b.op("Not", b.op("Or", b.op("IsInf", "A"), b.op("IsNaN", "A")))
+    r = b.op("Where", b.op("And", b.op("IsInf", "B"), finite_a), "A", r)
+    # then the divisor's sign
+    other_sign = b.op("Xor", b.op("Less", r, zero), b.op("Less", "B", zero))
+    nonzero = b.op("Not", b.op("Equal", r, zero))
+    r = b.op("Where", b.op("And", nonzero, other_sign), b.op("Add", r, "B"), r)
+    signed_zero = b.op("Where", b.op("Less", "B", zero), b.op("Neg", zero), zero)
+    r = b.op("Where", b.op("Equal", r, zero), signed_zero, r)
+    return b.function(DOMAIN, "float_mod", ["A", "B"], [r])
+
+
+# -- Det ------------------------------------------------------------------------------------
+
+
+@declining
+def build_det(ctx) -> FunctionProto | None:
+    """``Det`` by Gaussian elimination with partial pivoting, unrolled for a static n."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    shape = _shape(ctx, node.input[0]) if node.input else None
+    if (elem is None or len(node.input) != 1 or len(node.output) != 1 or node.attribute
+            or shape is None or len(shape) < 2):
+        return None
+    n = shape[-1] if shape[-1] == shape[-2] else None
+    if not n or n > MAX_DET_SIZE:
+        return None
+    b = _Body(_opset(ctx))
+    zero = b.const(np.array(0.0), elem, hint="zero")
+    a = "X"
+    batch = b.slice(b.op("Shape", a), [0], [-2], [0])
+    sign = b.fill(b.op("Concat", batch, b.ints([1, 1]), axis=0), 1.0, elem)  # (..., 1, 1)
+    rows = b.op("Range", b.const(np.array(0, np.int64)), b.const(np.array(n, np.int64)),
+                b.const(np.array(1, np.int64)))
+    for k in range(n - 1):
+        column = b.slice(a, [k, k], [n, k + 1], [-2, -1])                # (..., n-k, 1)
+        pivot_row = b.op("Add", b.op("ArgMax", b.op("Abs", column), axis=-2, keepdims=1),
+                         b.const(np.array(k, np.int64)))                 # (..., 1, 1)
+        k_const = b.const(np.array(k, np.int64))
+        row_index = b.op("Reshape", rows, b.ints([n, 1]))
+        swapped = b.op("Where", b.op("Equal", row_index, k_const), pivot_row,
+                       b.op("Where", b.op("Equal", row_index, pivot_row), k_const, row_index))
+        a = b.op("GatherElements", a, b.op("Expand", swapped, b.op("Shape", a)), axis=-2)
+        sign = b.op("Where", b.op("Equal", pivot_row, k_const), sign, b.op("Neg", sign))
+        pivot = b.slice(a, [k, k], [k + 1, k + 1], [-2, -1])             # (..., 1, 1)
+        below = b.slice(a, [k + 1, k], [n, k + 1], [-2, -1])             # (..., n-k-1, 1)
+        factors = b.op("Where", b.op("Equal", pivot, zero), zero, b.op("Div", below, pivot))
+        top = b.slice(a, [0], [k + 1], [-2])
+        pivot_row_values = b.slice(a, [k], [k + 1], [-2])
+        rest = b.op("Sub", b.slice(a, [k + 1], [n], [-2]),
+                    b.op("Mul", factors, pivot_row_values))
+        a = b.op("Concat", top, rest, axis=-2)
+    det = sign
+    for k in range(n):
+        det = b.op("Mul", det, b.slice(a, [k, k], [k + 1, k + 1], [-2, -1]))
+    det = b.squeeze(det, [-2, -1])
+    return b.function(DOMAIN, "det", ["X"], [det])
+
+
+# -- Unsqueeze with run-time axes -----------------------------------------------------------
+
+
+@declining
+def build_unsqueeze(ctx) -> FunctionProto | None:
+    """``Unsqueeze`` as ``Reshape`` to a shape of static length."""
+    node = ctx.node
+    if len(node.input) != 2 or not _present(node.input, 1) or len(node.output) != 1:
+        return None
+    b = _Body(_opset(ctx))
+    shape = b.op("Shape", "data")
+    rank = b.op("Size", shape)
+    axes = b.reshape(b.cast("axes", TensorProto.INT64), [-1])
+    out_rank = b.op("Add", rank, b.op("Size", axes))
+    axes = b.op("Where", b.op("Less", axes, b.const(np.array(0, np.int64))),
+                b.op("Add", axes, out_rank), axes)
+    positions = b.op("Range", b.const(np.array(0, np.int64)), out_rank,
+                     b.const(np.array(1, np.int64)))
+    # (no Unsqueeze in the body: it is the op being replaced)
+    hits = b.cast(b.op("Equal", b.reshape(positions, [-1, 1]), b.reshape(axes, [1, -1])),
+                  TensorProto.INT32)
+    inserted = b.op("Greater", b.reduce("ReduceMax", hits, [1], keepdims=0),
+                    b.const(np.array(0), np.int32))
+    kept = b.cast(b.op("Not", inserted), TensorProto.INT64)
+    source = b.op("Sub", b.op("CumSum", kept, b.const(np.array(0, np.int64))),
+                  b.const(np.array(1, np.int64)))
+    dims = b.op("Concat", shape, b.ints([1]), axis=0)
+    target = b.op("Gather", dims, b.op("Where", inserted, rank, source), axis=0)
+    reshape = {"allowzero": 1} if b.opset >= 14 else {}
+    y = b.op("Reshape", "data", target, **reshape)
+    return b.function(DOMAIN, "unsqueeze", ["data", "axes"], [y])
+
+
+# -- Pad (wrap) -----------------------------------------------------------------------------
+
+
+@declining
+def build_pad_wrap(ctx) -> FunctionProto | None:
+    """``Pad`` in ``wrap`` mode: per axis, ``Gather`` of indices modulo the dimension."""
+    node = ctx.node
+    mode = ctx.attribute("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    rank = _rank(ctx, node.input[0]) if node.input else None
+    if (mode != "wrap" or rank is None or not _present(node.input, 1) or len(node.output) != 1
+            or len(node.input) > 4 or not _known(node, ["mode"])):
+        return None
+    axes = list(range(rank))
+    if _present(node.input, 3):
+        constant = ctx.constant(node.input[3])
+        if constant is None:
+            return None
+        axes = [int(a) % rank for a in constant.ravel()]
+    b = _Body(_opset(ctx))
+    pads = b.cast("pads", TensorProto.INT64)
+    shape = b.op("Shape", "data")
+    one = b.const(np.array(1, np.int64))
+    y = "data"
+    for i, axis in enumerate(axes):
+        begin = b.shape_at(pads, i)
+        end = b.shape_at(pads, i + len(axes))
+        size = b.shape_at(shape, axis)
+        indices = b.op("Mod", b.op("Range", b.op("Neg", begin), b.op("Add", size, end), one),
+                       size)
+        y = b.op("Gather", y, indices, axis=axis)
+    return b.function(DOMAIN, "pad_wrap", _inputs(node, ["data", "pads", "constant_value",
+                                                        "axes"]), [y])
+
+
+# -- MaxUnpool ------------------------------------------------------------------------------
+
+
+@declining
+def build_max_unpool(ctx) -> FunctionProto | None:
+    """``MaxUnpool`` as a scatter into zeros of the inferred shape (then padded)."""
+    node = ctx.node
+    kernel = ctx.attribute("kernel_shape")
+    elem = _elem(ctx, 0)
+    if (not kernel or elem is None or len(node.output) != 1 or len(node.input) > 3
+            or not all(_present(node.input, i) for i in range(2))
+            or not _known(node, ["kernel_shape", "pads", "strides"])):
+        return None
+    spatial = len(kernel)
+    strides = list(ctx.attribute("strides", [1] * spatial))
+    pads = list(ctx.attribute("pads", [0] * 2 * spatial))
+    b = _Body(_opset(ctx))
+    shape = b.op("Shape", "X")
+    leading = b.slice(shape, [0], [2], [0])
+    inner = b.slice(shape, [2], [2 + spatial], [0])
+    inferred = b.op("Add", b.op("Mul", b.op("Sub", inner, b.ints([1] * spatial)),
+                                b.ints(strides)),
+                    b.ints([kernel[d] - pads[d] - pads[spatial + d] for d in range(spatial)]))
+    inferred = b.op("Concat", leading, inferred, axis=0)
+    total = b.reduce("ReduceProd", inferred, [0])
+    zeros = b.fill(total, 0.0, elem)
+    flat = b.op("ScatterElements", zeros, b.reshape(b.cast("I", TensorProto.INT64), [-1]),
+                b.reshape("X", [-1]), axis=0)
+    y = b.op("Reshape", flat, inferred)
+    if _present(node.input, 2):
+        extra = b.op("Sub", b.cast("output_shape", TensorProto.INT64), inferred)
+        pads_vector = b.op("Concat", b.op("Mul", extra, b.ints([0] * (2 + spatial))), extra,
+                           axis=0)
+        y = b.op("Pad", y, pads_vector)
+    return b.function(DOMAIN, "max_unpool", _inputs(node, ["X", "I", "output_shape"]), [y])
+
+
+# -- Dropout with a run-time training mode --------------------------------------------------
+
+
+@declining
+def build_dropout(ctx) -> FunctionProto | None:
+    """Training ``Dropout`` with ``RandomUniformLike``, chosen at run time."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    if (elem is None or not _present(node.input, 2) or len(node.input) > 3
+            or not _known(node, ["seed"]) or len(node.output) > 2):
+        return None
+    b = _Body(_opset(ctx))
+    one = b.const(np.array(1.0), elem, hint="one")
+    ratio = "ratio" if _present(node.input, 1) else b.const(np.array(0.5), elem, hint="ratio")
+    ratio = b.cast(ratio, elem)
+    seed = ctx.attribute("seed")
+    uniform = b.op("RandomUniformLike", "data", dtype=elem,
+                   seed=None if seed is None else float(seed))
+    keep = b.op("GreaterOrEqual", uniform, ratio)
+    scaled = b.op("Div", "data", b.op("Sub", one, ratio))
+    dropped = b.op("Where", keep, scaled, b.const(np.array(0.0), elem, hint="zero"))
+    training = b.op("Reshape", b.cast("training_mode", TensorProto.BOOL), b.ints([]))
+    y = b.op("Where", training, dropped, "data")
+    outputs = [y]
+    if len(node.output) > 1 and node.output[1]:
+        outputs.append(b.op("Or", b.op("Not", training), keep))
+    return b.function(DOMAIN, "dropout", _inputs(node, ["data", "ratio", "training_mode"]),
+                      outputs)
+
+
+# -- Optional ops on plain tensors or nothing -----------------------------------------------
+
+
+def build_optional_has_element(ctx) -> FunctionProto | None:
+    """No input: ``false``; a plain tensor input: ``true``."""
+    node = ctx.node
+    if len(node.output) != 1 or node.attribute:
+        return None
+    types = list(ctx.input_types or [])
+    given = _present(node.input, 0)
+    if given and not (types and types[0] and types[0].startswith("tensor(")):
+        return None  # an optional or sequence value: its emptiness is not known here
+    b = _Body(_opset(ctx))
+    y = b.const(np.array(given), np.bool_, hint="has_element")
+    return b.function(DOMAIN, "optional_has_element", ["input"] if node.input else [], [y])
+
+
+def build_optional_get_element(ctx) -> FunctionProto | None:
+    """A plain tensor input: itself."""
+    node = ctx.node
+    types = list(ctx.input_types or [])
+    if (len(node.input) != 1 or not _present(node.input, 0) or len(node.output) != 1
+            or not (types and types[0] and types[0].startswith("tensor("))):
+        return None
+    b = _Body(_opset(ctx))
+    return b.function(DOMAIN, "optional_get_element", ["input"], [b.op("Identity", "input")])
+
+
+# -- STFT -----------------------------------------------------------------------------------
+
+
+@declining
+def build_stft(ctx) -> FunctionProto | None:
+    """``STFT`` as gathered frames times a DFT matrix."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    rank = _rank(ctx, node.input[0]) if node.input else None
+    if (elem is None or len(node.input) > 4 or not all(_present(node.input, i) for i in (0, 1))
+            or not (_present(node.input, 2) or _present(node.input, 3))
+            or len(node.output) != 1 or not _known(node, ["onesided"]) or rank not in (None, 3)):
+        return None
+    onesided = ctx.attribute("onesided", 1)
+    b = _Body(_opset(ctx))
+    zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    if _present(node.input, 3):
+        length = b.scalar("frame_length")
+    else:
+        length = b.op("Size", "window")
+    step = b.scalar("frame_step")
+    signal_length = b.shape_at(b.op("Shape", "signal"), 1)
+    frames = b.op("Add", b.op("Div", b.op("Sub", signal_length, length), step), one)
+    starts = b.op("Mul", b.op("Range", zero, frames, one), step)
+    offsets = b.op("Range", zero, length, one)
+    index = b.op("Add", b.unsqueeze(starts, [1]), b.unsqueeze(offsets, [0]))   # (F, n)
+    parts = b.op("Shape", "signal")
+    components = b.shape_at(parts, 2)                                        # 1 or 2
+    real = b.op("Gather", b.squeeze(b.slice("signal", [0], [1], [2]), [2]), index, axis=1)
+    imag = b.op("Gather", b.squeeze(b.slice("signal", b.vector(b.op("Sub", components, one)),
+                                            b.vector(components), [2]), [2]), index, axis=1)
+    # imag is the real part again for a real signal: zero it then
+    complex_signal = b.cast(b.op("Equal", components, b.const(np.array(2, np.int64))), elem)
+    imag = b.op("Mul", imag, complex_signal)
+    if _present(node.input, 2):
+        real, imag = b.op("Mul", real, "window"), b.op("Mul", imag, "window")
+    bins = b.op("Add", b.op("Div", length, b.const(np.array(2, np.int64))), one) if onesided \
+        else length
+    k = b.op("Range", zero, bins, one)
+    product = b.op("Mod", b.op("Mul", b.unsqueeze(offsets, [1]), b.unsqueeze(k, [0])),
+                   length)                                                   # (n, K)
+    angle = b.op("Div", b.op("Mul", b.cast(product, TensorProto.DOUBLE),
+                             b.const(np.array(-2 * math.pi), np.float64)),
+                 b.cast(length, TensorProto.DOUBLE))
+    # at quarter turns (4 t k a multiple of n) the exact 0 / +-1, as an FFT gives them
+    quarter = b.op("Mul", product, b.const(np.array(4, np.int64)))
+    exact = b.op("Equal", b.op("Mod", quarter, length), zero)
+    turn = b.op("Mod", b.op("Div", quarter, length), b.const(np.array(4, np.int64)))
+    cos, sin = (b.op("Where", exact, b.op("Gather", b.const(np.array(table), elem), turn,
+                                         axis=0), b.cast(b.op(f, angle), elem))
+                for f, table in (("Cos", [1.0, 0.0, -1.0, 0.0]),
+                                 ("Sin", [0.0, -1.0, 0.0, 1.0])))
+    out_real = b.op("Sub", b.op("MatMul", real, cos), b.op("MatMul", imag, sin))
+    out_imag = b.op("Add", b.op("MatMul", real, sin), b.op("MatMul", imag, cos))
+    y = b.op("Concat", b.unsqueeze(out_real, [-1]), b.unsqueeze(out_imag, [-1]), axis=-1)
+    return b.function(DOMAIN, "stft", _inputs(node, ["signal", "frame_step", "window",
+                                                    "frame_length"]), [y])
+
+
+# -- MelWeightMatrix ------------------------------------------------------------------------
+
+
+@declining
+def build_mel_weight_matrix(ctx) -> FunctionProto | None:
+    """The reference evaluator's triangular mel filters, in double."""
+    node = ctx.node
+    if (len(node.input) != 5 or not all(_present(node.input, i) for i in range(5))
+            or len(node.output) != 1 or not _known(node, ["output_datatype"])):
+        return None
+    out_type = ctx.attribute("output_datatype", TensorProto.FLOAT)
+    b = _Body(_opset(ctx))
+    d = TensorProto.DOUBLE
+
+    def f64(value):
+        return b.const(np.array(value), np.float64)
+
+    zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    mels = b.scalar("num_mel_bins")
+    dft = b.scalar("dft_length")
+    spectrogram_bins = b.op("Add", b.op("Div", dft, b.const(np.array(2, np.int64))), one)
+
+    def to_mel(hz):
+        return b.op("Div", b.op("Mul", f64(2595.0), b.op("Log", b.op("Add", f64(1.0), b.op(
+            "Div", b.cast(hz, d), f64(700.0))))), f64(math.log(10)))
+
+    low, high = to_mel("lower_edge_hertz"), to_mel("upper_edge_hertz")
+    points = b.op("Add", mels, b.const(np.array(2, np.int64)))
+    step = b.op("Div", b.op("Sub", high, low), b.cast(points, d))
+    mel_points = b.op("Add", b.op("Mul", b.cast(b.op("Range", zero, points, one), d), step), low)
+    hz_points = b.op("Mul", f64(700.0), b.op("Sub", b.op("Exp", b.op(
+        "Mul", b.op("Div", mel_points, f64(2595.0)), f64(math.log(10)))), f64(1.0)))
+    edges = b.op("Floor", b.op("Div", b.op("Mul", b.cast(b.op("Add", dft, one), d), hz_points),
+                             b.cast(b.scalar("sample_rate"), d)))            # (M + 2)
+    left = b.slice(edges, [0], b.vector(mels), [0])
+    center = b.slice(edges, [1], b.vector(b.op("Add", mels, one)), [0])
+    right = b.slice(edges, [2], b.vector(points), [0])
+    j = b.unsqueeze(b.cast(b.op("Range", zero, spectrogram_bins, one), d), [1])  # (K, 1)
+    left, center, right = (b.unsqueeze(x, [0]) for x in (left, center, right))  # (1, M)
+    zero_d = f64(0.0)
+    rising_width = b.op("Sub", center, left)
+    rising = b.op("Where", b.op("And", b.op("GreaterOrEqual", j, left),
+                                b.op("LessOrEqual", j, center)),
+                  b.op("Div", b.op("Sub", j, left), rising_width), zero_d)
+    peak = b.cast(b.op("Equal", j, center), d)
+    rising = b.op("Where", b.op("Equal", rising_width, zero_d), peak, rising)
+    falling_width = b.op("Sub", right, center)
+    falling_span = b.op("And", b.op("Greater", falling_width, zero_d), b.op(
+        "And", b.op("GreaterOrEqual", j, center), b.op("Less", j, right)))
+    y = b.op("Where", falling_span, b.op("Div", b.op("Sub", right, j), falling_width), rising)
+    y = b.cast(y, out_type)
+    return b.function(DOMAIN, "mel_weight_matrix", ["num_mel_bins", "dft_length", "sample_rate",
+                                                   "lower_edge_hertz", "upper_edge_hertz"],
+                      [y])
+
+
+# -- ai.onnx.ml -----------------------------------------------------------------------------
+
+
+def build_array_feature_extractor(ctx) -> FunctionProto | None:
+    """``Gather`` along the last axis; a 1-D ``X`` gives ``(1, len(Y))``."""
+    node = ctx.node
+    rank = _rank(ctx, node.input[0]) if node.input else None
+    if (len(node.input) != 2 or len(node.output) != 1 or node.attribute or rank is None
+            or rank < 1):
+        return None
+    b = _Body(_opset(ctx))
+    y = b.op("Gather", "X", b.reshape(b.cast("Y", TensorProto.INT64), [-1]), axis=rank - 1)
+    if rank == 1:
+        y = b.unsqueeze(y, [0])
+    return b.function(DOMAIN, "array_feature_extractor", ["X", "Y"], [y])
+
+
+def build_binarizer(ctx) -> FunctionProto | None:
+    """``X > threshold`` as 1 / 0 in ``X``'s type."""
+    node = ctx.node
+    elem = _elem(ctx, 0)
+    if len(node.input) != 1 or len(node.output) != 1 or elem is None or not _known(
+            node, ["threshold"]):
+        return None
+    b = _Body(_opset(ctx))
+    threshold = b.const(np.array(ctx.attribute("threshold", 0.0)), elem, hint="threshold")
+    y = b.cast(b.op("Greater", "X", threshold), elem)
+    return b.function(DOMAIN, "binarizer", ["X"], [y])
+
+
+# -- registration ---------------------------------------------------------------------------
+
+_F32 = ("float",)
+
+
+def _spread(rng, shape):
+    """Values around 1 (products stay moderate), some negative."""
+    return (rng.uniform(0.5, 1.5, shape) * rng.choice([-1, 1], shape)).astype(np.float64)
+
+
+def _samples() -> dict[str, list[OpSample]]:
+    mod_values = dict(values=[-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, 0.0, -0.0, -3.0, 3.0, -1.0, 1.0,
+                              np.inf, 1.0, np.nan])
+    mod_divisors = dict(values=[2.1, -3.4, 8.0, -2.1, 3.4, 5.0, -2.0, 2.0, np.inf, np.inf,
+                                -np.inf, -np.inf, 2.0, 0.0, 2.0])
+    return {
+        "CumProd": [
+            OpSample([Arg("T[5]", values=_spread), Arg("int64[]", values=0)], opset=26,
+                     attributes=attrs, name=name, dtypes=["float", "double", "int32"])
+            for name, attrs in [("plain", {}), ("exclusive", {"exclusive": 1}),
+                                ("reverse", {"reverse": 1}),
+                                ("reverse-exclusive", {"exclusive": 1, "reverse": 1})]] + [
+            OpSample([Arg("T[2,3,4]", values=_spread), Arg(f"{t}[]", values=axis)], opset=26,
+                     attributes=attrs, name=f"3d-axis{axis}", dtypes=["float", "int64"])
+            for axis, t, attrs in [(1, "int32", {}), (-1, "int64", {"exclusive": 1}),
+                                   (0, "int64", {"reverse": 1})]],
+        "Mod": [OpSample([Arg("T[15]", **mod_values), Arg("T[15]", **mod_divisors)],
+                         attributes={"fmod": 0}, opset=28, dtypes=["float", "double"]),
+                OpSample(["T[3,4]", Arg("T[4]", low=0.5, high=3.0)], attributes={"fmod": 0},
+                         opset=28, name="broadcast", dtypes=["float16", "float"])],
+        "Det": [OpSample([f"T[{shape}]"], opset=opset, name=name, dtypes=["float", "double"])
+                for shape, opset, name in [("2,2", 22, "2x2"), ("3,3,3", 22, "batched-3x3"),
+                                           ("2,2,4,4", 13, "4x4"), ("1,1", 22, "1x1")]] + [
+            OpSample([Arg("T[2,3,3]", values=[[[1, 2, 3], [2, 4, 6], [0, 1, 1]],
+                                               [[0, 2, 1], [1, 0, 0], [3, 1, 2]]])],
+                     opset=22, name="singular-and-zero-pivot", dtypes=["float"])],
+        "Unsqueeze": [OpSample(["T[3,4,5]", Arg(f"int64[{len(axes)}]", values=axes)],
+                               opset=opset, name=name, dtypes=["float"])
+                      for axes, opset, name in [([1], 25, "axis1"), ([-1, 0], 13, "two"),
+                                                ([5, 4, 0], 21, "unsorted"),
+                                                ([-2], 13, "negative")]] + [
+            OpSample(["T[3,4,5]", Arg("int64[2]", values=[1, 3], constant=True)], opset=13,
+                     name="constant-axes", dtypes=["int32", "bool"])],
+        "Pad": [OpSample([f"T[{shape}]", Arg(f"int64[{len(pads)}]", values=pads)],
+                         attributes={"mode": "wrap"}, opset=19, name=name,
+                         dtypes=["float", "int32"])
+                for shape, pads, name in [("1,3,4,5", [0, 0, 1, 1, 0, 0, 1, 1], "wrap"),
+                                          ("3,4", [2, 0, 5, 1], "wide"),
+                                          ("2,5", [0, 3, 0, 7], "wider-than-dim")]] + [
+            OpSample(["T[3,4,5]", Arg("int64[4]", values=[1, 2, 2, 0]), None,
+                      Arg("int64[2]", values=[2, 0], constant=True)],
+                     attributes={"mode": "wrap"}, opset=19, name="axes", dtypes=["float"])],
+        "MaxUnpool": [
+            OpSample(["T[1,1,2,2]", Arg("int64[1,1,2,2]", values=[[[[5, 7], [13, 15]]]])],
+                     attributes=dict(kernel_shape=[2, 2], strides=[2, 2]), opset=opset,
+                     name="plain", dtypes=["float"]) for opset in (13, 22)] + [
+            OpSample(["T[1,1,2,2]", Arg("int64[1,1,2,2]", values=[[[[5, 7], [13, 15]]]]),
+                      Arg("int64[4]", values=[1, 1, 5, 5])],
+                     attributes=dict(kernel_shape=[2, 2], strides=[2, 2]), opset=22,
+                     name="output-shape", dtypes=["float", "int32"]),
+            OpSample(["T[2,3,3]", Arg("int64[2,3,3]", values=lambda rng, shape: (
+                rng.permutation(30)[:18].reshape(shape)))],
+                     attributes=dict(kernel_shape=[2], strides=[2], pads=[0, 1]), opset=22,
+                     name="1d-pads", dtypes=["float"])],
+        "Dropout": [
+            OpSample(["T[3,4,5]", Arg("T[]", values=0.0), Arg("bool[]", values=True)],
+                     ["T", "bool"], {"seed": 0}, opset=22, name="zero-ratio-training"),
+            OpSample(["T[3,4,5]", Arg("T[]", values=0.7), Arg("bool[]", values=False)],
+                     ["T", "bool"], opset=13, name="not-training"),
+            OpSample(["T[3,4]", None, Arg("bool[]", values=False)], opset=12,
+                     name="default-ratio-not-training")],
+        "OptionalHasElement": [OpSample(["T[2,3]"], ["bool"], opset=18, name="tensor",
+                                        dtypes=["float"]),
+                               OpSample([], ["bool"], opset=18, name="no-input")],
+        "OptionalGetElement": [OpSample(["T[2,3]"], opset=18, name="tensor",
+                                        dtypes=["float", "int64"])],
+        "STFT": [
+            OpSample([Arg("T[1,128,1]"), Arg("int64[]", values=8), None,
+                      Arg("int64[]", values=16)], opset=17, name="real",
+                     tolerance=(1e-4, 1e-4), dtypes=["float", "double"]),
+            OpSample([Arg("T[2,64,2]"), Arg("int64[]", values=6),
+                      Arg("T[16]", low=0.0, high=1.0)], opset=17, name="complex-window",
+                     attributes={"onesided": 0}, tolerance=(1e-4, 1e-4), dtypes=["float"]),
+            OpSample([Arg("T[1,40,1]"), Arg("int64[]", values=5), Arg("T[10]", low=0.0,
+                                                                      high=1.0),
+                      Arg("int64[]", values=10)], opset=17, name="window-and-length",
+                     tolerance=(1e-4, 1e-4), dtypes=["float"])],
+        "MelWeightMatrix": [
+            OpSample([Arg("int32[]", values=8), Arg("int32[]", values=16),
+                      Arg("int32[]", values=8192), Arg("float[]", values=0.0),
+                      Arg("float[]", values=8192 / 2)], ["float"], opset=17),
+            OpSample([Arg("int64[]", values=20), Arg("int64[]", values=512),
+                      Arg("int64[]", values=16000), Arg("float[]", values=50.0),
+                      Arg("float[]", values=7600.0)], ["double"],
+                     {"output_datatype": TensorProto.DOUBLE}, opset=17, name="double")],
+        "ArrayFeatureExtractor": [
+            OpSample(["T[3,4]", Arg("int64[2]", values=[1, 3])], opset=0, name="2d",
+                     dtypes=["float", "int64"]),
+            OpSample(["T[5]", Arg("int64[1,2]", values=[[4, 0]])], opset=0, name="1d",
+                     dtypes=["float"]),
+            OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
+                     dtypes=["float"])],
+        "Binarizer": [OpSample(["T[3,4,5]"], attributes={"threshold": 0.3}, opset=0,
+                               dtypes=["float", "double"]),
+                      OpSample(["T[6]"], opset=17, name="default", dtypes=["float"])],
+    }
+
+
+@hookimpl
+def register_decompositions(registry):
+    samples = _samples()
+    entries = [
+        ("", "CumProd", build_cumprod, CUMPROD_OPSETS, ("float", "double", "int32", "int64"),
+         "triangular ReduceProd: n^2 memory"),
+        ("", "Mod", build_float_mod, MOD_OPSETS, ("float", "double", "float16"),
+         "fmod=0 on floats"),
+        ("", "Det", build_det, DET_OPSETS, ("float", "double"),
+         f"static n <= {MAX_DET_SIZE}"),
+        ("", "Unsqueeze", build_unsqueeze, UNSQUEEZE_OPSETS, ("float", "int32", "bool"),
+         "axes as computed"),
+        ("", "Pad", build_pad_wrap, PAD_WRAP_OPSETS, ("float", "int32"), "wrap mode"),
+        ("", "MaxUnpool", build_max_unpool, MAXUNPOOL_OPSETS, ("float", "int32"), ""),
+        ("", "Dropout", build_dropout, DROPOUT_OPSETS, ("float", "double"),
+         "training mode at run time"),
+        ("", "OptionalHasElement", build_optional_has_element, OPTIONAL_OPSETS, ("float",),
+         "no input, or a plain tensor"),
+        ("", "OptionalGetElement", build_optional_get_element, OPTIONAL_OPSETS,
+         ("float", "int64"), "a plain tensor"),
+        ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
+        ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
+        ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
+         ("float", "int64"), ""),
+        ("ai.onnx.ml", "Binarizer", build_binarizer, ML_OPSETS, ("float", "double"), ""),
+    ]
+    for domain, op_type, builder, opsets, dtypes, note in entries:
+        registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes,
+                     description=f"onnx-lowering:{op_type}" + (f" ({note})" if note else ""),
+                     oracle="reference", samples=samples[op_type])
