@@ -5,6 +5,7 @@ their verdicts today as ``tests/test_realworld.py``'s VERDICTS."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
 import os
@@ -39,7 +40,8 @@ def build_all(recipes: list[Recipe], cache: Path) -> tuple[dict[str, Path], dict
     for recipe in recipes:
         started = time.perf_counter()
         try:
-            built[recipe.name] = build(recipe, cache, versions)
+            with contextlib.redirect_stdout(sys.stderr):  # the exporters' progress lines
+                built[recipe.name] = build(recipe, cache, versions)
         except Exception as e:  # noqa: BLE001 - a recipe that fails is reported, not fatal
             line = (str(e).strip().splitlines() or [""])[0][:200]
             failed[recipe.name] = f"{type(e).__name__}: {line}"
