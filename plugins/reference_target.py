@@ -1,8 +1,8 @@
 """Target ``reference``: the ONNX reference evaluator (``onnx.reference``).
 
 A node runs when the evaluator has a Python implementation for its domain, op and version,
-or the op is a spec function it can expand. ``confirm`` builds the evaluator and runs it once
-on generated inputs (in process: it is Python).
+or the op is a spec function it can expand. ``confirm`` builds the evaluator and, for models
+up to 1 MiB, runs it once on generated inputs (in process: it is Python).
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ from rewriter.targets import (
     Target,
     TargetOptions,
     generated_feeds,
+    model_size,
     opset_import_findings,
     run_sets,
 )
 from rewriter.walk import normalize_domain
 
 CONFIRM_BY_DEFAULT_BELOW = 20 * 2**20
+# The evaluator is numpy one node at a time, in process: confirmations run models up to this
+# size only (bigger ones are only loaded)
+RUN_BY_DEFAULT_BELOW = 2**20
 
 _LOADERS = {
     "": "onnx.reference.ops",
@@ -139,6 +143,9 @@ class ReferenceTarget(Target):
             evaluator = self._evaluator(model, base_dir)
         except Exception as e:  # noqa: BLE001 - the evaluator's refusal is the answer
             return Confirmation(_first_line(e), "load")
+        if not self.confirm_by_size(None, model_size(model, base_dir), RUN_BY_DEFAULT_BELOW):
+            return Confirmation(note=f"not run: larger than {RUN_BY_DEFAULT_BELOW // 2**20} "
+                                "MiB (the reference evaluator is slow)")
         sets, note = generated_feeds(model)
         if sets is None:
             return Confirmation(note=note)
@@ -147,11 +154,10 @@ class ReferenceTarget(Target):
         def run(feeds):
             try:
                 evaluator.run(None, {n: feeds[n] for n in evaluator.input_names if n in feeds})
-            except NotImplementedError as e:
-                lacks.append(e)
-                raise RuntimeError(f"NotImplementedError: {_first_line(e)}") from None
             except Exception as e:  # noqa: BLE001
-                raise RuntimeError(f"{type(e).__name__}: {_first_line(e)}") from None
+                if isinstance(e, NotImplementedError):
+                    lacks.append(e)
+                raise RuntimeError(f"{type(e).__name__}: {_first_line(e)}{_where(e)}") from None
 
         error, values = run_sets(run, sets)
         if error is None:
@@ -193,6 +199,20 @@ class ReferenceTarget(Target):
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _where(e: BaseException) -> str:
+    """" (node with name 'N')" for the innermost operator of the evaluator that was running
+    when ``e`` was raised (" (the node of output 'y')" when it has no name), else ""."""
+    node, tb = None, e.__traceback__
+    while tb is not None:
+        node = getattr(tb.tb_frame.f_locals.get("self"), "onnx_node", node)
+        tb = tb.tb_next
+    if node is None:
+        return ""
+    if node.name:
+        return f" (node with name '{node.name}')"
+    return f" (the node of output '{node.output[0]}')" if node.output else ""
 
 
 def evaluator_class(ops: tuple[type, ...]):

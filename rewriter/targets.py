@@ -324,7 +324,7 @@ def opset_import_findings(
 
 _NODE_NAME_PATTERNS = (
     r"lies inside node '([^']*)'",  # OpenVINO's own operation, traced to a node
-    r"lies inside the node of output '([^']*)'",
+    r"the node of output '([^']*)'",  # an unnamed node, by its output
     r"running \w+ node\. Name:'([^']*)'",  # onnxruntime, at run time
     r'In Node, \("([^"]*)", (\w+), "([^"]*)"',
     r"node with name '([^']*)'",

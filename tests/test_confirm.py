@@ -367,3 +367,24 @@ def test_genai_attention_with_softcap_is_an_openvino_finding_in_its_words(plugin
     assert finding.reason == "runtime-refused"
     assert "softcap is not supported" in finding.detail
     assert check(model, ["onnxruntime"], plugins=plugins).ok  # onnxruntime runs it
+
+
+# -- the reference evaluator: a NotImplementedError while running is a refusal --------------
+
+def test_reference_evaluator_refusing_at_run_time_is_a_finding_on_its_node(plugins):
+    # onnx.reference implements LayerNormalization for stash_type 1 only, and says so only
+    # when it runs; onnxruntime runs it
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 4] x, float[4] s) => (float[2, 4] y) {
+            r = Relu(x)
+            y = LayerNormalization <stash_type: int = 10> (r, s)
+        }""")
+    assert check(model, ["reference"], plugins=plugins, confirm=False).ok
+    (result,) = check(model, ["reference"], plugins=plugins).results
+    (finding,) = result.findings
+    assert (finding.reason, finding.path) == ("runtime-refused",
+                                              "graph/node 1 (LayerNormalization)")
+    assert finding.detail.startswith("NotImplementedError: LayerNormalization not implemented")
+    assert "the node of output 'y'" in finding.detail
+    assert check(model, ["onnxruntime"], plugins=plugins).ok
