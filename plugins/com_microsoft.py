@@ -65,6 +65,10 @@ Quantization:
   (GPTQ's act-order) column ``k`` takes the scale and zero point of block ``g_idx[k]``:
   4 bits without zero points or with float ones; declined with packed zero points (which
   onnxruntime 1.32 ignores then) and with 2 or 8 bits (which it refuses or misreads).
+  ``accuracy_level`` 4 ("A can be quantized with the same block_size to int8"): ``A`` is
+  quantized per row and block along K, ``round(a / s) * s`` with ``s = max|a| / 127``, as
+  onnxruntime's CPU kernel computes it (not with float zero points, nor for 2 bits in
+  blocks of 16, where it does not).
 * ``GatherBlockQuantized(data, indices, scales[, zero_points])`` (``bits``, ``block_size``,
   ``gather_axis``, ``quantize_axis``): ``Gather`` of ``(q - zp) * scale`` with each scale
   repeated over its block; int4/uint4 data, or uint8 data packed along the last axis (``bits``
@@ -749,11 +753,41 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
         weight = b.op("Reshape", weight, b.ints([n, blocks * block]))
         if blocks * block != k:
             weight = b.slice(weight, [0], [k], [1])
-    y = b.op("MatMul", "A", b.op("Transpose", weight, perm=[1, 0]))
+    a = "A"
+    if (ctx.attribute("accuracy_level", 0) == 4 and (bits, block) != (2, 16)
+            and not (_present(node.input, 3) and _any_elem_type(ctx, 3) == elem)):
+        # (onnxruntime 1.32 computes 2-bit blocks of 16 and float zero points in full
+        # precision whatever the accuracy level; measured against its CPU kernel)
+        a = _int8_blocks(b, a, k, block, elem)
+    y = b.op("MatMul", a, b.op("Transpose", weight, perm=[1, 0]))
     if _present(node.input, 5):
         y = b.op("Add", y, "bias")
     inputs = _inputs(node, ["A", "B", "scales", "zero_points", "g_idx", "bias"])
     return b.function(DOMAIN, "matmul_nbits", inputs, [y])
+
+
+def _int8_blocks(b: Body, a: str, k: int, block: int, elem: int) -> str:
+    """``a`` (..., K) as onnxruntime's ``accuracy_level`` 4 computes with it: quantized to
+    int8 per row and block of ``block`` along K (symmetric, ``scale = max|a| / 127`` in
+    float32, rounded half to even), and dequantized again."""
+    blocks = -(-k // block)
+    x = b.cast(a, TensorProto.FLOAT) if elem != TensorProto.FLOAT else a
+    lead = b.shape_part(x, 0, -1)
+    if blocks * block != k:  # zeros up to whole blocks
+        pad = b.fill(b.op("Concat", lead, b.ints([blocks * block - k]), axis=0), 0.0,
+                     TensorProto.FLOAT)
+        x = b.op("Concat", x, pad, axis=-1)
+    x = b.op("Reshape", x, b.op("Concat", lead, b.ints([blocks, block]), axis=0))
+    float_zero = b.const(np.array(0.0), TensorProto.FLOAT)
+    scale = b.op("Div", b.reduce("ReduceMax", b.op("Abs", x), [-1]),
+                 b.const(np.array(127.0), TensorProto.FLOAT))
+    scale = b.op("Where", b.op("Equal", scale, float_zero),
+                 b.const(np.array(1.0), TensorProto.FLOAT), scale)
+    x = b.op("Mul", b.op("Round", b.op("Div", x, scale)), scale)
+    x = b.op("Reshape", x, b.op("Concat", lead, b.ints([blocks * block]), axis=0))
+    if blocks * block != k:
+        x = b.slice(x, [0], [k], [-1])
+    return b.cast(x, elem) if elem != TensorProto.FLOAT else x
 
 
 def _repeat_blocks(b: Body, scales: str, axis: int, block: int, like: str) -> str:
@@ -1072,7 +1106,7 @@ def _oracles() -> dict[str, dict]:
         return sample(*[shapes[n] if n else None for n in names], outputs=outputs,
                       attributes={} if epsilon is None else {"epsilon": epsilon}, **kw)
 
-    def nbits(bits, k, zero_points, with_bias, opset, g_idx=False):
+    def nbits(bits, k, zero_points, with_bias, opset, g_idx=False, accuracy=0):
         n, block = 5, 16
         blocks = -(-k // block)
         inputs = [f"T[2,3,{k}]", Arg(f"uint8[{n},{blocks},{block * bits // 8}]", low=0,
@@ -1088,10 +1122,14 @@ def _oracles() -> dict[str, dict]:
                                                         constant=True)]
         if with_bias:
             inputs += [None] * (5 - len(inputs)) + [Arg(f"T[{n}]", constant=True)]
-        return sample(*inputs, opset=opset, attributes=dict(K=k, N=n, bits=bits,
-                                                            block_size=block),
-                      tolerance=(2e-2, 2e-2),
-                      name=f"{bits}bit-{zero_points}" + ("-g_idx" if g_idx else ""))
+        attributes = dict(K=k, N=n, bits=bits, block_size=block)
+        if accuracy:
+            attributes["accuracy_level"] = accuracy
+        # (float16 samples keep float16's own tolerance, 1e-2)
+        tolerance = (1e-4, 1e-4) if accuracy else (2e-2, 2e-2)
+        return sample(*inputs, opset=opset, attributes=attributes, tolerance=tolerance,
+                      name=f"{bits}bit-{zero_points}" + ("-g_idx" if g_idx else "")
+                      + (f"-accuracy{accuracy}" if accuracy else ""))
 
     def gather_block(data, zero_points, axes, opset):
         gather_axis, quantize_axis = axes
@@ -1239,7 +1277,14 @@ def _oracles() -> dict[str, dict]:
             nbits(4, 64, None, False, 21), nbits(4, 48, "packed", True, 13),
             nbits(4, 32, "float", False, 21), nbits(8, 40, "packed", True, 21),
             nbits(2, 64, "packed", False, 17), nbits(4, 64, "float", True, 21, g_idx=True),
-            nbits(4, 48, None, False, 17, g_idx=True)]),
+            nbits(4, 48, None, False, 17, g_idx=True),
+            *[nbits(bits, k, zp, False, 21, accuracy=4) for bits, k, zp in [
+                (4, 64, None), (4, 40, "packed"), (8, 48, "packed"), (2, 32, None),
+                (4, 32, "float")]],
+            sample("T[2,3,64]", Arg("uint8[5,2,8]", low=0, high=256, constant=True),
+                   Arg("T[5,2]", low=0.01, high=0.11, constant=True), opset=21,
+                   attributes=dict(K=64, N=5, bits=2, block_size=32, accuracy_level=4),
+                   tolerance=(1e-4, 1e-4), name="2bit-block32-accuracy4")]),
         "GatherBlockQuantized": dict(oracle=ort, samples=[
             gather_block("int4", False, (0, 1), 21), gather_block("uint4", True, (0, 1), 21),
             gather_block("int4", True, (1, 0), 21), gather_block("uint8-4", True, (0, 1), 13),
@@ -1305,7 +1350,7 @@ def register_decompositions(registry):
     add("NhwcFusedConv", build_nhwc_fused_conv, NHWCCONV_OPSETS, dtypes=("float",))
     add("Trilu", build_trilu, TRILU_OPSETS)
     add("MatMulNBits", build_matmul_nbits, MATMULNBITS_OPSETS,
-        note="bits 2/4/8; accuracy_level computes in full precision")
+        note="bits 2/4/8; accuracy_level 4 quantizes A per block as onnxruntime does")
     add("GatherBlockQuantized", build_gather_block_quantized, GATHER_BLOCK_OPSETS,
         note="int4/uint4 or packed uint8 data")
     add("DequantizeLinear", build_dequantize_linear, QDQ_OPSETS)
