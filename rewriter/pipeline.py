@@ -584,11 +584,22 @@ class _Planner:
                 # a body's values are not the model's: builders see no constants there
                 sub = self._decomposition_candidates(inner_finding, body_opsets, {}, depth + 1)
                 chosen = next((c for c in sub if c.accepted), None)
+                if chosen is None and self._lowered_later(inner_finding):
+                    continue  # spliced at the model's opset, lowered with the whole model
                 if chosen is None:
                     return (f"its body uses {inner_finding.op_label}, which {target.name} "
                             f"cannot run ({problem.detail})"), {}, types
                 nested[i] = (chosen, inner_finding)
         return None, nested, types
+
+    def _lowered_later(self, finding: Finding) -> bool:
+        """Whether a body node that is only too new for a target's opset ceiling is one a
+        pass lowers: bodies are written once at the model's opset and spliced there, and
+        the model, bodies included, is then brought under the ceiling as a whole (the
+        model's own opset import is then above the ceiling too, so that pass runs)."""
+        if finding.reason != "opset-too-new":
+            return False
+        return any(p.offers(finding, self.pass_ctx)[0] for p in self.passes)
 
     def _lower_nested(self, fn: FunctionProto, nested, opsets) -> FunctionProto:
         """Inline the chosen remedies of body nodes into ``fn`` itself, so a whole chain of
@@ -1129,6 +1140,7 @@ def _rewrite_proto(
     constants = _LazyConstants(work)
     why: dict[int, str] = {}
     unfixable = []
+    relevant_pass: set[int] = set()
     for f in findings:
         candidates = planner.candidates(f, constants, declared)
         if explain:
@@ -1142,18 +1154,21 @@ def _rewrite_proto(
             })
         if not any(c.accepted for c in candidates):
             unfixable.append(f)
-            # a plugin's own reason beats the placeholder of a kind nobody registered
-            declined = ([c.why for c in candidates
-                         if c.why and c.plugin != "-" and c.kind != "pass"]
-                        or [c.why for c in candidates if c.why])
-            own = [c.why for c in candidates if c.why and c.relevant]
-            why[id(f)] = (own or declined or [f.detail])[0]
-    if unfixable and not partial:
+            why[id(f)] = _why_not(f, candidates)
+            if any(c.kind == "pass" and c.relevant for c in candidates):
+                relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
+    # A finding whose input types are unknown here (downstream of an op no schema types)
+    # may be fixable once the remedies upstream are spliced: the rounds below decide, and
+    # what is still left then fails the rewrite all the same (nothing is written)
+    provisional = [f for f in unfixable if f.node is not None and id(f) in relevant_pass
+                   and len(unfixable) < len(findings)
+                   and any(t is None for n, t in zip(f.node.input, f.input_types) if n)]
+    if len(provisional) < len(unfixable) and not partial:
         if explain or dry_run:
             report.remaining = unfixable
             report.after = report.before
             return model, report
-        raise UnfixableError(unfixable, why)
+        raise UnfixableError([f for f in unfixable if f not in provisional], why)
     if dry_run:
         report.remaining = unfixable
         for f in findings:
@@ -1199,6 +1214,10 @@ def _rewrite_proto(
         else:
             findings = _detect(work, targets)
             report.recheck_scope = "whole model"
+    if provisional and findings and not partial:  # what waited on types is still left
+        left = {id(f): _why_not(f, planner.candidates(f, _LazyConstants(work), declared))
+                for f in findings if f.node is not None}
+        raise UnfixableError(findings, left)
     counts = op_counts(work)
     if cleanup(work, model, counts=counts, original_counts=counts_before):
         counts = op_counts(work)
@@ -1218,6 +1237,15 @@ def _rewrite_proto(
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
+
+
+def _why_not(finding: Finding, candidates: list[Candidate]) -> str:
+    """Why no remedy applies to ``finding``: the reason of a pass the finding is about, else
+    a plugin's own reason (it beats the placeholder of a kind nobody registered)."""
+    declined = ([c.why for c in candidates if c.why and c.plugin != "-" and c.kind != "pass"]
+                or [c.why for c in candidates if c.why])
+    own = [c.why for c in candidates if c.why and c.relevant]
+    return (own or declined or [finding.detail])[0]
 
 
 def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner):

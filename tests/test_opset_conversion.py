@@ -575,3 +575,28 @@ def test_node_suite_counts_do_not_drop(opset):
     lost = [r["case"] for r in summary.results
             if r.get("baseline") == "matches" and r["stage"] in ("checker", "runs")]
     assert not lost, lost
+
+
+@pytest.mark.parametrize("ceiling", [17, 13])
+def test_remedy_bodies_are_brought_under_the_ceiling_in_the_same_run(plugins, ceiling):
+    """A vendor op in an opset-22 model: its body is written at the model's opset (Constant
+    21, ...) and the whole model, body included, is lowered under the ceiling in one call;
+    LayerNormalization (17), whose input type is known only once FastGelu is decomposed,
+    is lowered to its function body at 13."""
+    model = model_from_text(textwrap.dedent("""
+        <ir_version: 10, opset_import: ["" : 22, "com.microsoft" : 1]>
+        g (float[2, 8] x, float[8] g0, float[8] b0) => (float[2, 8] y) {
+            a = com.microsoft.FastGelu (x)
+            n = LayerNormalization <axis: int = -1> (a, g0, b0)
+            s = Shape (n)
+            r = Reshape (n, s)
+            y = Mul (r, x)
+        }"""))
+    result = rewrite(model, [f"opset:{ceiling}"], plugins=plugins, confirm=False)
+    report = result.report
+    assert report.verdict == "verified" and not report.remaining, report.verdict_reason
+    out = result.model
+    onnx.checker.check_model(out, full_check=True)
+    assert max(_ai_onnx_imports(out)) <= ceiling
+    assert {o.domain for o in out.opset_import} == {""}
+    assert report.comparison.targets[0].runtime == "onnxruntime"
