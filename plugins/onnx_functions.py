@@ -8,6 +8,10 @@ from the op's documentation, not its function body). ``Bernoulli``'s cases are r
 so it is checked on probabilities 0 and 1 (deterministic) against the reference evaluator's
 own implementation.
 
+``LinearAttention`` is lowered to the onnx-lowering plugin's body instead of the spec's:
+the same recurrence as a ``Loop`` rather than a ``Scan`` (which OpenVINO 2026.4's frontend
+cannot convert), checked against the reference evaluator's own implementation.
+
 One spec body is wrong and is corrected here: ``Bernoulli``'s (onnx 1.23, opset 15+) draws
 ``Greater(RandomUniformLike(p), p)``, which is 1 with probability ``1 - p``; the op is
 documented as "an output of 1 is produced with probability p" (the reference evaluator's
@@ -101,11 +105,29 @@ def _declare_defaults(body, ctx: DecompositionContext) -> None:
     body.attribute.extend(plain)
 
 
+def _own_bodies() -> dict[str, tuple]:
+    """Ops lowered to a body of this plugin's rather than the spec's: (builder, note,
+    oracle, samples)."""
+    from rewriter_plugins import onnx_lowering
+
+    return {
+        # the spec's body is a Scan that OpenVINO 2026.4 cannot convert; the same
+        # recurrence as a Loop
+        "LinearAttention": (onnx_lowering.build_linear_attention, "a Loop over time",
+                            "reference", onnx_lowering.linear_attention_samples()),
+    }
+
+
 @hookimpl
 def register_decompositions(registry):
+    own = _own_bodies()
     for domain, op_type, since in function_ops():
         oracle, samples = _OWN_ORACLES.get(op_type, ("spec", []))
+        builder, note = lower_to_function_body, ""
+        if domain == "" and op_type in own:
+            builder, note, oracle, samples = own[op_type]
         registry.add(
-            domain, op_type, lower_to_function_body, opsets=(since, None),
-            description=f"onnx-functions:{op_type}", oracle=oracle, samples=samples,
+            domain, op_type, builder, opsets=(since, None),
+            description=f"onnx-functions:{op_type}" + (f" ({note})" if note else ""),
+            oracle=oracle, samples=samples,
         )
