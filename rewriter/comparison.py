@@ -103,15 +103,27 @@ def parse_tolerances(items: Sequence[str], option: str = "--atol") -> dict[str |
     return out
 
 
-class Tolerances:
-    """Defaults by element type, overridden for all outputs or per output name."""
+# narrower floats last: a model computing in one of them is compared at its tolerance
+_FLOAT_WIDTHS = ("float64", "float32", "float16", "bfloat16")
 
-    def __init__(self, atol=None, rtol=None) -> None:
+
+class Tolerances:
+    """Defaults by element type, overridden for all outputs or per output name.
+    ``computed_in``: the narrowest float type the model computes in (``float16`` for an fp16
+    model converted with float32 inputs and outputs): a float output wider than it gets the
+    tolerance of that type, since its values went through it."""
+
+    def __init__(self, atol=None, rtol=None, computed_in: str | None = None) -> None:
         self.atol = _overrides(atol)
         self.rtol = _overrides(rtol)
+        self.computed_in = computed_in
 
     def for_value(self, name: str, dtype) -> Tolerance:
-        base = default_tolerance(dtype)
+        kind = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+        if (self.computed_in in _FLOAT_WIDTHS and kind in _FLOAT_WIDTHS
+                and _FLOAT_WIDTHS.index(self.computed_in) > _FLOAT_WIDTHS.index(kind)):
+            kind = self.computed_in
+        base = default_tolerance(kind)
         root = name.split("[", 1)[0]  # a sequence item "y[0]" uses the overrides of "y"
         atol = self.atol.get(name, self.atol.get(root, self.atol.get(None, base.atol)))
         rtol = self.rtol.get(name, self.rtol.get(root, self.rtol.get(None, base.rtol)))
@@ -119,7 +131,37 @@ class Tolerances:
 
     def as_dict(self) -> dict[str, Any]:
         return {"atol": {k or "*": v for k, v in self.atol.items()},
-                "rtol": {k or "*": v for k, v in self.rtol.items()}}
+                "rtol": {k or "*": v for k, v in self.rtol.items()},
+                "computed_in": self.computed_in}
+
+
+def narrowest_float(model) -> str | None:
+    """The narrowest of float64, float32, bfloat16 and float16 that ``model`` declares a
+    value, an initializer or a Cast in (any graph or function), or None."""
+    from onnx import TensorProto, helper
+
+    from rewriter.walk import iter_scopes
+
+    seen: set[int] = set()
+    for scope in iter_scopes(model):
+        if scope.graph is not None:
+            g = scope.graph
+            seen.update(v.type.tensor_type.elem_type for v in (*g.input, *g.output,
+                                                                *g.value_info)
+                        if v.type.HasField("tensor_type"))
+            seen.update(t.data_type for t in g.initializer)
+        for node in scope.nodes:
+            if node.op_type == "Cast":
+                seen.update(a.i for a in node.attribute if a.name == "to")
+            elif node.op_type == "Constant":
+                seen.update(a.t.data_type for a in node.attribute if a.name == "value")
+    names = set()
+    for elem in seen:
+        if elem in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                    TensorProto.BFLOAT16):
+            names.add(np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name)
+    ranked = [n for n in _FLOAT_WIDTHS if n in names]
+    return ranked[-1] if ranked else None
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -622,7 +664,8 @@ def compare(
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=False)
     specs = list(dict.fromkeys(targets))
     resolved = resolve_targets(plugins, specs, options)
-    tolerances = Tolerances(atol, rtol)
+    tolerances = Tolerances(atol, rtol, narrowest_float(
+        original.model if original is not None else subject.model))
     report = CompareReport(str(original.path) if original else None, str(subject.path),
                            tolerances=tolerances.as_dict())
 

@@ -672,3 +672,28 @@ def test_rounding_of_long_reductions_is_within_tolerance_but_a_real_error_is_not
     wrong = pairwise.copy()
     wrong[0, 0] += 1e-3 * np.abs(pairwise).max()
     assert not compare_tensor("y", pairwise, wrong, tol).ok
+
+
+def test_a_model_computing_in_float16_is_compared_at_float16_tolerance():
+    """An fp16 conversion that keeps float32 inputs and outputs (keep_io_types): its float32
+    outputs went through float16, so float16's tolerance applies to them."""
+    from rewriter.comparison import narrowest_float
+
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18]>
+        g (float[4] x) => (float[4] y) {
+            h = Cast <to: int = 10> (x)
+            p = Mul (h, h)
+            y = Cast <to: int = 1> (p)
+        }""")
+    assert narrowest_float(model) == "float16"
+    assert narrowest_float(model_from_text(RIGHT)) == "float32"
+    tolerances = Tolerances(computed_in="float16")
+    assert tolerances.for_value("y", np.float32) == default_tolerance("float16")
+    assert tolerances.for_value("k", np.int64) == default_tolerance("int64")
+    assert Tolerances().for_value("y", np.float32) == default_tolerance("float32")
+    # an fp16 rounding difference: a mismatch at float32's tolerance, equal at float16's
+    x = np.array([1.1, 2.2, 3.3, 4.4], np.float32)
+    rounded = x.astype(np.float16).astype(np.float32)
+    assert not compare_tensor("y", x, rounded, default_tolerance("float32")).ok
+    assert compare_tensor("y", x, rounded, tolerances.for_value("y", np.float32)).ok
