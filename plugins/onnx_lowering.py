@@ -41,6 +41,10 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   state, in float32 as the reference evaluator computes it (the spec's own body is a
   ``Scan`` that OpenVINO's frontend cannot convert). Registered by the ``onnx-functions``
   plugin in place of the spec body (:func:`build_linear_attention`).
+* ``Scan`` (from opset 11): a ``Loop`` whose iteration gathers each scan input's slice
+  (counting from the end for a reverse direction) and runs the body unchanged; stacked
+  outputs are reversed and moved to their ``scan_output_axes`` afterwards (a non-zero
+  output axis needs the body output's rank).
 * ``ai.onnx.ml::ArrayFeatureExtractor(X, Y)``: ``Gather`` of ``Y`` (flattened) along the
   last axis, ``(1, len)`` for a 1-D ``X``. ``ai.onnx.ml::Binarizer(X)`` (``threshold``):
   ``X > threshold`` as 1 / 0 in ``X``'s type.
@@ -74,6 +78,7 @@ DROPOUT_OPSETS = (12, None)  # ratio and training_mode as inputs
 OPTIONAL_OPSETS = (15, None)
 SIGNAL_OPSETS = (17, None)  # STFT and MelWeightMatrix are new in opset 17
 ML_OPSETS = (1, None)
+SCAN_OPSETS = (11, None)  # Scan-9's form (no sequence_lens), Range and negative Gather
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -638,6 +643,79 @@ def build_linear_attention(ctx) -> FunctionProto | None:
         "query", "key", "value", "past_state", "decay", "beta"]), outputs)
 
 
+# -- Scan as Loop ---------------------------------------------------------------------------
+
+
+@declining
+def build_scan(ctx) -> FunctionProto | None:
+    """``Scan`` (9+) as a ``Loop``: each iteration gathers the scan inputs' slices (from the
+    end for a reverse direction) and runs the body unchanged; the stacked outputs are
+    reversed and moved to their axis afterwards. The body may read outer values (the
+    inliner leaves those names alone)."""
+    node = ctx.node
+    body = ctx.attribute("body")
+    scan_inputs = ctx.attribute("num_scan_inputs")
+    known = ["body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
+             "scan_output_axes", "scan_output_directions"]
+    if body is None or not scan_inputs or not _known(node, known):
+        return None
+    states = len(node.input) - scan_inputs
+    scan_outputs = len(body.output) - states
+    if (states < 0 or len(body.input) != len(node.input) or scan_outputs < 0
+            or not all(node.input) or len(node.output) > states + scan_outputs):
+        return None
+    in_axes = list(ctx.attribute("scan_input_axes", [0] * scan_inputs))
+    in_dirs = list(ctx.attribute("scan_input_directions", [0] * scan_inputs))
+    out_axes = list(ctx.attribute("scan_output_axes", [0] * scan_outputs))
+    out_dirs = list(ctx.attribute("scan_output_directions", [0] * scan_outputs))
+    out_ranks = []
+    for k, axis in enumerate(out_axes):
+        rank = None
+        value = body.output[states + k]
+        if value.type.tensor_type.HasField("shape"):
+            rank = len(value.type.tensor_type.shape.dim) + 1
+        if axis != 0 and (rank is None or not -rank <= axis < rank):
+            return None  # moving the stacked axis needs the element's rank
+        out_ranks.append(rank)
+    b = _Body(_opset(ctx))
+    formals = [f"s{i}" for i in range(states)] + [f"x{j}" for j in range(scan_inputs)]
+    one = b.const(np.array(1, np.int64))
+    steps = b.op("Gather", b.op("Shape", formals[states]),
+                 b.const(np.array(in_axes[0], np.int64)), axis=0)
+    loop = b.child()
+    step, cond = loop.fresh("t"), loop.fresh("cond")
+    last = loop.op("Sub", steps, one)
+    for j in range(scan_inputs):
+        index = step if in_dirs[j] == 0 else loop.op("Sub", last, step)
+        loop.op("Gather", formals[states + j], index, axis=in_axes[j],
+                outputs=[body.input[states + j].name])
+    loop.nodes.extend(body.node)
+    cond_out = loop.op("Identity", cond)
+    graph = helper.make_graph(
+        loop.nodes, b.fresh("scan_step"),
+        [helper.make_tensor_value_info(step, TensorProto.INT64, []),
+         helper.make_tensor_value_info(cond, TensorProto.BOOL, []),
+         *body.input[:states]],
+        [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), *body.output],
+        initializer=list(body.initializer))
+    results = b.op("Loop", steps, "", *formals[:states], outputs=states + scan_outputs,
+                   body=graph)
+    results = [results] if isinstance(results, str) else list(results)
+    for k in range(scan_outputs):
+        y = results[states + k]
+        if out_dirs[k]:
+            y = b.op("Gather", y, b.op("Range", b.op("Sub", steps, one),
+                                       b.const(np.array(-1, np.int64)),
+                                       b.const(np.array(-1, np.int64))), axis=0)
+        axis = out_axes[k] % out_ranks[k] if out_axes[k] else 0
+        if axis:
+            perm = list(range(1, out_ranks[k]))
+            perm.insert(axis, 0)
+            y = b.op("Transpose", y, perm=perm)
+        results[states + k] = y
+    return b.function(DOMAIN, "scan", formals, results[:len(node.output)])
+
+
 # -- ai.onnx.ml -----------------------------------------------------------------------------
 
 
@@ -708,6 +786,21 @@ def linear_attention_samples() -> list[OpSample]:
             ("linear", True, None, None, (2, 2)), ("gated", False, 1, None, (2, 2)),
             ("gated", True, 4, None, (4, 2)), ("delta", True, None, 1, (2, 2)),
             ("gated_delta", True, 1, 2, (2, 1)), ("gated_delta", False, 4, 1, (4, 2))]]
+
+
+def _scan_body(outer: bool = False):
+    """state (2) + slice (2) -> new state, and the slice times the new state (an outer
+    value ``w`` scaled in when ``outer``)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+             helper.make_node("Mul", ["x_t", "s_out"], ["y_t"])]
+    if outer:
+        nodes[1] = helper.make_node("Mul", ["x_t", "w"], ["y_t"])
+    return helper.make_graph(nodes, "scan_body",
+                             [helper.make_tensor_value_info("s_in", f, [2]),
+                              helper.make_tensor_value_info("x_t", f, [2])],
+                             [helper.make_tensor_value_info("s_out", f, [2]),
+                              helper.make_tensor_value_info("y_t", f, [2])])
 
 
 def _samples() -> dict[str, list[OpSample]]:
@@ -802,6 +895,15 @@ def _samples() -> dict[str, list[OpSample]]:
                      dtypes=["float"]),
             OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
                      dtypes=["float"])],
+        "Scan": [
+            OpSample(["T[2]", "T[5,2]"], ["T", "T"], {"body": _scan_body(),
+                                                     "num_scan_inputs": 1}, opset=11,
+                     name="forward"),
+            OpSample(["T[2]", "T[2,4]"], ["T", "T"], {
+                "body": _scan_body(), "num_scan_inputs": 1, "scan_input_axes": [1],
+                "scan_input_directions": [1], "scan_output_axes": [-1],
+                "scan_output_directions": [1]}, opset=16, name="reverse-axes",
+                     oracle="onnxruntime")],  # (the reference evaluator scans forward only)
         "Binarizer": [OpSample(["T[3,4,5]"], attributes={"threshold": 0.3}, opset=0,
                                dtypes=["float", "double"]),
                       OpSample(["T[6]"], opset=17, name="default", dtypes=["float"])],
@@ -830,6 +932,7 @@ def register_decompositions(registry):
          ("float", "int64"), "a plain tensor"),
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
+        ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
         ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
          ("float", "int64"), ""),
         ("ai.onnx.ml", "Binarizer", build_binarizer, ML_OPSETS, ("float", "double"), ""),
