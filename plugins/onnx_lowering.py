@@ -78,7 +78,8 @@ DROPOUT_OPSETS = (12, None)  # ratio and training_mode as inputs
 OPTIONAL_OPSETS = (15, None)
 SIGNAL_OPSETS = (17, None)  # STFT and MelWeightMatrix are new in opset 17
 ML_OPSETS = (1, None)
-SCAN_OPSETS = (11, None)  # Scan-9's form (no sequence_lens), Range and negative Gather
+SCAN_OPSETS = (11, None)
+RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -643,6 +644,182 @@ def build_linear_attention(ctx) -> FunctionProto | None:
         "query", "key", "value", "past_state", "decay", "beta"]), outputs)
 
 
+# -- Resize ---------------------------------------------------------------------------------
+
+_RESIZE_ATTRIBUTES = ["mode", "coordinate_transformation_mode", "nearest_mode",
+                      "cubic_coeff_a", "exclude_outside", "extrapolation_value", "axes",
+                      "antialias", "keep_aspect_ratio_policy"]
+_COORDINATE_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                     "align_corners", "asymmetric", "tf_crop_and_resize"}
+_NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
+
+
+def _text(value, default: str) -> str:
+    if value is None:
+        return default
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _resize_rank(ctx) -> int | None:
+    node = ctx.node
+    rank = _rank(ctx, node.input[0])
+    if rank is not None:
+        return rank
+    for i in (3, 2):
+        if _present(node.input, i):
+            shape = _shape(ctx, node.input[i])
+            if shape and shape[0]:
+                return shape[0]
+    return None
+
+
+@declining
+def build_resize(ctx) -> FunctionProto | None:
+    """``Resize`` one axis at a time, as the reference evaluator computes it: source
+    coordinates by ``coordinate_transformation_mode``, the 2 (linear, nearest) or 4 (cubic)
+    neighbours clamped to the edges, weighted and summed; ``tf_crop_and_resize`` puts
+    ``extrapolation_value`` outside the input."""
+    node = ctx.node
+    mode = _text(ctx.attribute("mode"), "nearest")
+    coordinates = _text(ctx.attribute("coordinate_transformation_mode"), "half_pixel")
+    nearest = _text(ctx.attribute("nearest_mode"), "round_prefer_floor")
+    elem = _float_elem(ctx, 0)
+    if (elem is None or mode not in ("nearest", "linear", "cubic")
+            or coordinates not in _COORDINATE_MODES or nearest not in _NEAREST_MODES
+            or ctx.attribute("antialias", 0)
+            or _text(ctx.attribute("keep_aspect_ratio_policy"), "stretch") != "stretch"
+            or not _known(node, _RESIZE_ATTRIBUTES) or len(node.output) != 1
+            or len(node.input) > 4 or not _present(node.input, 0)
+            or not (_present(node.input, 2) or _present(node.input, 3))):
+        return None
+    by_sizes = _present(node.input, 3)
+    if coordinates == "tf_crop_and_resize" and not _present(node.input, 1):
+        return None
+    rank = _resize_rank(ctx)
+    axes = ctx.attribute("axes")
+    if axes is None:
+        if rank is None:
+            return None
+        axes = list(range(rank))
+    elif rank is None:
+        rank = _rank(ctx, node.input[0])
+        if rank is None:
+            return None
+    axes = [a % rank for a in axes]
+    b = _Body(_opset(ctx))
+    work = TensorProto.DOUBLE if elem == TensorProto.DOUBLE else TensorProto.FLOAT
+
+    def real(value):
+        return b.const(np.array(value), helper.tensor_dtype_to_np_dtype(work))
+
+    zero_i, one_i = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    y = b.cast("X", work)
+    shape = b.op("Shape", "X")
+    count = len(axes)
+    a_coef = ctx.attribute("cubic_coeff_a", -0.75)
+    for k, axis in enumerate(axes):
+        size = b.shape_at(shape, axis)
+        in_w = b.cast(size, work)
+        if by_sizes:
+            out_int = b.shape_at(b.cast("sizes", TensorProto.INT64), k)
+            scale = b.op("Div", b.cast(out_int, work), in_w)
+        else:
+            scale = b.cast(b.shape_at("scales", k), work)
+            out_int = b.cast(b.op("Floor", b.op("Mul", b.cast(in_w, TensorProto.DOUBLE),
+                                                b.cast(scale, TensorProto.DOUBLE))),
+                             TensorProto.INT64)
+        out_w = b.op("Mul", scale, in_w)
+        steps = b.cast(b.op("Range", zero_i, out_int, one_i), work)
+        half = real(0.5)
+        single = b.op("Equal", out_w, real(1.0))
+        extrapolated = None
+        if coordinates == "align_corners":
+            x = b.op("Where", single, real(0.0), b.op("Div", b.op(
+                "Mul", steps, b.op("Sub", in_w, real(1.0))), b.op("Sub", out_w, real(1.0))))
+        elif coordinates == "asymmetric":
+            x = b.op("Div", steps, scale)
+        elif coordinates == "tf_crop_and_resize":
+            roi = b.cast("roi", work)
+            start, end = b.shape_at(roi, k), b.shape_at(roi, k + count)
+            extent = b.op("Mul", b.op("Sub", end, start), b.op("Sub", in_w, real(1.0)))
+            x = b.op("Where", single, b.op("Div", extent, real(2.0)), b.op(
+                "Div", b.op("Mul", steps, extent), b.op("Sub", out_w, real(1.0))))
+            x = b.op("Add", x, b.op("Mul", start, b.op("Sub", in_w, real(1.0))))
+            extrapolated = b.op("Or", b.op("Less", x, real(0.0)),
+                                b.op("Greater", x, b.op("Sub", in_w, real(1.0))))
+        else:
+            x = b.op("Sub", b.op("Div", b.op("Add", steps, half), scale), half)
+            if coordinates == "pytorch_half_pixel":
+                x = b.op("Where", single, real(-0.5), x)
+            elif coordinates == "half_pixel_symmetric":
+                adjustment = b.op("Div", b.cast(out_int, work), out_w)
+                offset = b.op("Mul", b.op("Div", in_w, real(2.0)),
+                              b.op("Sub", real(1.0), adjustment))
+                x = b.op("Add", offset, x)
+        floor = b.op("Floor", x)
+        ratio = b.op("Where", b.op("Equal", x, floor), real(1.0), b.op("Sub", x, floor))
+        if mode == "cubic":
+            taps = 4
+            r1 = b.op("Add", ratio, real(1.0))
+            t = b.op("Sub", real(1.0), ratio)
+            t1 = b.op("Add", t, real(1.0))
+
+            def far(v):  # ((A v - 5A) v + 8A) v - 4A
+                return b.op("Sub", b.op("Mul", b.op("Add", b.op("Mul", b.op(
+                    "Sub", b.op("Mul", real(a_coef), v), real(5 * a_coef)), v),
+                    real(8 * a_coef)), v), real(4 * a_coef))
+
+            def near(v):  # ((A + 2) v - (A + 3)) v v + 1
+                return b.op("Add", b.op("Mul", b.op("Mul", b.op("Sub", b.op(
+                    "Mul", real(a_coef + 2), v), real(a_coef + 3)), v), v), real(1.0))
+
+            coefficients = [far(r1), near(ratio), near(t), far(t1)]
+        else:
+            taps = 2
+            if mode == "linear":
+                coefficients = [b.op("Sub", real(1.0), ratio), ratio]
+            else:
+                # the nearer neighbour (the first of the two unless x is a whole index)
+                if nearest == "round_prefer_floor":
+                    first = b.op("LessOrEqual", ratio, half)
+                elif nearest == "round_prefer_ceil":
+                    first = b.op("Less", ratio, half)
+                elif nearest == "floor":
+                    first = b.op("Less", ratio, real(1.0))
+                else:  # ceil
+                    first = b.op("Greater", ratio, real(1.0))
+                first = b.op("And", first, b.op("Not", b.op("Equal", ratio, real(1.0))))
+                first = b.cast(first, work)
+                coefficients = [first, b.op("Sub", real(1.0), first)]
+        coefficients = b.op("Concat", *[b.reshape(c, [-1, 1]) for c in coefficients], axis=1)
+        # the taps nearest x, the lower one preferred: from floor(x) - taps/2 at a whole x,
+        # else from floor(x) - taps/2 + 1 (decided on x itself, as the ratio is)
+        start = b.op("Add", floor, b.op("Where", b.op("Equal", x, floor),
+                                        real(float(-(taps // 2))),
+                                        real(float(-(taps // 2) + 1))))
+        index = b.op("Add", b.reshape(b.cast(start, TensorProto.INT64), [-1, 1]),
+                     b.reshape(b.ints(list(range(taps))), [1, -1]))       # (out, taps)
+        if ctx.attribute("exclude_outside", 0):
+            inside = b.op("And", b.op("GreaterOrEqual", index, zero_i),
+                          b.op("Less", index, size))
+            coefficients = b.op("Where", inside, coefficients, real(0.0))
+            total = b.reduce_sum(coefficients, [1])
+            total = b.op("Where", b.op("Equal", total, real(0.0)), real(1.0), total)
+            coefficients = b.op("Div", coefficients, total)
+        last = b.op("Sub", size, one_i)  # (no Min/Max: int64 takes them from opset 12 only)
+        index = b.op("Where", b.op("Greater", index, last), last, index)
+        index = b.op("Where", b.op("Less", index, zero_i), zero_i, index)
+        gathered = b.op("Gather", y, index, axis=axis)               # (..., out, taps, ...)
+        trailing = [1] * (rank - axis - 1)
+        weights = b.reshape(coefficients, [0, 0, *trailing])
+        y = b.reduce_sum(b.op("Mul", gathered, weights), [axis + 1], keepdims=0)
+        if extrapolated is not None:
+            value = real(float(ctx.attribute("extrapolation_value", 0.0)))
+            y = b.op("Where", b.reshape(extrapolated, [-1, *trailing]), value, y)
+    y = b.cast(y, elem)
+    return b.function(DOMAIN, "resize", _inputs(node, ["X", "roi", "scales", "sizes"]), [y])
+
+
 # -- Scan as Loop ---------------------------------------------------------------------------
 
 
@@ -803,6 +980,49 @@ def _scan_body(outer: bool = False):
                               helper.make_tensor_value_info("y_t", f, [2])])
 
 
+def _resize_samples() -> list[OpSample]:
+    samples = []
+    cases = [  # (coordinate mode, mode, scales or sizes, axes, extra attributes, opset)
+        ("half_pixel_symmetric", "linear", ("scales", [1, 1, 0.6, 0.8]), None, {}, 19),
+        ("half_pixel_symmetric", "linear", ("scales", [1, 1, 2.0, 2.5]), None, {}, 19),
+        ("tf_crop_and_resize", "linear", ("sizes", [3, 3]), [2, 3],
+         {"extrapolation_value": 10.0}, 19),
+        ("tf_crop_and_resize", "nearest", ("sizes", [1, 1, 3, 3]), None, {}, 13),
+        ("half_pixel", "cubic", ("scales", [1, 1, 0.8, 1.6]), None,
+         {"exclude_outside": 1, "cubic_coeff_a": -0.5}, 13),
+        ("align_corners", "linear", ("sizes", [1, 1, 1, 7]), None, {}, 13),
+        ("asymmetric", "nearest", ("scales", [1, 1, 2.0, 0.5]), None,
+         {"nearest_mode": "ceil"}, 13),
+        ("pytorch_half_pixel", "nearest", ("sizes", [1, 1, 7, 3]), None,
+         {"nearest_mode": "round_prefer_ceil"}, 13),
+        ("half_pixel", "nearest", ("scales", [1, 1, 0.75, 1.5]), None,
+         {"nearest_mode": "floor"}, 11),
+    ]
+    for coordinates, mode, (kind, values), axes, extra, opset in cases:
+        count = len(axes) if axes else 4
+        roi = None
+        if coordinates == "tf_crop_and_resize":
+            roi = Arg(f"float[{2 * count}]",
+                      values=([0.4, -0.2] if axes else [0, 0, 0.4, -0.2])
+                      + ([0.9, 1.1] if axes else [1, 1, 0.9, 1.1]))
+        elif opset < 13:
+            roi = Arg("float[0]", values=np.zeros(0, np.float32), constant=True)
+        scales = Arg(f"float[{count}]", values=values) if kind == "scales" else (
+            Arg("float[0]", values=np.zeros(0, np.float32), constant=True) if opset < 13
+            else None)
+        sizes = Arg(f"int64[{count}]", values=values) if kind == "sizes" else None
+        inputs = ["T[1,1,4,5]", roi, scales, sizes]
+        while inputs[-1] is None:
+            inputs.pop()
+        attributes = {"mode": mode, "coordinate_transformation_mode": coordinates, **extra}
+        if axes:
+            attributes["axes"] = axes
+        samples.append(OpSample(inputs, attributes=attributes, opset=opset,
+                                name=f"{coordinates}-{mode}-{kind}",
+                                tolerance=(1e-5, 1e-5)))
+    return samples
+
+
 def _samples() -> dict[str, list[OpSample]]:
     mod_values = dict(values=[-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, 0.0, -0.0, -3.0, 3.0, -1.0, 1.0,
                               np.inf, 1.0, np.nan])
@@ -895,6 +1115,7 @@ def _samples() -> dict[str, list[OpSample]]:
                      dtypes=["float"]),
             OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
                      dtypes=["float"])],
+        "Resize": _resize_samples(),
         "Scan": [
             OpSample(["T[2]", "T[5,2]"], ["T", "T"], {"body": _scan_body(),
                                                      "num_scan_inputs": 1}, opset=11,
@@ -933,6 +1154,8 @@ def register_decompositions(registry):
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
         ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
+        ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
+         "no antialias, stretch only"),
         ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
          ("float", "int64"), ""),
         ("ai.onnx.ml", "Binarizer", build_binarizer, ML_OPSETS, ("float", "double"), ""),
