@@ -1,10 +1,15 @@
 """Decompositions ``onnx-standard``: standard ops a runtime lacks for some element types or
 versions, written with other standard ops where the result is the same bit for bit.
 
-* ``BitCast(x, to)`` from ``bool`` to ``uint8`` or ``int8``: a ``bool`` element is stored as
-  one byte holding 0 or 1, so reinterpreting it is ``Cast`` (onnxruntime 1.32 has BitCast-26
-  but not for ``bool``). Other pairs are declined: reinterpreting bits of other types is no
-  arithmetic ``Cast``.
+* ``BitCast(x, to)`` (onnxruntime 1.32 lacks it for ``bool``, OpenVINO 2026.4 entirely):
+  from ``bool`` to ``uint8`` or ``int8`` a ``Cast`` (a ``bool`` is one byte holding 0 or
+  1); between same-width integers (8, 16, 32 bits) a wrap in int64 (+-2^w); between an IEEE
+  float (float16, float, double) and the integer of its width the fields computed
+  arithmetically: the exponent as the count of powers of two (a constant table) not above
+  ``|x|``, the mantissa as ``(|x| / 2^e - 1) 2^m`` (exact), subnormals, infinities and the
+  sign of -0.0 included; NaN becomes the canonical quiet NaN (its payload cannot be read
+  arithmetically), and an integer holding a NaN pattern gives a NaN. Other pairs (64-bit
+  integers between themselves, bfloat16, 4-bit types) are declined.
 * ``DequantizeLinear(x, x_scale[, x_zero_point])`` at opsets 10-18 (the reference evaluator
   of onnx 1.23 implements it from version 19 only): ``y = (Cast(x) - Cast(x_zero_point)) *
   x_scale`` in float, exact for the 8-bit and int32 inputs of these versions (int32 has no
@@ -29,17 +34,160 @@ DEQUANTIZE_AXIS = 13  # per-axis scales from opset 13
 _BOOL_BITCASTS = {TensorProto.UINT8, TensorProto.INT8}
 
 
+T = TensorProto
+# same-width integers: (signed, unsigned, width)
+_INTEGER_PAIRS = {T.INT8: (T.INT8, T.UINT8, 8), T.UINT8: (T.INT8, T.UINT8, 8),
+                  T.INT16: (T.INT16, T.UINT16, 16), T.UINT16: (T.INT16, T.UINT16, 16),
+                  T.INT32: (T.INT32, T.UINT32, 32), T.UINT32: (T.INT32, T.UINT32, 32)}
+# IEEE formats: (exponent bits, mantissa bits, the integer types of the same width, the
+# float type the arithmetic runs in)
+_FLOAT_FORMATS = {T.FLOAT16: (5, 10, (T.INT16, T.UINT16), T.FLOAT),
+                  T.FLOAT: (8, 23, (T.INT32, T.UINT32), T.FLOAT),
+                  T.DOUBLE: (11, 52, (T.INT64,), T.DOUBLE)}
+_SIGNED = {T.INT8, T.INT16, T.INT32, T.INT64}
+
+
+def _element(ctx) -> int | None:
+    types = list(ctx.input_types or [])
+    if types and types[0] and types[0].startswith("tensor("):
+        return getattr(TensorProto, types[0][7:-1].upper(), None)
+    return None
+
+
 def build_bitcast(ctx) -> FunctionProto | None:
-    """``Cast`` for a bitcast of ``bool`` to a one-byte integer type."""
-    to = ctx.attribute("to")
-    if list(ctx.input_types or [])[:1] != ["tensor(bool)"] or to not in _BOOL_BITCASTS:
+    """``BitCast`` of bool to a byte (``Cast``), between same-width integers (wrapping in
+    int64), and between an IEEE float and an integer of its width (the sign, exponent and
+    mantissa fields computed arithmetically)."""
+    to, source = ctx.attribute("to"), _element(ctx)
+    if (source is None or len(ctx.node.attribute) != 1 or len(ctx.node.output) != 1
+            or len(ctx.node.input) != 1):
         return None
-    if len(ctx.node.attribute) != 1 or len(ctx.node.output) != 1:
+    b = FunctionBuilder(ctx.opset)
+    if source == T.BOOL and to in _BOOL_BITCASTS:
+        y = b.cast("x", to)
+    elif (source in _INTEGER_PAIRS and to in _INTEGER_PAIRS and to != source
+          and _INTEGER_PAIRS[source] == _INTEGER_PAIRS[to]):
+        y = _wrap_integer(b, "x", to)
+    elif source in _FLOAT_FORMATS and to in _FLOAT_FORMATS[source][2]:
+        y = _float_to_bits(b, "x", source, to)
+    elif to in _FLOAT_FORMATS and source in _FLOAT_FORMATS[to][2]:
+        y = _bits_to_float(b, "x", source, to)
+    else:
         return None
-    return helper.make_function(
-        "onnx-standard", "bitcast_bool", ["x"], ["y"],
-        [helper.make_node("Cast", ["x"], ["y"], to=to)],
-        [helper.make_opsetid("", ctx.opset)])
+    return b.function("onnx-standard", "bitcast", ["x"], [y])
+
+
+def _i64(b: FunctionBuilder, value: int) -> str:
+    return b.const(np.array(value, np.int64))
+
+
+def _wrap_integer(b: FunctionBuilder, x: str, to: int) -> str:
+    """A same-width integer reinterpreted: +2^w for a negative into unsigned, -2^w for one
+    at or above 2^(w-1) into signed (in int64)."""
+    width = _INTEGER_PAIRS[to][2]
+    wide = b.cast(x, T.INT64)
+    if to in _SIGNED:
+        big = b.op("GreaterOrEqual", wide, _i64(b, 2 ** (width - 1)))
+        wide = b.op("Where", big, b.op("Sub", wide, _i64(b, 2 ** width)), wide)
+    else:
+        negative = b.op("Less", wide, _i64(b, 0))
+        wide = b.op("Where", negative, b.op("Add", wide, _i64(b, 2 ** width)), wide)
+    return b.cast(wide, to)
+
+
+def _powers(b: FunctionBuilder, exponent_bits: int, mantissa_bits: int, work: int):
+    """The powers of two 2^k, k = lowest subnormal .. highest finite exponent, as a
+    constant of ``work`` (exact), and the lowest k."""
+    bias = 2 ** (exponent_bits - 1) - 1
+    low, high = 1 - bias - mantissa_bits, bias
+    dtype = helper.tensor_dtype_to_np_dtype(work)
+    table = np.ldexp(np.ones(high - low + 1, dtype), np.arange(low, high + 1)).astype(dtype)
+    return b.const(table, work), low
+
+
+def _float_to_bits(b: FunctionBuilder, x: str, source: int, to: int) -> str:
+    """The bits of a float as an integer: sign * 2^(w-1) + exponent field * 2^m + mantissa;
+    NaN as the canonical quiet NaN (its payload is not readable arithmetically)."""
+    exponent_bits, mantissa_bits, _ints, work = _FLOAT_FORMATS[source]
+    dtype = helper.tensor_dtype_to_np_dtype(work)
+    bias = 2 ** (exponent_bits - 1) - 1
+    width = 1 + exponent_bits + mantissa_bits
+    table, low = _powers(b, exponent_bits, mantissa_bits, work)
+
+    def real(value):
+        return b.const(np.array(value, dtype), work)
+
+    v = b.cast(x, work) if work != source else x
+    zero = real(0.0)
+    a = b.op("Abs", v)
+    nan = b.op("IsNaN", v)
+    negative = b.op("Or", b.op("Less", v, zero), b.op("And", b.op("Equal", v, zero), b.op(
+        "Less", b.op("Reciprocal", v), zero)))                           # -0.0 too
+    negative = b.op("And", negative, b.op("Not", nan))
+    # the count of table entries <= a: floor(log2 a) - low + 1 for a finite a > 0, exactly
+    count = b.reduce_sum(b.cast(b.op("GreaterOrEqual", b.unsqueeze(a, [-1]), table),
+                                T.INT64), [-1], keepdims=0)
+    exponent = b.op("Add", count, _i64(b, low - 1))                      # floor(log2 a)
+    power = b.op("Gather", table, b.op("Max", b.op("Sub", count, _i64(b, 1)), _i64(b, 0)),
+                 axis=0)
+    normal = b.op("GreaterOrEqual", exponent, _i64(b, 1 - bias))
+    scale_m = real(float(2 ** mantissa_bits))
+    mantissa_normal = b.op("Mul", b.op("Sub", b.op("Div", a, power), real(1.0)), scale_m)
+    mantissa_subnormal = b.op("Mul", b.op("Mul", a, real(float(2.0 ** (bias - 1)))), scale_m)
+    mantissa = b.op("Where", normal, mantissa_normal, mantissa_subnormal)
+    field = b.op("Where", normal, b.op("Add", exponent, _i64(b, bias)), _i64(b, 0))
+    special = b.op("Or", b.op("IsInf", v), nan)
+    field = b.op("Where", special, _i64(b, 2 ** exponent_bits - 1), field)
+    quiet = real(float(2 ** (mantissa_bits - 1)))
+    mantissa = b.op("Where", special, b.op("Where", nan, quiet, zero), mantissa)
+    mantissa = b.op("Where", b.op("Equal", a, zero), zero, mantissa)
+    rest = b.op("Add", b.op("Mul", field, _i64(b, 2 ** mantissa_bits)),
+                b.cast(mantissa, T.INT64))                               # < 2^(w-1)
+    if width == 64:  # int64: the sign bit is the most negative value
+        return b.op("Where", negative, b.op("Add", rest, _i64(b, -2 ** 63)), rest)
+    bits = b.op("Where", negative, b.op("Add", rest, _i64(b, 2 ** (width - 1))), rest)
+    if to in _SIGNED:
+        bits = b.op("Where", b.op("GreaterOrEqual", bits, _i64(b, 2 ** (width - 1))),
+                    b.op("Sub", bits, _i64(b, 2 ** width)), bits)
+    return b.cast(bits, to)
+
+
+def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int) -> str:
+    """The float whose bits an integer holds: ``(1 + mantissa 2^-m) 2^(field - bias)``,
+    subnormals ``mantissa 2^(1 - bias - m)``, infinities and NaN for the all-ones field."""
+    exponent_bits, mantissa_bits, _ints, work = _FLOAT_FORMATS[to]
+    dtype = helper.tensor_dtype_to_np_dtype(work)
+    bias = 2 ** (exponent_bits - 1) - 1
+    width = 1 + exponent_bits + mantissa_bits
+    table, low = _powers(b, exponent_bits, mantissa_bits, work)
+
+    def real(value):
+        return b.const(np.array(value, dtype), work)
+
+    u = b.cast(x, T.INT64)
+    if width == 64:
+        negative = b.op("Less", u, _i64(b, 0))
+        rest = b.op("Where", negative, b.op("Sub", u, _i64(b, -2 ** 63)), u)
+    else:
+        if source in _SIGNED:
+            u = b.op("Where", b.op("Less", u, _i64(b, 0)),
+                     b.op("Add", u, _i64(b, 2 ** width)), u)
+        negative = b.op("GreaterOrEqual", u, _i64(b, 2 ** (width - 1)))
+        rest = b.op("Where", negative, b.op("Sub", u, _i64(b, 2 ** (width - 1))), u)
+    field = b.op("Div", rest, _i64(b, 2 ** mantissa_bits))
+    mantissa = b.op("Sub", rest, b.op("Mul", field, _i64(b, 2 ** mantissa_bits)))
+    fraction = b.op("Mul", b.cast(mantissa, work), real(float(2.0 ** -mantissa_bits)))
+    # 2^(field - bias) from the table (index clamped for the all-zero and all-ones fields)
+    index = b.op("Sub", field, _i64(b, bias + low))
+    index = b.op("Max", b.op("Min", index, _i64(b, bias - low)), _i64(b, 0))
+    value = b.op("Mul", b.op("Add", real(1.0), fraction), b.op("Gather", table, index, axis=0))
+    subnormal = b.op("Mul", fraction, real(float(2.0 ** (1 - bias))))
+    value = b.op("Where", b.op("Equal", field, _i64(b, 0)), subnormal, value)
+    special = b.op("Equal", field, _i64(b, 2 ** exponent_bits - 1))
+    value = b.op("Where", special, b.op("Where", b.op("Equal", mantissa, _i64(b, 0)),
+                                        real(float("inf")), real(float("nan"))), value)
+    value = b.op("Where", negative, b.op("Neg", value), value)
+    return b.cast(value, to) if work != to else value
 
 
 def build_dequantize_linear(ctx) -> FunctionProto | None:
@@ -101,6 +249,45 @@ def _dequantize_samples() -> list[OpSample]:
     return samples
 
 
+def _special_floats(dtype):
+    """Normal, subnormal, zero (both signs), infinite and extreme values."""
+    def draw(rng, shape):
+        values = rng.standard_normal(shape) * 100
+        flat = values.reshape(-1)
+        specials = [0.0, -0.0, np.inf, -np.inf, 1.0, -2.5,
+                    3e-6 if dtype == np.float16 else 3e-39 if dtype == np.float32 else 3e-310,
+                    np.finfo(dtype).max, np.finfo(dtype).tiny, 0.1]
+        flat[:len(specials)] = specials
+        return values.astype(dtype)
+    return draw
+
+
+def _bits_of(source: str, int_type):
+    float_type = helper.tensor_dtype_to_np_dtype(getattr(T, source.upper()))
+    return lambda rng, shape: _special_floats(float_type)(rng, shape).view(int_type)
+
+
+def _bitcast_samples() -> list[OpSample]:
+    samples = [OpSample(["T[2,3]"], [name], {"to": to}, name=name, dtypes=["bool"])
+               for name, to in (("uint8", T.UINT8), ("int8", T.INT8))]
+    for source, to in [("int8", T.UINT8), ("uint8", T.INT8), ("uint16", T.INT16),
+                       ("int16", T.UINT16), ("uint32", T.INT32), ("int32", T.UINT32)]:
+        info, target = np.iinfo(source), helper.tensor_dtype_to_np_dtype(to).name
+        samples.append(OpSample([Arg(f"{source}[2,5]", low=info.min, high=info.max)],
+                                [target], {"to": to}, name=f"{source}-to-{target}"))
+    for source, to in [("float", T.INT32), ("float", T.UINT32), ("float16", T.INT16),
+                       ("double", T.INT64)]:
+        float_type = helper.tensor_dtype_to_np_dtype(getattr(T, source.upper()))
+        int_type = helper.tensor_dtype_to_np_dtype(to)
+        samples.append(OpSample([Arg(f"{source}[3,4]", values=_special_floats(float_type))],
+                                [int_type.name], {"to": to}, name=f"{source}-bits"))
+        samples.append(OpSample([Arg(f"{int_type.name}[3,4]", values=_bits_of(source,
+                                                                              int_type))],
+                                [source], {"to": getattr(T, source.upper())},
+                                name=f"{int_type.name}-to-{source}"))
+    return samples
+
+
 @hookimpl
 def register_decompositions(registry):
     registry.add("", "DequantizeLinear", build_dequantize_linear, opsets=DEQUANTIZE_OPSETS,
@@ -108,9 +295,10 @@ def register_decompositions(registry):
                  description="onnx-standard:DequantizeLinear (versions 10 and 13, in Cast/Sub/"
                              "Mul)",
                  oracle="onnxruntime", samples=_dequantize_samples())
-    registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS, dtypes=("bool",),
-                 description="onnx-standard:BitCast (bool to uint8/int8 as Cast)",
+    registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
+                 dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                         "float16", "float", "double", "int64"),
+                 description="onnx-standard:BitCast (bool to a byte; same-width integers; "
+                             "an IEEE float's bits)",
                  oracle="reference",  # the reference evaluator's own BitCast (numpy view)
-                 samples=[OpSample(["T[2,3]"], [name], {"to": to}, name=name)
-                          for name, to in (("uint8", TensorProto.UINT8),
-                                           ("int8", TensorProto.INT8))])
+                 samples=_bitcast_samples())
