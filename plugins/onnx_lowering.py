@@ -80,6 +80,7 @@ SIGNAL_OPSETS = (17, None)  # STFT and MelWeightMatrix are new in opset 17
 ML_OPSETS = (1, None)
 SCAN_OPSETS = (11, None)
 RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
+GRID_SAMPLE_OPSETS = (16, None)
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -820,6 +821,121 @@ def build_resize(ctx) -> FunctionProto | None:
     return b.function(DOMAIN, "resize", _inputs(node, ["X", "roi", "scales", "sizes"]), [y])
 
 
+# -- GridSample -----------------------------------------------------------------------------
+
+
+@declining
+def build_grid_sample(ctx) -> FunctionProto | None:
+    """``GridSample`` of any spatial rank (linear, nearest; zeros, border, reflection
+    padding) as the reference evaluator computes it: per output point the 2^r corners (1
+    for nearest) gathered from ``X`` flattened over its spatial axes, weighted and summed."""
+    node = ctx.node
+    mode = _text(ctx.attribute("mode"), "linear")
+    mode = {"bilinear": "linear"}.get(mode, mode)  # GridSample-16's names
+    padding = _text(ctx.attribute("padding_mode"), "zeros")
+    elem, grid_elem = _float_elem(ctx, 0), _float_elem(ctx, 1)
+    rank = _rank(ctx, node.input[0]) if node.input else None
+    if (mode not in ("linear", "nearest") or padding not in ("zeros", "border", "reflection")
+            or elem is None or grid_elem is None or rank is None or rank < 3
+            or len(node.input) != 2 or len(node.output) != 1
+            or not _known(node, ["mode", "padding_mode", "align_corners"])):
+        return None
+    spatial = rank - 2
+    align = bool(ctx.attribute("align_corners", 0))
+    b = _Body(_opset(ctx))
+    f32 = TensorProto.FLOAT
+
+    def real(value):
+        return b.const(np.array(value), np.float32)
+
+    shape = b.op("Shape", "X")
+    grid = b.cast("grid", f32)
+    out_shape = b.op("Concat", b.slice(shape, [0], [2], [0]),
+                     b.slice(b.op("Shape", "grid"), [1], [-1], [0]), axis=0)
+    grid = b.op("Reshape", grid, b.op("Concat", b.slice(shape, [0], [1], [0]),
+                                      b.ints([-1, spatial]), axis=0))      # (N, Q, r)
+    lengths, coordinates = [], []
+    for d in range(spatial):
+        length = b.cast(b.shape_at(shape, 2 + d), f32)
+        g = b.op("Gather", grid, b.const(np.array(spatial - 1 - d, np.int64)), axis=2)
+        if align:
+            x = b.op("Mul", b.op("Div", b.op("Add", g, real(1.0)), real(2.0)),
+                     b.op("Sub", length, real(1.0)))
+            low, high = real(0.0), b.op("Sub", length, real(1.0))
+        else:
+            x = b.op("Div", b.op("Sub", b.op("Mul", b.op("Add", g, real(1.0)), length),
+                                 real(1.0)), real(2.0))
+            low, high = real(-0.5), b.op("Sub", length, real(0.5))
+        if mode == "nearest":
+            x = b.op("Round", x)
+        outside = b.op("Or", b.op("Less", x, low), b.op("Greater", x, high))
+        if padding == "border":
+            x = b.op("Where", outside, b.op("Max", b.op("Min", x, b.op(
+                "Sub", length, real(1.0))), real(0.0)), x)
+        elif padding == "reflection":
+            x = b.op("Where", outside, _reflect(b, x, low, high), x)
+        lengths.append(length)
+        coordinates.append((x, low, high))
+    strides = []
+    stride = b.const(np.array(1, np.int64))
+    for d in reversed(range(spatial)):
+        strides.insert(0, stride)
+        stride = b.op("Mul", stride, b.shape_at(shape, 2 + d))
+    flat = b.op("Reshape", "X", b.op("Concat", b.slice(shape, [0], [2], [0]), b.ints([-1]),
+                                     axis=0))                                # (N, C, P)
+    corners = [[]]
+    for d, (x, low, high) in enumerate(coordinates):
+        if mode == "nearest":
+            options = [(x, None)]
+        else:
+            x0 = b.op("Floor", x)
+            frac = b.op("Sub", x, x0)
+            options = [(x0, b.op("Sub", real(1.0), frac)),
+                       (b.op("Add", x0, real(1.0)), frac)]
+        corners = [c + [(index, weight, d, low, high)] for c in corners
+                   for index, weight in options]
+    total = None
+    for corner in corners:
+        flat_index, weight = None, None
+        for index, w, d, low, high in corner:
+            length = lengths[d]
+            if padding == "reflection":
+                index = b.op("Floor", b.op("Where", b.op("Less", index, real(0.0)), b.op(
+                    "Ceil", _reflect(b, index, low, high)), _reflect(b, index, low, high)))
+            if padding == "zeros":
+                valid = b.op("And", b.op("GreaterOrEqual", index, real(0.0)),
+                             b.op("Less", index, length))
+                w = b.cast(valid, f32) if w is None else b.op("Mul", w, b.cast(valid, f32))
+            index = b.op("Max", b.op("Min", index, b.op("Sub", length, real(1.0))), real(0.0))
+            term = b.op("Mul", b.cast(index, TensorProto.INT64), strides[d])
+            flat_index = term if flat_index is None else b.op("Add", flat_index, term)
+            weight = w if weight is None else (weight if w is None else b.op("Mul", weight, w))
+        gather_index = b.op("Expand", b.unsqueeze(flat_index, [1]), b.op(
+            "Concat", b.slice(shape, [0], [2], [0]), b.slice(b.op("Shape", flat_index), [1],
+                                                             [2], [0]), axis=0))
+        value = b.op("GatherElements", flat, gather_index, axis=2)          # (N, C, Q)
+        if weight is not None:
+            value = b.op("Mul", value, b.cast(b.unsqueeze(weight, [1]), elem))
+        total = value if total is None else b.op("Add", total, value)
+    y = b.op("Reshape", total, out_shape)
+    return b.function(DOMAIN, "grid_sample", ["X", "grid"], [y])
+
+
+def _reflect(b: _Body, x: str, low: str, high: str) -> str:
+    """``x`` reflected by the near border until it lies in ``[low, high]``."""
+    span = b.op("Sub", high, low)
+    below = b.op("Less", x, low)
+    distance = b.op("Where", below, b.op("Sub", low, x), b.op("Sub", x, high))
+    folds = b.op("Floor", b.op("Div", distance, span))
+    rest = b.op("Sub", distance, b.op("Mul", folds, span))
+    even = b.op("Equal", b.op("Sub", folds, b.op("Mul", b.op("Floor", b.op(
+        "Div", folds, b.const(np.array(2.0), np.float32))), b.const(np.array(2.0), np.float32))),
+        b.const(np.array(0.0), np.float32))
+    near = b.op("Where", below, b.op("Add", low, rest), b.op("Sub", high, rest))
+    far = b.op("Where", below, b.op("Sub", high, rest), b.op("Add", low, rest))
+    return b.op("Where", even, near, far)
+
+
 # -- Scan as Loop ---------------------------------------------------------------------------
 
 
@@ -1116,6 +1232,19 @@ def _samples() -> dict[str, list[OpSample]]:
             OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
                      dtypes=["float"])],
         "Resize": _resize_samples(),
+        "GridSample": [
+            OpSample(["T[1,2,3,4,5]", Arg("T[1,2,3,4,3]", low=-1.3, high=1.3)],
+                     attributes=dict(mode=mode, padding_mode=padding, align_corners=align),
+                     opset=22, name=f"3d-{mode}-{padding}-align{align}",
+                     tolerance=(1e-5, 1e-5))
+            for mode, padding, align in [("linear", "zeros", 0), ("linear", "border", 1),
+                                         ("nearest", "zeros", 1), ("nearest", "border", 0),
+                                         ("linear", "reflection", 0),
+                                         ("nearest", "reflection", 1)]] + [
+            OpSample(["T[2,3,4,5]", Arg("T[2,3,2,2]", low=-1.2, high=1.2)],
+                     attributes=dict(mode="bilinear", padding_mode="zeros"), opset=16,
+                     name="2d-16", dtypes=["float"], tolerance=(1e-5, 1e-5),
+                     oracle="onnxruntime")],  # (the reference evaluator lacks "bilinear")
         "Scan": [
             OpSample(["T[2]", "T[5,2]"], ["T", "T"], {"body": _scan_body(),
                                                      "num_scan_inputs": 1}, opset=11,
@@ -1154,6 +1283,8 @@ def register_decompositions(registry):
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
         ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
+        ("", "GridSample", build_grid_sample, GRID_SAMPLE_OPSETS, ("float", "float16"),
+         "linear and nearest"),
         ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
          "no antialias, stretch only"),
         ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
