@@ -41,6 +41,15 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   state, in float32 as the reference evaluator computes it (the spec's own body is a
   ``Scan`` that OpenVINO's frontend cannot convert). Registered by the ``onnx-functions``
   plugin in place of the spec body (:func:`build_linear_attention`).
+* ``Resize`` (from 11; not ``antialias``, ``keep_aspect_ratio_policy`` stretch only): one
+  axis at a time as the reference evaluator does it: source coordinates by
+  ``coordinate_transformation_mode`` (all six), the 2 (linear, nearest by ``nearest_mode``)
+  or 4 (cubic, ``cubic_coeff_a``, ``exclude_outside``) neighbours clamped to the edges,
+  weighted and summed; ``tf_crop_and_resize`` gives ``extrapolation_value`` outside.
+* ``GridSample`` (any spatial rank; linear, nearest; zeros, border, reflection padding):
+  the 2^r corners (1 for nearest) gathered from the input flattened over its spatial axes.
+* ``DeformConv`` (2-D): every kernel tap sampled bilinearly at its offset position (zero
+  outside), times the mask, then a grouped matrix product with the weights, plus ``B``.
 * ``Scan`` (from opset 11): a ``Loop`` whose iteration gathers each scan input's slice
   (counting from the end for a reverse direction) and runs the body unchanged; stacked
   outputs are reversed and moved to their ``scan_output_axes`` afterwards (a non-zero
@@ -81,6 +90,7 @@ ML_OPSETS = (1, None)
 SCAN_OPSETS = (11, None)
 RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
 GRID_SAMPLE_OPSETS = (16, None)
+DEFORM_CONV_OPSETS = (19, None)
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -936,6 +946,100 @@ def _reflect(b: _Body, x: str, low: str, high: str) -> str:
     return b.op("Where", even, near, far)
 
 
+# -- DeformConv -----------------------------------------------------------------------------
+
+
+@declining
+def build_deform_conv(ctx) -> FunctionProto | None:
+    """2-D ``DeformConv``: each kernel tap sampled bilinearly (zero outside) at its shifted
+    position, times the mask, then a grouped matrix product with the weights, as the
+    reference evaluator computes it."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    weight_shape = _shape(ctx, node.input[1]) if len(node.input) > 1 else None
+    kernel = ctx.attribute("kernel_shape") or (weight_shape[2:] if weight_shape else None)
+    if (elem is None or not kernel or len(kernel) != 2 or None in kernel
+            or len(node.input) > 5 or not all(_present(node.input, i) for i in range(3))
+            or len(node.output) != 1 or _rank(ctx, node.input[0]) not in (None, 4)
+            or not _known(node, ["dilations", "group", "kernel_shape", "offset_group", "pads",
+                                 "strides"])):
+        return None
+    kh, kw = kernel
+    sh, sw = ctx.attribute("strides", [1, 1])
+    dh, dw = ctx.attribute("dilations", [1, 1])
+    pads = ctx.attribute("pads", [0, 0, 0, 0])
+    group, offset_group = ctx.attribute("group", 1), ctx.attribute("offset_group", 1)
+    b = _Body(_opset(ctx))
+
+    def real(value):
+        return b.const(np.array(value), elem)
+
+    zero_i, one_i = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    x_shape, off_shape = b.op("Shape", "X"), b.op("Shape", "offset")
+    n_1, height, width = (b.slice(x_shape, [i], [i + 1], [0]) for i in (0, 2, 3))
+    out_hw = b.slice(off_shape, [2], [4], [0])
+    offset = b.op("Reshape", "offset", b.op("Concat", n_1, b.ints([offset_group, kh, kw, 2]),
+                                            out_hw, axis=0))
+    positions = []
+    for axis, (stride, dilation, pad, k) in enumerate([(sh, dh, pads[0], kh),
+                                                       (sw, dw, pads[1], kw)]):
+        out_len = b.op("Gather", out_hw, b.const(np.array(axis, np.int64)), axis=0)
+        base = b.op("Add", b.op("Mul", b.cast(b.op("Range", zero_i, out_len, one_i), elem),
+                                real(float(stride))), real(float(-pad)))       # (oH|oW)
+        tap = b.const(np.arange(k, dtype=np.float64) * dilation, elem)         # (kh|kw)
+        base_shape = [1, 1, 1, 1, -1, 1] if axis == 0 else [1, 1, 1, 1, 1, -1]
+        tap_shape = [1, 1, -1, 1, 1, 1] if axis == 0 else [1, 1, 1, -1, 1, 1]
+        grid = b.op("Add", b.reshape(base, base_shape), b.reshape(tap, tap_shape))
+        shift = b.op("Gather", offset, b.const(np.array(axis, np.int64)), axis=4)
+        positions.append(b.op("Add", grid, shift))           # (N, G, kh, kw, oH, oW)
+    h, w = positions
+    h0, w0 = b.op("Floor", h), b.op("Floor", w)
+    fh, fw = b.op("Sub", h, h0), b.op("Sub", w, w0)
+    height_f, width_f = b.cast(b.scalar(height), elem), b.cast(b.scalar(width), elem)
+    channels = b.op("Div", b.slice(x_shape, [1], [2], [0]), b.ints([offset_group]))
+    flat_x = b.op("Reshape", "X", b.op("Concat", n_1, b.ints([offset_group]), channels,
+                                       b.ints([-1]), axis=0))           # (N, G, C/G, H*W)
+    total = None
+    for dy, wy in ((0, b.op("Sub", real(1.0), fh)), (1, fh)):
+        for dx, wx in ((0, b.op("Sub", real(1.0), fw)), (1, fw)):
+            yy = b.op("Add", h0, real(float(dy)))
+            xx = b.op("Add", w0, real(float(dx)))
+            valid = b.op("And", b.op("And", b.op("GreaterOrEqual", yy, real(0.0)),
+                                     b.op("Less", yy, height_f)),
+                         b.op("And", b.op("GreaterOrEqual", xx, real(0.0)),
+                              b.op("Less", xx, width_f)))
+            weight = b.op("Mul", b.op("Mul", wy, wx), b.cast(valid, elem))
+            yy = b.op("Where", valid, yy, real(0.0))
+            xx = b.op("Where", valid, xx, real(0.0))
+            index = b.cast(b.op("Add", b.op("Mul", yy, width_f), xx), TensorProto.INT64)
+            index = b.op("Reshape", index, b.op("Concat", n_1, b.ints([offset_group, 1, -1]),
+                                                axis=0))              # (N, G, 1, K*P)
+            index = b.op("Expand", index, b.op("Concat", n_1, b.ints([offset_group]),
+                                               channels, b.ints([1]), axis=0))
+            sampled = b.op("GatherElements", flat_x, index, axis=3)   # (N, G, C/G, K*P)
+            weight = b.op("Reshape", weight, b.op("Concat", n_1, b.ints([offset_group, 1, -1]),
+                                                  axis=0))
+            term = b.op("Mul", sampled, weight)
+            total = term if total is None else b.op("Add", total, term)
+    if _present(node.input, 4):
+        mask = b.op("Reshape", "mask", b.op("Concat", n_1, b.ints([offset_group, 1, -1]),
+                                            axis=0))
+        total = b.op("Mul", total, mask)
+    # (N, C, K, P) -> (N, group, C/group * K, P)
+    points = b.op("ReduceProd", out_hw, keepdims=1)                       # oH * oW
+    columns = b.op("Reshape", total, b.op("Concat", n_1, b.ints([group, -1]), points,
+                                          axis=0))
+    out_per_group = b.op("Div", b.slice(b.op("Shape", "W"), [0], [1], [0]), b.ints([group]))
+    weights = b.op("Reshape", "W", b.op("Concat", b.ints([group]), out_per_group,
+                                        b.ints([-1]), axis=0))        # (group, oC/g, C/g K)
+    y = b.op("MatMul", weights, columns)                      # (N, group, oC/group, P)
+    y = b.op("Reshape", y, b.op("Concat", n_1, b.ints([-1]), out_hw, axis=0))
+    if _present(node.input, 3):
+        y = b.op("Add", y, b.reshape("B", [1, -1, 1, 1]))
+    return b.function(DOMAIN, "deform_conv", _inputs(node, ["X", "W", "offset", "B", "mask"]),
+                      [y])
+
+
 # -- Scan as Loop ---------------------------------------------------------------------------
 
 
@@ -1245,6 +1349,15 @@ def _samples() -> dict[str, list[OpSample]]:
                      attributes=dict(mode="bilinear", padding_mode="zeros"), opset=16,
                      name="2d-16", dtypes=["float"], tolerance=(1e-5, 1e-5),
                      oracle="onnxruntime")],  # (the reference evaluator lacks "bilinear")
+        "DeformConv": [
+            OpSample(["T[1,4,5,6]", "T[6,2,3,2]", Arg("T[1,24,2,5]", low=-1.5, high=1.5),
+                      "T[6]", Arg("T[1,12,2,5]", low=0.0, high=1.0)],
+                     attributes=dict(kernel_shape=[3, 2], group=2, offset_group=2,
+                                     strides=[2, 1], pads=[1, 0, 0, 0], dilations=[1, 1]),
+                     opset=22, name="groups-mask-bias", tolerance=(1e-5, 1e-5)),
+            OpSample(["T[2,1,4,4]", "T[2,1,2,2]", Arg("T[2,8,4,5]", low=-2.0, high=2.0)],
+                     attributes=dict(pads=[1, 1, 1, 1], dilations=[2, 1]), opset=19,
+                     name="pads-dilations", tolerance=(1e-5, 1e-5))],
         "Scan": [
             OpSample(["T[2]", "T[5,2]"], ["T", "T"], {"body": _scan_body(),
                                                      "num_scan_inputs": 1}, opset=11,
@@ -1283,6 +1396,7 @@ def register_decompositions(registry):
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
         ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
+        ("", "DeformConv", build_deform_conv, DEFORM_CONV_OPSETS, ("float", "double"), "2-D"),
         ("", "GridSample", build_grid_sample, GRID_SAMPLE_OPSETS, ("float", "float16"),
          "linear and nearest"),
         ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
