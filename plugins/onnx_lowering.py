@@ -50,6 +50,9 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   the 2^r corners (1 for nearest) gathered from the input flattened over its spatial axes.
 * ``DeformConv`` (2-D): every kernel tap sampled bilinearly at its offset position (zero
   outside), times the mask, then a grouped matrix product with the weights, plus ``B``.
+* ``QuantizeLinear`` with ``block_size`` (from 21; 8/16-bit outputs): each scale and zero
+  point repeated over its block along ``axis`` (cut to the input's size), then
+  ``saturate(round(x / scale) + zero_point)``, rounding half to even.
 * ``Scan`` (from opset 11): a ``Loop`` whose iteration gathers each scan input's slice
   (counting from the end for a reverse direction) and runs the body unchanged; stacked
   outputs are reversed and moved to their ``scan_output_axes`` afterwards (a non-zero
@@ -91,6 +94,7 @@ SCAN_OPSETS = (11, None)
 RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
 GRID_SAMPLE_OPSETS = (16, None)
 DEFORM_CONV_OPSETS = (19, None)
+BLOCKED_QUANTIZE_OPSETS = (21, None)  # block_size is new in QuantizeLinear-21
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -1040,6 +1044,58 @@ def build_deform_conv(ctx) -> FunctionProto | None:
                       [y])
 
 
+# -- blocked QuantizeLinear -----------------------------------------------------------------
+
+_QUANTIZED = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8,
+              TensorProto.INT16: np.int16, TensorProto.UINT16: np.uint16}
+
+
+@declining
+def build_blocked_quantize_linear(ctx) -> FunctionProto | None:
+    """``QuantizeLinear`` with ``block_size`` (from opset 21): each scale (and zero point)
+    repeated over its block along ``axis``, then ``saturate(round(x / scale) + zp)``
+    (round half to even) into the 8/16-bit output type."""
+    node = ctx.node
+    block, axis = ctx.attribute("block_size", 0), ctx.attribute("axis", 1)
+    rank = _rank(ctx, node.input[0]) if node.input else None
+    x_type, scale_type = _float_elem(ctx, 0), _float_elem(ctx, 1)
+    if _present(node.input, 2):
+        out_type = _elem(ctx, 2)
+    else:
+        out_type = ctx.attribute("output_dtype", 0) or TensorProto.UINT8
+    if (not block or rank is None or x_type is None or scale_type is None
+            or out_type not in _QUANTIZED or ctx.attribute("saturate", 1) != 1
+            or len(node.output) != 1 or len(node.input) > 3
+            or not _known(node, ["axis", "block_size", "output_dtype", "saturate",
+                                 "precision"])):
+        return None
+    axis %= rank
+    b = _Body(_opset(ctx))
+    f32 = TensorProto.FLOAT
+
+    def spread(v: str) -> str:  # (.., blocks, ..) -> (.., blocks * block, ..) -> x's size
+        shape = b.op("Shape", v)
+        count = b.slice(shape, [axis], [axis + 1], [0])
+        expanded = b.op("Expand", b.unsqueeze(v, [axis + 1]), b.op(
+            "Concat", b.slice(shape, [0], [axis], [0]), count, b.ints([block]),
+            b.slice(shape, [axis + 1], [rank], [0]), axis=0))
+        merged = b.op("Reshape", expanded, b.op(
+            "Concat", b.slice(shape, [0], [axis], [0]), b.ints([-1]),
+            b.slice(shape, [axis + 1], [rank], [0]), axis=0))
+        size = b.slice(b.op("Shape", "x"), [axis], [axis + 1], [0])
+        return b.slice(merged, [0], size, [axis])
+
+    q = b.op("Round", b.op("Div", b.cast("x", f32), b.cast(spread("y_scale"), f32)))
+    if _present(node.input, 2):
+        q = b.op("Add", q, b.cast(spread("y_zero_point"), f32))
+    info = np.iinfo(_QUANTIZED[out_type])
+    q = b.op("Max", b.op("Min", q, b.const(np.array(info.max), np.float32)),
+             b.const(np.array(info.min), np.float32))
+    y = b.cast(q, out_type)
+    return b.function(DOMAIN, "blocked_quantize_linear",
+                      _inputs(node, ["x", "y_scale", "y_zero_point"]), [y])
+
+
 # -- Scan as Loop ---------------------------------------------------------------------------
 
 
@@ -1358,6 +1414,19 @@ def _samples() -> dict[str, list[OpSample]]:
             OpSample(["T[2,1,4,4]", "T[2,1,2,2]", Arg("T[2,8,4,5]", low=-2.0, high=2.0)],
                      attributes=dict(pads=[1, 1, 1, 1], dilations=[2, 1]), opset=19,
                      name="pads-dilations", tolerance=(1e-5, 1e-5))],
+        "QuantizeLinear": [
+            OpSample([Arg("T[3,4]", low=-30, high=30), Arg("float[3,2]", low=0.1, high=1.0)],
+                     ["int16"], dict(axis=1, block_size=2, output_dtype=TensorProto.INT16),
+                     opset=28, name="symmetric", dtypes=["float"]),
+            OpSample([Arg("T[3,5]", low=-30, high=30), Arg("float[3,2]", low=0.1, high=1.0),
+                      Arg("uint8[3,2]", low=100, high=150)], ["uint8"],
+                     dict(axis=-1, block_size=3), opset=21, name="asymmetric-partial",
+                     dtypes=["float"]),
+            OpSample([Arg("T[4,2,3]", low=-300, high=300),
+                      Arg("float[2,2,3]", low=0.5, high=1.0),
+                      Arg("int8[2,2,3]", low=-5, high=5)], ["int8"],
+                     dict(axis=0, block_size=2), opset=21, name="axis0-saturating",
+                     dtypes=["float"])],
         "Scan": [
             OpSample(["T[2]", "T[5,2]"], ["T", "T"], {"body": _scan_body(),
                                                      "num_scan_inputs": 1}, opset=11,
@@ -1396,6 +1465,8 @@ def register_decompositions(registry):
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
         ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
+        ("", "QuantizeLinear", build_blocked_quantize_linear, BLOCKED_QUANTIZE_OPSETS,
+         ("float", "float16"), "block_size, 8/16-bit outputs"),
         ("", "DeformConv", build_deform_conv, DEFORM_CONV_OPSETS, ("float", "double"), "2-D"),
         ("", "GridSample", build_grid_sample, GRID_SAMPLE_OPSETS, ("float", "float16"),
          "linear and nearest"),
