@@ -186,3 +186,24 @@ def test_corpus_reference(plugins, name):
                      compare_options={"original_target": "onnxruntime"})
     assert not result.report.remaining
     assert result.report.verification["compare"] == "ok", result.report.verification
+
+
+def test_qattention_with_qkv_hidden_sizes_declines(plugins):
+    """onnxruntime's quantizer never writes it, and the body reads equal thirds."""
+    values = {"x": np.zeros([1, 2, 8], np.uint8), "w": np.zeros([8, 24], np.int8),
+              "b": np.zeros([24], np.float32), "xs": np.array(0.1, np.float32),
+              "ws": np.array(0.1, np.float32)}
+    model = _node_model("QAttention", ["x", "w", "b", "xs", "ws"], values, num_heads=2,
+                        qkv_hidden_sizes=[8, 8, 8])
+    with pytest.raises(UnfixableError):
+        rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
+
+
+def test_corpus_layer_norm_below_opset_17_runs_everywhere_else(plugins):
+    """onnxruntime's ai.onnx LayerNormalization at opset 12 (no other runtime has it) is
+    written in opset-12 ops and verified against onnxruntime's run of the original."""
+    model = _corpus_model("ort_layernorm_opset12")
+    for target in ("reference", "opset:13"):
+        result = rewrite(model, [target], plugins=plugins, confirm=False)
+        assert result.report.verdict == "verified", (target, result.report.verification)
+        assert "LayerNormalization" not in {n.op_type for n in result.model.graph.node}
