@@ -112,7 +112,7 @@ RESCUED = frozenset({
     "test_optional_has_element_empty_no_input_name_tensor_input",
     "test_optional_has_element_empty_no_input_optional_input",
     "test_optional_has_element_empty_no_input_tensor_input",
-    "test_quantizelinear_blocked_symmetric",
+    "test_quantizelinear_blocked_symmetric", "test_quantizelinear_float4e2m1",
     "test_resize_downsample_scales_linear_half_pixel_symmetric", "test_resize_tf_crop_and_resize",
     "test_resize_tf_crop_and_resize_axes_2_3", "test_resize_tf_crop_and_resize_axes_3_2",
     "test_resize_tf_crop_and_resize_extrapolation_value",

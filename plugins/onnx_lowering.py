@@ -50,9 +50,10 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   the 2^r corners (1 for nearest) gathered from the input flattened over its spatial axes.
 * ``DeformConv`` (2-D): every kernel tap sampled bilinearly at its offset position (zero
   outside), times the mask, then a grouped matrix product with the weights, plus ``B``.
-* ``QuantizeLinear`` with ``block_size`` (from 21; 8/16-bit outputs): each scale and zero
-  point repeated over its block along ``axis`` (cut to the input's size), then
-  ``saturate(round(x / scale) + zero_point)``, rounding half to even.
+* ``QuantizeLinear`` (from 21) with ``block_size`` (8/16-bit outputs: each scale and zero
+  point repeated over its block along ``axis``, cut to the input's size, then
+  ``saturate(round(x / scale) + zero_point)``, rounding half to even), or into float4e2m1
+  (``Cast(x / scale + zero_point)``, which rounds to nearest even and saturates).
 * ``Scan`` (from opset 11): a ``Loop`` whose iteration gathers each scan input's slice
   (counting from the end for a reverse direction) and runs the body unchanged; stacked
   outputs are reversed and moved to their ``scan_output_axes`` afterwards (a non-zero
@@ -1051,10 +1052,11 @@ _QUANTIZED = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8,
 
 
 @declining
-def build_blocked_quantize_linear(ctx) -> FunctionProto | None:
-    """``QuantizeLinear`` with ``block_size`` (from opset 21): each scale (and zero point)
-    repeated over its block along ``axis``, then ``saturate(round(x / scale) + zp)``
-    (round half to even) into the 8/16-bit output type."""
+def build_quantize_linear(ctx) -> FunctionProto | None:
+    """``QuantizeLinear`` (from opset 21) with ``block_size`` (8/16-bit outputs: each scale
+    and zero point repeated over its block along ``axis``, ``saturate(round(x / scale) +
+    zp)``, round half to even) or into float4e2m1 (``Cast(x / scale + zp)``: the cast
+    rounds to nearest even and saturates)."""
     node = ctx.node
     block, axis = ctx.attribute("block_size", 0), ctx.attribute("axis", 1)
     rank = _rank(ctx, node.input[0]) if node.input else None
@@ -1063,8 +1065,9 @@ def build_blocked_quantize_linear(ctx) -> FunctionProto | None:
         out_type = _elem(ctx, 2)
     else:
         out_type = ctx.attribute("output_dtype", 0) or TensorProto.UINT8
-    if (not block or rank is None or x_type is None or scale_type is None
-            or out_type not in _QUANTIZED or ctx.attribute("saturate", 1) != 1
+    to_float4 = out_type == TensorProto.FLOAT4E2M1
+    if (not (block or to_float4) or rank is None or x_type is None or scale_type is None
+            or not (out_type in _QUANTIZED or to_float4) or ctx.attribute("saturate", 1) != 1
             or len(node.output) != 1 or len(node.input) > 3
             or not _known(node, ["axis", "block_size", "output_dtype", "saturate",
                                  "precision"])):
@@ -1085,14 +1088,27 @@ def build_blocked_quantize_linear(ctx) -> FunctionProto | None:
         size = b.slice(b.op("Shape", "x"), [axis], [axis + 1], [0])
         return b.slice(merged, [0], size, [axis])
 
-    q = b.op("Round", b.op("Div", b.cast("x", f32), b.cast(spread("y_scale"), f32)))
-    if _present(node.input, 2):
-        q = b.op("Add", q, b.cast(spread("y_zero_point"), f32))
-    info = np.iinfo(_QUANTIZED[out_type])
-    q = b.op("Max", b.op("Min", q, b.const(np.array(info.max), np.float32)),
-             b.const(np.array(info.min), np.float32))
-    y = b.cast(q, out_type)
-    return b.function(DOMAIN, "blocked_quantize_linear",
+    def along_axis(v: str) -> str:  # a scalar, or (C) along ``axis``: broadcastable to x
+        if block:
+            return spread(v)
+        target = b.op("Concat", b.ints([-1]), b.ints([1] * (rank - axis - 1)), axis=0) \
+            if rank - axis - 1 else b.ints([-1])
+        return b.op("Reshape", v, target)
+
+    q = b.op("Div", b.cast("x", f32), b.cast(along_axis("y_scale"), f32))
+    if to_float4:
+        if _present(node.input, 2):
+            q = b.op("Add", q, b.cast(along_axis("y_zero_point"), f32))
+        y = b.cast(q, out_type)
+    else:
+        q = b.op("Round", q)
+        if _present(node.input, 2):
+            q = b.op("Add", q, b.cast(along_axis("y_zero_point"), f32))
+        info = np.iinfo(_QUANTIZED[out_type])
+        q = b.op("Max", b.op("Min", q, b.const(np.array(info.max), np.float32)),
+                 b.const(np.array(info.min), np.float32))
+        y = b.cast(q, out_type)
+    return b.function(DOMAIN, "quantize_linear",
                       _inputs(node, ["x", "y_scale", "y_zero_point"]), [y])
 
 
@@ -1426,7 +1442,12 @@ def _samples() -> dict[str, list[OpSample]]:
                       Arg("float[2,2,3]", low=0.5, high=1.0),
                       Arg("int8[2,2,3]", low=-5, high=5)], ["int8"],
                      dict(axis=0, block_size=2), opset=21, name="axis0-saturating",
-                     dtypes=["float"])],
+                     dtypes=["float"]),
+            OpSample([Arg("T[3,4]", values=[[0.0, 2.5, 4.8, 8.6], [-30, -20, 6, 9],
+                                            [-0.0, -2.5, -4.8, -8.6]]),
+                      Arg("float[3]", values=[2.0, 3.0, 4.0])], ["float4e2m1"],
+                     dict(axis=0, output_dtype=TensorProto.FLOAT4E2M1), opset=23,
+                     name="float4e2m1-per-axis", dtypes=["float"])],
         "Scan": [
             OpSample(["T[2]", "T[5,2]"], ["T", "T"], {"body": _scan_body(),
                                                      "num_scan_inputs": 1}, opset=11,
@@ -1465,8 +1486,8 @@ def register_decompositions(registry):
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
         ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
-        ("", "QuantizeLinear", build_blocked_quantize_linear, BLOCKED_QUANTIZE_OPSETS,
-         ("float", "float16"), "block_size, 8/16-bit outputs"),
+        ("", "QuantizeLinear", build_quantize_linear, BLOCKED_QUANTIZE_OPSETS,
+         ("float", "float16"), "block_size; float4e2m1 output"),
         ("", "DeformConv", build_deform_conv, DEFORM_CONV_OPSETS, ("float", "double"), "2-D"),
         ("", "GridSample", build_grid_sample, GRID_SAMPLE_OPSETS, ("float", "float16"),
          "linear and nearest"),
