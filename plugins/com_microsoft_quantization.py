@@ -32,11 +32,12 @@ Oracle: onnxruntime's own CPU kernels (all four have one).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from onnx import FunctionProto, TensorProto
 from rewriter_plugins.com_microsoft_attention import (
     _Body,
-    _elem,
     _unknown_attributes,
     attention_from_qkv,
     attention_mask_declines,
@@ -63,6 +64,12 @@ def _type(ctx, index: int) -> str | None:
     return types[index] if index < len(types) else None
 
 
+def _is(ctx, index: int, allowed: Sequence[str]) -> bool:
+    """Input ``index`` has one of the ``allowed`` types, or an unknown one (the op's schema
+    allows only these, and a model onnxruntime runs has one of them)."""
+    return _type(ctx, index) in (None, *allowed)
+
+
 def _integer_product(b: _Body, a: str, w: str, a_zp: str, w_zp: str, scale: str) -> str:
     """``MatMulInteger(a, w, a_zp, w_zp)`` as float, times ``scale``."""
     acc = b.op("MatMulInteger", a, w, a_zp, w_zp)
@@ -86,7 +93,7 @@ def build_dynamic_quantize_matmul(ctx) -> FunctionProto | None:
     node = ctx.node
     if (node.attribute or not all(_present(node.input, i) for i in range(3))
             or len(node.input) > 5 or len(node.output) != 1 or not node.output[0]
-            or _type(ctx, 0) != "tensor(float)" or _type(ctx, 1) not in _INT8):
+            or not _is(ctx, 0, ["tensor(float)"]) or not _is(ctx, 1, _INT8)):
         return None
     b = _Body(ctx.opset, TensorProto.FLOAT)
     zero = b.literal(0.0)
@@ -112,8 +119,8 @@ def build_matmul_integer_to_float(ctx) -> FunctionProto | None:
     node = ctx.node
     if (node.attribute or not all(_present(node.input, i) for i in range(4))
             or len(node.input) > 7 or len(node.output) != 1 or not node.output[0]
-            or _type(ctx, 0) not in _INT8 or _type(ctx, 1) not in _INT8
-            or _type(ctx, 2) != "tensor(float)"):
+            or not _is(ctx, 0, _INT8) or not _is(ctx, 1, _INT8)
+            or not _is(ctx, 2, ["tensor(float)"])):
         return None
     b = _Body(ctx.opset, TensorProto.FLOAT)
     y = _integer_product(b, "A", "B", _zero_point(node, 4, "a_zero_point"),
@@ -139,8 +146,8 @@ def build_qattention(ctx) -> FunctionProto | None:
             or ctx.attribute("do_rotary", 0) or ctx.attribute("past_present_share_buffer", 0)
             or not all(_present(node.input, i) for i in range(5)) or len(node.input) > 9
             or not _present(node.output, 0) or len(node.output) > 2
-            or _type(ctx, 0) != "tensor(uint8)" or _type(ctx, 1) not in _INT8
-            or _elem(ctx, 2) != TensorProto.FLOAT or attention_mask_declines(ctx, 5)):
+            or not _is(ctx, 0, ["tensor(uint8)"]) or not _is(ctx, 1, _INT8)
+            or not _is(ctx, 2, ["tensor(float)"]) or attention_mask_declines(ctx, 5)):
         return None
     b = _Body(ctx.opset, TensorProto.FLOAT)
     qkv = _integer_product(b, "input", "weight", _zero_point(node, 6, "input_zero_point"),
@@ -169,7 +176,7 @@ def build_qembed_layer_norm(ctx) -> FunctionProto | None:
             or not all(_present(node.input, i) for i in needed)
             or any(_present(node.input, i) != segments for i in (4, 10, 15))
             or not _present(node.output, 0) or len(node.output) > 2
-            or any(_type(ctx, i) not in _INT8 for i in tables if _present(node.input, i))):
+            or not all(_is(ctx, i, _INT8) for i in tables if _present(node.input, i))):
         return None
     b = _Body(ctx.opset, TensorProto.FLOAT)
     dequantized = []
