@@ -208,6 +208,13 @@ def _elem_type(ctx, index: int = 0) -> int | None:
     return _FLOAT_TYPES.get(types[index]) if len(types) > index and types[index] else None
 
 
+def _shared_elem_type(ctx, *indices: int) -> int | None:
+    """The float element type of the first input among ``indices`` whose type is known (the
+    op binds them to one type parameter; an input fed by another contrib op may have a type
+    the engine cannot infer)."""
+    return next((t for t in (_elem_type(ctx, i) for i in indices) if t is not None), None)
+
+
 def _any_elem_type(ctx, index: int) -> int | None:
     """The element type of input ``index`` (any tensor type), if known."""
     types = list(ctx.input_types or [])
@@ -400,7 +407,7 @@ def _skip_norm_body(ctx, name: str, formal: Sequence[str], bias_index: int,
     if (not all(_present(node.input, i) for i in range(3)) or not _present(node.output, 0)
             or _unknown_attributes(node, ["epsilon"])):
         return None
-    elem = _elem_type(ctx)
+    elem = _shared_elem_type(ctx, 0, 1, 2)
     epsilon = ctx.attribute("epsilon", SKIPLN_DEFAULT_EPSILON)
     b = Body(_body_opset(ctx), elem)
     s = _skip_sum(b, node, bias_index)
@@ -464,7 +471,7 @@ def build_layer_norm_before_17(ctx) -> FunctionProto | None:
         if rank is None or axis >= rank:
             return None  # the axes to reduce need the rank
         axis -= rank
-    elem = _elem_type(ctx)
+    elem = _shared_elem_type(ctx, 0, 1)
     if elem is None:
         return None
     stash = ctx.attribute("stash_type", 1) == 1 and elem in _LOW_PRECISION
@@ -716,7 +723,7 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
     bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size")
     if bits not in (2, 4, 8) or not k or not n or not block:
         return None
-    elem = _elem_type(ctx)
+    elem = _shared_elem_type(ctx, 0, 2)
     if elem is None:
         return None
     if _present(node.input, 4) and (bits != 4 or _any_elem_type(ctx, 3) == TensorProto.UINT8):
