@@ -168,6 +168,37 @@ def _intersect(a: tuple[float, float] | None, b: tuple[float, float]) -> tuple[f
 # -- generation ----------------------------------------------------------------------------
 
 
+# Decoder exports (onnxruntime-genai's builder, Optimum) name the lengths of their KV cache
+# ("past_sequence_length", "total_sequence_length", "past_sequence_length + 1", ...): with
+# every symbolic dimension the same, the total would not be the past plus the new tokens and
+# any run fails on the inputs. Generated inputs give them a decode step (one new token:
+# onnxruntime's GroupQueryAttention takes several with a past only for batch 1) after a past
+# of two, and an all-ones attention mask (random values are no mask a model expects).
+PAST_LENGTH = 2
+_NEW_TOKENS = ("sequence_length", "seq_len", "sequence")  # named so beside a past length
+_MASK_NAMES = ("attention_mask",)
+
+
+def cache_dims(model: ModelProto, default: int = DEFAULT_DIM) -> dict[str, int]:
+    """Values for the symbolic dimensions of ``model``'s inputs that name KV-cache lengths,
+    when some input has a past length (``past...``): that, one new token
+    (``sequence_length``), the total (``total...``: past + new) and sums
+    (``past_sequence_length + 1``); other dimensions are left to ``default``."""
+    names = {d.dim_param for i in model.graph.input if i.type.HasField("tensor_type")
+             for d in i.type.tensor_type.shape.dim if d.dim_param}
+    dims = {n: PAST_LENGTH for n in names if "past" in n.lower() and "+" not in n}
+    if not dims:
+        return {}
+    dims.update({n: 1 for n in names if n.lower() in _NEW_TOKENS})
+    for name in names:
+        if "+" in name:
+            terms = [t.strip() for t in name.split("+")]
+            dims[name] = sum(int(t) if t.isdigit() else dims.get(t, default) for t in terms)
+        elif "total" in name.lower():
+            dims[name] = PAST_LENGTH + 1
+    return dims
+
+
 def generate_inputs(
     model: ModelProto,
     *,
@@ -180,20 +211,27 @@ def generate_inputs(
 
     Args:
         seed: the same seed gives the same values.
-        dims: values of symbolic dimensions by name; other unknown dimensions get
-            ``default_dim``.
+        dims: values of symbolic dimensions by name; KV-cache lengths not given fit each
+            other (:func:`cache_dims`); other unknown dimensions get ``default_dim``.
         also: more models whose operators inform the value ranges (e.g. the rewrite).
+
+    An input named ``attention_mask`` is all ones.
 
     Raises:
         InputError: an input's type or rank is not declared, or is a kind (map) that cannot
             be generated.
     """
-    dims = dict(dims or {})
+    dims = {**cache_dims(model, default_dim), **(dims or {})}
     rng = np.random.default_rng(seed)
     ranges = value_ranges([model, *also])
-    return {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
-                                 ranges.get(spec.name))
-            for spec in input_specs(model)}
+    feeds = {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
+                                  ranges.get(spec.name))
+             for spec in input_specs(model)}
+    for name, value in feeds.items():
+        if name.endswith(_MASK_NAMES) and isinstance(value, np.ndarray) \
+                and value.dtype.kind in "biuf":
+            feeds[name] = np.ones_like(value)
+    return feeds
 
 
 def _generate(name, tp: TypeProto, rng, dims, default_dim, value_range):

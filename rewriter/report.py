@@ -28,6 +28,7 @@ def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:
                 "description": r.description,
                 "runs": r.runs,
                 "confirmed": r.confirmed,
+                "confirmation": r.confirmation or None,
                 "findings": [f.as_dict() for f in r.findings],
                 "groups": [
                     {
@@ -56,8 +57,9 @@ def print_check(report: CheckReport, registry=None, stream=None) -> None:
     console.print(f"[bold]{escape(report.model_path)}[/bold]")
     for r in report.results:
         if r.runs:
-            how = " (confirmed by loading it)" if r.confirmed else " (static check)"
-            console.print(f"[green]✓[/green] {r.target}: every node runs{how}")
+            how = (f" (confirmed: {r.confirmation or 'loaded'})" if r.confirmed
+                   else " (static check)")
+            console.print(f"[green]✓[/green] {r.target}: every node runs{escape(how)}")
             continue
         groups = group_findings(r.findings, registry)
         console.print(

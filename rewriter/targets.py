@@ -397,17 +397,6 @@ def run_sets(run: Callable[[Mapping[str, Any]], Any], sets: Sequence[Mapping[str
     return first, False
 
 
-# Decoder exports (onnxruntime-genai's builder, Optimum) name the lengths of their KV cache
-# ("past_sequence_length", "total_sequence_length", "past_sequence_length + 1", ...): with
-# every symbolic dimension the same, the total would not be the past plus the new tokens and
-# any run fails on the inputs. A confirmation run gives them a decode step (one new token:
-# onnxruntime's GroupQueryAttention takes several with a past only for batch 1) after a past
-# of two, and an all-ones attention mask (random values are no mask a model expects).
-_PAST_LENGTH = 2
-_NEW_TOKENS = ("sequence_length", "seq_len", "sequence")  # named so beside a past length
-_MASK_NAMES = ("attention_mask",)
-
-
 # A confirmation runs the model on input sets of these seeds (same shapes, other values)
 # until one runs: a failure counts only when every set fails (an input generated as 0 where
 # the op wants a positive value fails on one set, not on all).
@@ -416,45 +405,17 @@ RUN_SEEDS = (0, 1, 2)
 
 def generated_feeds(model: ModelProto) -> tuple[list[dict] | None, str]:
     """Seeded input sets for a confirmation run (:func:`rewriter.inputs.generate_inputs`
-    with each of RUN_SEEDS; cache lengths that fit each other, attention masks of ones), or
-    None and why they cannot be generated (an input of unknown rank, a map...)."""
-    import numpy as np
-
-    from rewriter.inputs import DEFAULT_DIM, InputError, generate_inputs
+    with each of RUN_SEEDS: KV-cache lengths that fit each other, attention masks of ones),
+    or None and why they cannot be generated (an input of unknown rank, a map...)."""
+    from rewriter.inputs import InputError, generate_inputs
 
     sets = []
-    dims = cache_dims(model, DEFAULT_DIM)
     for seed in RUN_SEEDS:
         try:
-            feeds = generate_inputs(model, seed=seed, dims=dims)
+            sets.append(generate_inputs(model, seed=seed))
         except InputError as e:
             return None, f"not run: {e}"
-        for name, value in feeds.items():
-            if name.endswith(_MASK_NAMES) and isinstance(value, np.ndarray) \
-                    and value.dtype.kind in "biuf":
-                feeds[name] = np.ones_like(value)
-        sets.append(feeds)
     return sets, ""
-
-
-def cache_dims(model: ModelProto, default: int) -> dict[str, int]:
-    """Values for the symbolic dimensions of ``model``'s inputs that name KV-cache lengths,
-    when some input has a past length (``past...``): that, one new token
-    (``sequence_length``), the total (``total...``: past + new) and sums
-    (``past_sequence_length + 1``); other dimensions are left to ``default``."""
-    names = {d.dim_param for i in model.graph.input if i.type.HasField("tensor_type")
-             for d in i.type.tensor_type.shape.dim if d.dim_param}
-    dims = {n: _PAST_LENGTH for n in names if "past" in n.lower() and "+" not in n}
-    if not dims:
-        return {}
-    dims.update({n: 1 for n in names if n.lower() in _NEW_TOKENS})
-    for name in names:
-        if "+" in name:
-            terms = [t.strip() for t in name.split("+")]
-            dims[name] = sum(int(t) if t.isdigit() else dims.get(t, default) for t in terms)
-        elif "total" in name.lower():
-            dims[name] = _PAST_LENGTH + 1
-    return dims
 
 
 def model_size(model: ModelProto, base_dir) -> int:
