@@ -515,12 +515,10 @@ class OnnxRuntimeTarget(Target):
         outputs = [o.name for o in session.get_outputs()]
 
         def run(feeds):
-            given = {name: feeds[name] for name in inputs if name in feeds}
-            exotic = sorted(f"{n} ({v.dtype})" for n, v in given.items()
-                            if getattr(getattr(v, "dtype", None), "kind", "") == "V")
-            if exotic:  # ml_dtypes' bfloat16/float8 arrays
-                raise RuntimeError("onnxruntime's Python API takes no numpy arrays of "
-                                   f"{', '.join(exotic)}")
+            from rewriter_plugins.onnxruntime_feeds import as_ort_feed
+
+            # ml_dtypes' bfloat16/float8/4-bit arrays go in as OrtValues of their bits
+            given = {name: as_ort_feed(feeds[name]) for name in inputs if name in feeds}
             try:
                 values = session.run(None, given)
             except Exception as e:  # noqa: BLE001

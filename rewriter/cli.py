@@ -1,6 +1,7 @@
 """``onnx-rewriter``: inspect | check | rewrite | compare | run | plugins | ops.
 
-Exit codes: 0 ok (verified), 1 findings or mismatch, 2 bad input or usage, 3 unverified. Errors are one line on stderr; pass
+Exit codes: 0 ok (verified), 1 findings or mismatch, 2 bad input or usage, 3 unverified
+(docs/compare.md). Errors are one line on stderr; pass
 ``--debug`` for a traceback. Heavy imports happen inside commands so ``--help`` stays fast.
 """
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from rewriter.errors import EXIT_BAD_INPUT, RewriterError
 from rewriter.isolation import DEFAULT_TIMEOUT_S, Job, RunResult, shared_runner
-from rewriter.verdicts import EXIT_CODES, MISMATCH as MISMATCHED, UNVERIFIED, VERIFIED
+from rewriter.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED
+from rewriter.verdicts import MISMATCH as MISMATCHED
 
 if TYPE_CHECKING:
     from rewriter.localize import Localization

@@ -113,7 +113,9 @@ def runners_for(
                                   "error": f"cannot run it: {findings_text(findings)}"})
         return findings
 
-    wanted = (lambda name: base is None or base == name)
+    def wanted(name: str) -> bool:
+        return base is None or base == name
+
     ort_spec = only if base == ONNXRUNTIME else ONNXRUNTIME
     if wanted(ONNXRUNTIME) and ONNXRUNTIME in registry.targets:
         libraries = tuple(dict.fromkeys((*custom_op_libraries, *_extensions())))
@@ -207,13 +209,11 @@ def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
     all along a chain of such ops (``com.acme::Op`` feeding another, directly or through
     ops ``target`` types, contrib ops included): a walk of ``target`` types what it can,
     each kernel op with known input types declares its outputs, until nothing is learned."""
+    from onnx import ModelProto as Model
     from onnx import TensorProto, helper
 
     from rewriter.detect import find_unsupported
     from rewriter.kernels import element_type, load_kernel
-
-    from onnx import ModelProto as Model
-
     from rewriter.walk import iter_scopes
 
     registry = plugins.registry

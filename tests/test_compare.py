@@ -697,3 +697,14 @@ def test_a_model_computing_in_float16_is_compared_at_float16_tolerance():
     rounded = x.astype(np.float16).astype(np.float32)
     assert not compare_tensor("y", x, rounded, default_tolerance("float32")).ok
     assert compare_tensor("y", x, rounded, tolerances.for_value("y", np.float32)).ok
+
+
+def test_bfloat16_inputs_reach_onnxruntime(plugins):
+    """onnxruntime's Python API takes no numpy arrays of bfloat16: they go in as OrtValues
+    of their bits, so a model with a bfloat16 input is compared, not left unverified."""
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (bfloat16[4] x) => (float[4] y) { y = Cast <to: int = 1> (x) }""")
+    report = compare(model, model, ["onnxruntime"], plugins=plugins, original_target="onnxruntime")
+    assert report.verdict == "verified", report.summary()
+    assert report.inputs["shapes"] == {"x": "bfloat16[4]"}
