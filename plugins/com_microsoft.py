@@ -786,8 +786,10 @@ def _int8_blocks(b: Body, a: str, k: int, block: int, elem: int) -> str:
         x = b.op("Concat", x, pad, axis=-1)
     x = b.op("Reshape", x, b.op("Concat", lead, b.ints([blocks, block]), axis=0))
     float_zero = b.const(np.array(0.0), TensorProto.FLOAT)
-    scale = b.op("Div", b.reduce("ReduceMax", b.op("Abs", x), [-1]),
-                 b.const(np.array(127.0), TensorProto.FLOAT))
+    # the block's max |a| by TopK, whose form is the same at every opset from 11 (a
+    # ReduceMax of the model's opset may be one a lower target must not get)
+    largest, _ = b.op("TopK", b.op("Abs", x), b.ints([1]), outputs=2, axis=-1)
+    scale = b.op("Div", largest, b.const(np.array(127.0), TensorProto.FLOAT))
     scale = b.op("Where", b.op("Equal", scale, float_zero),
                  b.const(np.array(1.0), TensorProto.FLOAT), scale)
     x = b.op("Mul", b.op("Round", b.op("Div", x, scale)), scale)
