@@ -46,6 +46,27 @@ def as_ort_feed(value: Any) -> Any:
     return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, onnx_element_type=RAW_FEEDS[name])
 
 
+# outputs the Python API returns as the bits of their type (uint8 for float8e4m3fn, uint16
+# for bfloat16): read back as the ml_dtypes type they are
+_BITS_OUTPUTS = {"tensor(float8e4m3fn)": "float8_e4m3fn", "tensor(float8e4m3fnuz)":
+                 "float8_e4m3fnuz", "tensor(float8e5m2)": "float8_e5m2",
+                 "tensor(float8e5m2fnuz)": "float8_e5m2fnuz", "tensor(bfloat16)": "bfloat16"}
+
+
+def from_ort_output(value: Any, declared: str) -> Any:
+    """An output as the type the model declares (``declared``: onnxruntime's type string),
+    where the Python API gave its bits as unsigned integers."""
+    import numpy as np
+
+    kind = _BITS_OUTPUTS.get(declared)
+    if kind is None or not isinstance(value, np.ndarray) or value.dtype.kind != "u":
+        return value
+    import ml_dtypes
+
+    wanted = np.dtype(getattr(ml_dtypes, kind))
+    return value.view(wanted) if value.dtype.itemsize == wanted.itemsize else value
+
+
 def run_once(session, feeds: Mapping[str, Any]) -> list | None:
     """``session.run`` on ``feeds`` (bfloat16 and float8 arrays fed as OrtValues): the
     outputs, or None when the run happened but the Python API has no numpy type for some

@@ -513,9 +513,10 @@ class OnnxRuntimeTarget(Target):
                                ) from None
         inputs = [i.name for i in session.get_inputs()]
         outputs = [o.name for o in session.get_outputs()]
+        declared = [o.type for o in session.get_outputs()]
 
         def run(feeds):
-            from rewriter_plugins.onnxruntime_feeds import as_ort_feed
+            from rewriter_plugins.onnxruntime_feeds import as_ort_feed, from_ort_output
 
             # ml_dtypes' bfloat16/float8/4-bit arrays go in as OrtValues of their bits
             given = {name: as_ort_feed(feeds[name]) for name in inputs if name in feeds}
@@ -524,7 +525,8 @@ class OnnxRuntimeTarget(Target):
             except Exception as e:  # noqa: BLE001
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise RuntimeError(_clean_ort_message(first)) from None
-            return dict(zip(outputs, values))
+            return {name: from_ort_output(value, kind)
+                    for name, value, kind in zip(outputs, values, declared)}
 
         return run
 

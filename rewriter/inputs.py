@@ -33,7 +33,7 @@ INT_RANGE = (0, 3)  # small and non-negative: indices, counts and axes stay in r
 _POSITIVE = (0.5, 2.0)
 _UNIT = (-0.9, 0.9)
 _ABOVE_ONE = (1.1, 3.0)
-_FIRST_INDEX = (0.0, 0.0)  # integers: 0 only
+_FIRST_INDEX = _ZERO = (0.0, 0.0)  # 0 only
 # (domain, op) -> {input index: range} where the op is only meaningful on that range
 _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     ("", "Log"): {0: _POSITIVE},
@@ -46,6 +46,13 @@ _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     ("", "Acos"): {0: _UNIT},
     ("", "Atanh"): {0: _UNIT},
     ("", "Acosh"): {0: _ABOVE_ONE},
+    # quantization scales are positive (a negative or tiny one saturates every value, where
+    # runtimes differ: onnxruntime's float8 saturation is not the reference evaluator's)
+    # and zero points 0 (float8 ones must be: runtimes read others differently)
+    ("", "QuantizeLinear"): {1: _POSITIVE, 2: _ZERO},
+    ("", "DequantizeLinear"): {1: _POSITIVE, 2: _ZERO},
+    ("com.microsoft", "QuantizeLinear"): {1: _POSITIVE, 2: _ZERO},
+    ("com.microsoft", "DequantizeLinear"): {1: _POSITIVE, 2: _ZERO},
     # an index into another input's first dimension, whose size is unknown here: 0 is valid
     ("", "RoiAlign"): {2: _FIRST_INDEX},
     ("com.microsoft", "RoiAlign"): {2: _FIRST_INDEX},
@@ -437,6 +444,11 @@ def check_feeds(feeds: Mapping[str, Any], model: ModelProto, where: str = "input
 
 def _tensor_problem(value: Any, tp: TypeProto) -> str | None:
     """Why ``value`` does not fit a declared tensor type (element type, rank), or None."""
+    if isinstance(value, TensorProto):  # types numpy has none for (float8 test data)
+        if value.data_type != tp.tensor_type.elem_type and tp.tensor_type.elem_type:
+            return (f"{TensorProto.DataType.Name(value.data_type).lower()} values, the model "
+                    f"declares {TensorProto.DataType.Name(tp.tensor_type.elem_type).lower()}")
+        return None
     if not isinstance(value, np.ndarray) and not np.isscalar(value):
         return f"a {type(value).__name__}, the model declares a tensor"
     array = np.asarray(value)

@@ -708,3 +708,15 @@ def test_bfloat16_inputs_reach_onnxruntime(plugins):
     report = compare(model, model, ["onnxruntime"], plugins=plugins, original_target="onnxruntime")
     assert report.verdict == "verified", report.summary()
     assert report.inputs["shapes"] == {"x": "bfloat16[4]"}
+
+
+def test_float8_outputs_of_onnxruntime_are_read_as_float8(plugins):
+    """onnxruntime's Python API returns float8 outputs as their bits (uint8): compared as
+    such they would differ from the reference evaluator's values by up to ~190."""
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float[5] x) => (float8e4m3fn[5] y) { y = Cast <to: int = 17> (x) }""")
+    report = compare(model, model, ["onnxruntime"], plugins=plugins,
+                     original_target="reference")
+    assert report.verdict == "verified", report.summary()
+    assert report.targets[0].outputs[0].actual_dtype == "float8_e4m3fn"
