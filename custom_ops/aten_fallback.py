@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 _UNSET = -(1 << 62)  # an int attribute the node did not give
 _FLOATS = ("float", "double", "float16")

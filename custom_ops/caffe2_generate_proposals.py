@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 BBOX_XFORM_CLIP = np.float32(math.log(1000.0 / 16.0))
 

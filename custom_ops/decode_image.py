@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from rewriter_custom_ops._images import decode
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 @_kernel(signatures=["uint8 -> uint8"], attributes={"color_space": "bgr"},

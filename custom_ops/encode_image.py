@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from rewriter_custom_ops._images import encode
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 @_kernel(signatures=["uint8 -> uint8"], attributes={"format": "png", "color_space": "bgr"},

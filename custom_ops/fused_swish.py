@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 @_kernel(signatures=["float -> float", "double -> double"], attributes={"alpha": 1.0})

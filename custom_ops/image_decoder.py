@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from rewriter_custom_ops._images import decode
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 _MODES = {"RGB": "RGB", "BGR": "BGR", "Grayscale": "L"}
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 F32 = np.float32
 

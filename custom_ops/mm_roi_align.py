@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 F32 = np.float32
 

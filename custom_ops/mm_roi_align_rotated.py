@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from rewriter_custom_ops.mm_roi_align import bilinear_sample, bin_offsets, grid_size, pool
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 F32 = np.float32
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from rewriter_custom_ops.mm_deform_conv import deform_conv2d
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 def _explicit_padding(node) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 _RANGES = ((0x41, 0x5A), (0xC0, 0xD6), (0xD8, 0xDE), (0x399, 0x39D), (0x39F, 0x3A0),
            (0x410, 0x42F), (0x1F08, 0x1F68))

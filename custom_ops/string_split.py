@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 def split(s: str, delimiter: str, skip_empty: bool) -> list[str]:

@@ -9,7 +9,7 @@ import numpy as np
 from rewriter_custom_ops._color import resize_bicubic, saturate_u8, ycrcb_to_bgr
 from rewriter_custom_ops._images import encode
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 @_kernel(signatures=["float, float, float -> uint8"], requires=("PIL",))

@@ -8,7 +8,7 @@ import numpy as np
 from rewriter_custom_ops._color import bgr_to_ycrcb
 from rewriter_custom_ops._images import decode
 
-from rewriter.kernels import kernel as _kernel
+from rewriter.plugin import kernel as _kernel
 
 
 @_kernel(signatures=["uint8 -> float, float, float"], requires=("PIL",))

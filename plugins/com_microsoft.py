@@ -90,11 +90,17 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import AttributeProto, FunctionProto, TensorProto, helper, numpy_helper
 
-from rewriter import hookimpl
-from rewriter.bodies import Declined, FunctionBuilder, declining, typed_tensor
-from rewriter.bodies import present as _present
-from rewriter.kernels import kernel
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import (
+    Arg,
+    Declined,
+    FunctionBuilder,
+    OpSample,
+    declining,
+    hookimpl,
+    kernel,
+    typed_tensor,
+)
+from rewriter.plugin import present as _present
 
 DOMAIN = "com.microsoft"
 # The oldest ai.onnx opset each family of bodies is written for (the builders emit the

@@ -85,10 +85,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper
 
-from rewriter.bodies import FunctionBuilder
-from rewriter.bodies import present as _present
-from rewriter.kernels import kernel
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, FunctionBuilder, OpSample, kernel
+from rewriter.plugin import present as _present
 
 DOMAIN = "com.microsoft"
 # Range (11) for the causal and padding masks; Unsqueeze/Squeeze/Split switch between

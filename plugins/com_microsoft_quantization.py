@@ -44,8 +44,8 @@ from rewriter_plugins.com_microsoft_attention import (
     embed_layer_norm_body,
 )
 
-from rewriter.bodies import present as _present
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, OpSample
+from rewriter.plugin import present as _present
 
 DOMAIN = "com.microsoft"
 # Round/Clip with inputs (11) for the dynamic quantization; MatMulInteger from 10; the

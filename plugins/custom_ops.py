@@ -10,7 +10,7 @@ runs natively.
 
 from __future__ import annotations
 
-from rewriter import hookimpl
+from rewriter.plugin import hookimpl
 
 CONTRIB = "ai.onnx.contrib"
 EXT = "com.microsoft.extensions"

@@ -21,9 +21,7 @@ which runs Bernoulli by expanding that body, gives 0 for p = 1.)
 
 from __future__ import annotations
 
-from rewriter import hookimpl
-from rewriter.functions import DecompositionContext
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, DecompositionContext, OpSample, hookimpl
 
 # ops whose backend cases cannot be the oracle, with what checks them instead
 _OWN_ORACLES = {
@@ -59,7 +57,7 @@ def function_ops() -> list[tuple[str, str, int]]:
 def lower_to_function_body(ctx: DecompositionContext):
     """The spec's own body for this node at the model's opset (None when it has none or
     it cannot be built for these types)."""
-    from rewriter.schemas import BodyUnavailable, schema_function_body
+    from rewriter.plugin import BodyUnavailable, schema_function_body
 
     try:
         body = schema_function_body(ctx.node, ctx.opset, ctx.input_types, ctx.declared)

@@ -73,10 +73,8 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter import hookimpl
-from rewriter.bodies import FunctionBuilder, declining
-from rewriter.bodies import present as _present
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, FunctionBuilder, OpSample, declining, hookimpl
+from rewriter.plugin import present as _present
 
 DOMAIN = "onnx-lowering"
 NO_IMPORT_OPSET = 17

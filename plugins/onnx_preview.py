@@ -60,10 +60,7 @@ from collections.abc import Iterable
 import numpy as np
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TensorProto, helper
 
-from rewriter import hookimpl
-from rewriter.bodies import FunctionBuilder
-from rewriter.functions import DecompositionContext
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, DecompositionContext, FunctionBuilder, OpSample, hookimpl
 
 PREVIEW = "ai.onnx.preview"
 TRAINING = "ai.onnx.preview.training"

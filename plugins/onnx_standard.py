@@ -23,10 +23,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter import hookimpl
-from rewriter.bodies import FunctionBuilder
-from rewriter.bodies import present as _present
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, FunctionBuilder, OpSample, hookimpl
+from rewriter.plugin import present as _present
 
 BITCAST_OPSETS = (26, None)  # BitCast is new in opset 26
 DEQUANTIZE_OPSETS = (10, 18)  # the reference evaluator has DequantizeLinear from 19

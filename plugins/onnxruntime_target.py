@@ -17,31 +17,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from rewriter import hookimpl
-from rewriter.errors import TargetError
-from rewriter.schemas import (
-    BodyUnavailable,
-    OpSchema,
-    SchemaIndex,
-    onnxruntime_schemas,
-    schema_function_body,
-    type_proto,
-)
-from rewriter.targets import (
+from rewriter.plugin import (
     RUN_BY_DEFAULT_BELOW,
+    BodyUnavailable,
     Confirmation,
     Finding,
     NodeQuery,
+    OpSchema,
+    SchemaIndex,
     Target,
+    TargetError,
     TargetOptions,
+    bind_type_params,
     confirm_in_child,
     generated_feeds,
+    hookimpl,
+    infer_node_outputs,
     model_size,
+    normalize_domain,
+    onnxruntime_schemas,
     opset_import_findings,
+    opset_map,
     schema_arity_problem,
+    schema_function_body,
+    type_proto,
 )
-from rewriter.typeinfer import bind_type_params, infer_node_outputs
-from rewriter.walk import normalize_domain, opset_map
 
 CPU = "CPUExecutionProvider"
 CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
@@ -156,14 +156,13 @@ class OnnxRuntimeTarget(Target):
         that the installed plugins provide, and the custom-op libraries it needs, so that
         its retargeted nodes are checked by real sessions like any custom op. Returns what
         is missing (None: nothing)."""
-        from rewriter.errors import RewriterError
-        from rewriter.kernels import read_needs
+        from rewriter.plugin import RewriterError, read_needs
 
         libraries = list(self._given_libraries)
         problem = None
         try:
             if read_needs(model):
-                from rewriter.runtime import prepare_kernels
+                from rewriter.plugin import prepare_kernels
 
                 libraries += prepare_kernels(model, self._registry())
         except RewriterError as e:
@@ -181,8 +180,7 @@ class OnnxRuntimeTarget(Target):
         library: register what the remedy needs and ask a one-node session."""
         import importlib.util
 
-        from rewriter.errors import RewriterError
-        from rewriter.kernels import EXTENSIONS, library_path, register_onnxruntime
+        from rewriter.plugin import EXTENSIONS, RewriterError, library_path, register_onnxruntime
 
         if importlib.util.find_spec("onnxruntime_extensions") is None:
             return "onnxruntime-extensions is not installed"
@@ -453,8 +451,7 @@ class OnnxRuntimeTarget(Target):
         """Build a real session in a child process and, for models up to
         RUN_BY_DEFAULT_BELOW bytes, run it once on generated inputs (a crash is an answer,
         not our crash). Cached per model bytes and folder."""
-        from rewriter.errors import RewriterError
-        from rewriter.kernels import read_needs
+        from rewriter.plugin import RewriterError, read_needs
 
         data = model.SerializeToString()
         key = (hashlib.sha256(data).digest(), str(base_dir), self.libraries)
@@ -504,7 +501,7 @@ class OnnxRuntimeTarget(Target):
         for lib in self.libraries:
             so.register_custom_ops_library(lib)
         try:
-            from rewriter.runtime import KernelSession  # re-raises Python kernel errors
+            from rewriter.plugin import KernelSession
 
             session = KernelSession(model.SerializeToString(), so, providers=[self.provider])
         except Exception as e:  # noqa: BLE001 - say it without onnxruntime's boilerplate

@@ -34,18 +34,18 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from rewriter import hookimpl
-from rewriter.errors import TargetError
-from rewriter.targets import (
+from rewriter.plugin import (
     RUN_BY_DEFAULT_BELOW,
     Confirmation,
     Finding,
     NodeQuery,
     Target,
+    TargetError,
     TargetOptions,
     child_says,
     confirm_in_child,
     generated_feeds,
+    hookimpl,
     model_size,
     run_sets,
 )
@@ -276,7 +276,7 @@ class OpenVINOTarget(Target):
     def schemas(self):
         """onnxruntime's schema registry: onnx's plus the contrib domains (com.microsoft),
         whose output types the walk then knows."""
-        from rewriter.schemas import onnxruntime_schemas
+        from rewriter.plugin import onnxruntime_schemas
 
         return onnxruntime_schemas()
 
@@ -314,7 +314,7 @@ class OpenVINOTarget(Target):
         costs 2-5 ms per node, probes with the cache far less on big models) and
         CONFIRM_BY_DEFAULT_BELOW bytes, without external data (their weights are not at hand
         here); a failure leaves it to the probes."""
-        from rewriter.walk import iter_tensors
+        from rewriter.plugin import iter_tensors
 
         if not self.model_fast_path or len(model.graph.node) > _WHOLE_MODEL_MAX_NODES:
             return False
@@ -388,7 +388,7 @@ class OpenVINOTarget(Target):
         ``guess`` (rank, dimension or None), an input of unknown rank gets that shape."""
         from onnx import helper
 
-        from rewriter.schemas import type_proto
+        from rewriter.plugin import type_proto
 
         candidates = [query.declared.get(name)]
         if not in_body:
@@ -421,7 +421,7 @@ class OpenVINOTarget(Target):
         guessed). The model is only built on a cache miss."""
         from onnx import TensorProto, helper
 
-        from rewriter.walk import outer_references
+        from rewriter.plugin import outer_references
 
         node = query.node
         constants = dict(query.constants) if in_body else self._constants
@@ -508,7 +508,7 @@ class OpenVINOTarget(Target):
         lacks something or when onnxruntime runs the same model on the same inputs; an
         error naming an operation OpenVINO made is pointed at the node it lies in. Cached
         per model bytes and folder."""
-        from rewriter.walk import iter_nodes
+        from rewriter.plugin import iter_nodes
 
         try:
             check_external_data(model, base_dir)
@@ -762,7 +762,7 @@ def _inferred_shapes(model) -> dict:
     """Every value's TypeProto with its shape, from onnx's shape inference (all graphs)."""
     from onnx import shape_inference
 
-    from rewriter.walk import iter_scopes
+    from rewriter.plugin import iter_scopes
 
     try:
         inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
@@ -783,7 +783,7 @@ def _openvino_shapes(model) -> dict:
     """Value name -> dimensions (None where dynamic) as OpenVINO's partial conversion infers
     them: it knows the shapes of the contrib ops it converts, where onnx's inference stops.
     Empty when the model has external data or the partial conversion fails."""
-    from rewriter.walk import iter_tensors
+    from rewriter.plugin import iter_tensors
 
     if any(_external(t) for _, t in iter_tensors(model)):
         return {}
@@ -808,7 +808,7 @@ def check_external_data(model, base_dir) -> None:
     """Raise ValueError when an external-data location of ``model`` leaves ``base_dir``
     (OpenVINO reads them relative to the working directory, which is set to ``base_dir``
     while it loads the model: see :func:`in_folder`)."""
-    from rewriter.walk import iter_tensors
+    from rewriter.plugin import iter_tensors
 
     base = Path(base_dir if base_dir is not None else os.getcwd()).resolve()
     for _, tensor in iter_tensors(model):

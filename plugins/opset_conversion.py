@@ -54,11 +54,22 @@ from onnx import (
     numpy_helper,
 )
 
-from rewriter import hookimpl
-from rewriter.functions import REMEDY_DOMAIN, retarget, specialise, splice
-from rewriter.passes import PassContext, RewritePass
-from rewriter.targets import Finding, NodeQuery, Target
-from rewriter.walk import iter_scopes, normalize_domain, opset_map, outer_references
+from rewriter.plugin import (
+    REMEDY_DOMAIN,
+    Finding,
+    NodeQuery,
+    PassContext,
+    RewritePass,
+    Target,
+    hookimpl,
+    iter_scopes,
+    normalize_domain,
+    opset_map,
+    outer_references,
+    retarget,
+    specialise,
+    splice,
+)
 
 #: domains this pass converts (other domains are left alone)
 CONVERTIBLE = ("", "ai.onnx.ml")
@@ -1256,8 +1267,7 @@ class Converter:
         return out
 
     def _function_body(self, node: NodeProto, opsets, env: Env, version: int):
-        from rewriter.schemas import BodyUnavailable, schema_function_body, type_proto
-        from rewriter.typeinfer import type_string
+        from rewriter.plugin import BodyUnavailable, schema_function_body, type_proto, type_string
 
         domain = normalize_domain(node.domain)
         type_strings = [type_string(env.types[n]) if n in env.types else None
@@ -1538,8 +1548,7 @@ def _seed_subgraph_types(node: NodeProto, env: Env) -> None:
 def _formal_problem(node: NodeProto, schema, domain: str, version: int, env: Env) -> str | None:
     """For nodes with subgraphs (If, Loop, Scan): attributes, arity and the types of inputs
     and of the subgraphs' inputs and outputs against the older schema."""
-    from rewriter.schemas import onnx_schemas
-    from rewriter.typeinfer import type_string
+    from rewriter.plugin import onnx_schemas, type_string
 
     for a in node.attribute:
         if a.name not in schema.attributes:
@@ -1703,7 +1712,7 @@ class _ModelFacts:
     """What conversions may look at: small constants and value types with shapes."""
 
     def __init__(self, model: ModelProto) -> None:
-        from rewriter.typeinfer import declared_protos
+        from rewriter.plugin import declared_protos
 
         self.constants: dict[str, np.ndarray] = {}
         self.types: dict[str, TypeProto] = {}
@@ -1922,7 +1931,7 @@ class OpsetConversionPass(RewritePass):
                 outputs, attrs)
 
     def _convert(self, node, opsets, input_types, to, facts: _ModelFacts) -> Conversion:
-        from rewriter.schemas import type_proto
+        from rewriter.plugin import type_proto
 
         types: dict[str, TypeProto] = {}
         constants: dict[str, np.ndarray] = {}
@@ -2015,7 +2024,7 @@ class OpsetConversionPass(RewritePass):
     def _older_opset_for_targets(self, model: ModelProto, ctx: PassContext) -> dict[str, int]:
         """The opsets to convert to so that every node a target lacks at its version runs
         at an older one (the lowest such opset over all findings; {} when none)."""
-        from rewriter.detect import find_unsupported
+        from rewriter.plugin import find_unsupported
 
         best: dict[str, int] = {}
         for target in ctx.targets:
@@ -2066,7 +2075,7 @@ class OpsetConversionPass(RewritePass):
     # running -----------------------------------------------------------------------------
 
     def run(self, model: ModelProto, ctx: PassContext) -> ModelProto | None:
-        from rewriter.detect import find_unsupported
+        from rewriter.plugin import find_unsupported
 
         self.prepare(model, ctx)
         up = self._raise_to(ctx)

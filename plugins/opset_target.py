@@ -7,10 +7,15 @@ introduced after N.
 
 from __future__ import annotations
 
-from rewriter import hookimpl
-from rewriter.errors import TargetError
-from rewriter.schemas import onnx_schemas
-from rewriter.targets import Finding, NodeQuery, Target, TargetOptions
+from rewriter.plugin import (
+    Finding,
+    NodeQuery,
+    Target,
+    TargetError,
+    TargetOptions,
+    hookimpl,
+    onnx_schemas,
+)
 
 MIN_OPSET = 1
 
@@ -35,7 +40,7 @@ class OpsetTarget(Target):
         self.description = f"a runtime implementing ai.onnx up to opset {max_opset}"
 
     def check_model(self, model):
-        from rewriter.targets import opset_import_findings
+        from rewriter.plugin import opset_import_findings
 
         return opset_import_findings(self.name, model, self.max_versions, ("", "ai.onnx.ml"))
 

@@ -16,7 +16,7 @@ differently (up to 56 levels apart on the ONNX spec's test image), and ai.onnx::
 
 from __future__ import annotations
 
-from rewriter import hookimpl
+from rewriter.plugin import hookimpl
 
 CONTRIB = "ai.onnx.contrib"
 EXT = "com.microsoft.extensions"

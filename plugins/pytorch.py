@@ -92,9 +92,8 @@ from typing import Any
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter import hookimpl
-from rewriter.bodies import FunctionBuilder
-from rewriter.bodies import present as _present
+from rewriter.plugin import FunctionBuilder, hookimpl
+from rewriter.plugin import present as _present
 
 ATEN_DOMAIN = "org.pytorch.aten"
 MS_DOMAIN = "com.microsoft"

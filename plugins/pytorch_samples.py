@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, OpSample
 
 _ORACLE = "rewriter_plugins.pytorch_samples:torch_oracle"
 

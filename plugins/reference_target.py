@@ -7,20 +7,20 @@ up to 1 MiB, runs it once on generated inputs (in process: it is Python).
 
 from __future__ import annotations
 
-from rewriter import hookimpl
-from rewriter.schemas import onnx_schemas
-from rewriter.targets import (
+from rewriter.plugin import (
     Confirmation,
     Finding,
     NodeQuery,
     Target,
     TargetOptions,
     generated_feeds,
+    hookimpl,
     model_size,
+    normalize_domain,
+    onnx_schemas,
     opset_import_findings,
     run_sets,
 )
-from rewriter.walk import normalize_domain
 
 CONFIRM_BY_DEFAULT_BELOW = 20 * 2**20
 # The evaluator is numpy one node at a time, in process: confirmations run models up to this
@@ -62,8 +62,7 @@ class ReferenceTarget(Target):
     def _use_kernels(self, model) -> str | None:
         """Python kernels a rewritten model's metadata lists become extra ops (OpRun
         classes) when the installed plugins provide them; returns what is missing."""
-        from rewriter.errors import RewriterError
-        from rewriter.kernels import read_needs, reference_ops
+        from rewriter.plugin import RewriterError, read_needs, reference_ops
 
         ops, problem = list(self._given_ops), None
         try:
@@ -172,7 +171,7 @@ class ReferenceTarget(Target):
         from onnx import ModelProto
         from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
-        from rewriter.walk import iter_tensors
+        from rewriter.plugin import iter_tensors
 
         problem = self._use_kernels(model)  # kernels a rewritten model lists
         if problem:

@@ -54,10 +54,8 @@ import math
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter import hookimpl
-from rewriter.bodies import FunctionBuilder
-from rewriter.bodies import present as _present
-from rewriter.registry import Arg, OpSample
+from rewriter.plugin import Arg, FunctionBuilder, OpSample, hookimpl
+from rewriter.plugin import present as _present
 
 DOMAINS = ("", "TRT", "trt.plugins")
 BODY_DOMAIN = "trt"  # the domain of the bodies' FunctionProtos

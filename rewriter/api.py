@@ -9,57 +9,15 @@ from typing import TYPE_CHECKING, Any
 from onnx import ModelProto
 
 from rewriter.detect import CheckReport, TargetResult, confirm_model, find_unsupported
-from rewriter.errors import OutputError, TargetError
-from rewriter.io import LoadedModel, load_model
+from rewriter.errors import OutputError
+from rewriter.io import LoadedModel, as_loaded
 from rewriter.manager import Plugins, load_plugins
-from rewriter.targets import Target, TargetOptions
+from rewriter.targets import TargetOptions, resolve_targets
 
 if TYPE_CHECKING:
     from rewriter.pipeline import RewriteResult
 
 ModelLike = str | os.PathLike | ModelProto | LoadedModel
-
-
-def as_loaded(model: ModelLike) -> LoadedModel:
-    """A LoadedModel from a path (safely loaded), a ModelProto or a LoadedModel."""
-    if isinstance(model, LoadedModel):
-        return model
-    if isinstance(model, ModelProto):
-        from pathlib import Path
-
-        return LoadedModel(model=model, path=Path("<in-memory model>"), file_size=model.ByteSize())
-    return load_model(model)
-
-
-def resolve_targets(
-    plugins: Plugins, names: Sequence[str], options: TargetOptions | None = None
-) -> list[Target]:
-    """Instantiate targets by name (``onnxruntime``, ``opset:13``, ``onnxruntime:CUDA``)."""
-    options = options or TargetOptions()
-    if options.plugins is None:  # targets that run kernels look them up here
-        options.plugins = plugins
-    targets = []
-    for spec in names:
-        name, _, argument = spec.partition(":")
-        entry = plugins.registry.targets.get(name)
-        if entry is None:
-            known = ", ".join(sorted(plugins.registry.targets)) or "none"
-            raise TargetError(f"unknown target {spec!r}; installed targets: {known}")
-        try:
-            target = entry.factory(argument or None, options)
-        except TargetError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a factory failing is the plugin's fault
-            raise plugins.registry.plugin_error(
-                entry.plugin, f"target {spec!r} could not be created: {type(e).__name__}: {e}"
-            ) from e
-        if not isinstance(target, Target):
-            raise plugins.registry.plugin_error(
-                entry.plugin, f"target {spec!r}: factory returned {type(target).__name__}, "
-                "not a rewriter.targets.Target"
-            )
-        targets.append(target)
-    return targets
 
 
 def check(

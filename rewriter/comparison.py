@@ -544,22 +544,6 @@ def _where(t: TargetComparison) -> str:
         else t.target
 
 
-# -- kernels for the reference evaluator ---------------------------------------------------
-
-
-def plugin_reference_ops(plugins: Plugins, model=None) -> list[type]:
-    """``OpRun`` classes for the ops of ``model`` that installed plugins' kernels implement
-    (through :func:`rewriter.kernels.reference_ops`), so the reference evaluator can run an
-    original model's proprietary ops. Empty when the kernels module is absent."""
-    if model is None:
-        return []
-    try:
-        from rewriter.kernels import reference_ops
-    except ImportError:
-        return []
-    return list(reference_ops(model, plugins.registry))
-
-
 # -- the comparison ------------------------------------------------------------------------
 
 
@@ -641,7 +625,6 @@ def compare(
         TargetError: a target name is unknown.
         ModelError: a model file cannot be loaded.
     """
-    from rewriter.api import as_loaded, resolve_targets
     from rewriter.inputs import (
         InputError,
         check_feeds,
@@ -649,9 +632,10 @@ def compare(
         generate_inputs,
         save_feed_sets,
     )
+    from rewriter.io import as_loaded
     from rewriter.manager import load_plugins
     from rewriter.oracles import Runner, after_refusal, runners_for
-    from rewriter.targets import TargetOptions
+    from rewriter.targets import TargetOptions, resolve_targets
 
     start = time.perf_counter()
     plugins = plugins or load_plugins()

@@ -586,3 +586,14 @@ def _with_locations(model: ModelProto, renames: dict[str, str]) -> ModelProto:
 
 def external_locations(tensors: Iterable[TensorProto]) -> set[str]:
     return {external_data_fields(t).get("location", "") for t in tensors if uses_external_data(t)}
+
+
+def as_loaded(model) -> LoadedModel:
+    """A LoadedModel from a path (safely loaded), a ModelProto or a LoadedModel."""
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, ModelProto):
+        from pathlib import Path
+
+        return LoadedModel(model=model, path=Path("<in-memory model>"), file_size=model.ByteSize())
+    return load_model(model)

@@ -392,15 +392,14 @@ class _Worker:
     def target(self, job: Job, model):
         """The job's target; the reference evaluator gets the job's OpRuns and those the
         installed plugins' kernels provide for this model's ops."""
-        from rewriter.api import resolve_targets
-        from rewriter.comparison import plugin_reference_ops
-        from rewriter.targets import TargetOptions
+        from rewriter.kernels import reference_ops
+        from rewriter.targets import TargetOptions, resolve_targets
 
         plugin_key = (tuple(job.plugin_specs), bool(job.autoload))
         plugins = self.plugins(*plugin_key)
         kernel_ops = ()
         if job.target.partition(":")[0] == "reference":  # built per model: not cached
-            kernel_ops = tuple(plugin_reference_ops(plugins, model))
+            kernel_ops = tuple(reference_ops(model, plugins.registry))
         key = (plugin_key, job.target, job.custom_op_libraries, job.reference_ops)
         if kernel_ops or key not in self._targets:
             options = TargetOptions(custom_op_libraries=job.custom_op_libraries, confirm=False,

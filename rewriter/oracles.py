@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from onnx import ModelProto
 
@@ -87,8 +87,7 @@ def runners_for(
         return chain
 
     def target(spec: str, libraries=None, **options):
-        from rewriter.api import resolve_targets
-        from rewriter.targets import TargetOptions
+        from rewriter.targets import TargetOptions, resolve_targets
 
         given = tuple(custom_op_libraries) if libraries is None else libraries
         opts = TargetOptions(custom_op_libraries=given, confirm=False, plugins=plugins,
@@ -130,7 +129,9 @@ def runners_for(
         consider(OPENVINO, only if base == OPENVINO else OPENVINO, model)
     if wanted(REFERENCE) and REFERENCE in registry.targets:
         try:
-            ops = tuple(reference_ops) + tuple(_plugin_reference_ops(plugins, model))
+            from rewriter.kernels import reference_ops as plugin_kernels
+
+            ops = tuple(reference_ops) + tuple(plugin_kernels(model, plugins.registry))
         except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be imported
             chain.entries.append({"target": REFERENCE, "status": "skipped",
                                   "error": f"{type(e).__name__}: {e}"})
@@ -174,10 +175,9 @@ def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
     """``model`` with every node ``spec`` cannot run, and the nodes ``refused`` names (node
     name -> its (domain, op_type)), retargeted to a plugin kernel (the engine, restricted to
     kernel remedies), or None and why not."""
-    from rewriter.api import resolve_targets
     from rewriter.errors import RewriterError
     from rewriter.pipeline import rewrite_proto
-    from rewriter.targets import TargetOptions
+    from rewriter.targets import TargetOptions, resolve_targets
 
     registry = plugins.registry
     if not registry.kernels and not registry.natives:
@@ -277,12 +277,6 @@ def findings_text(findings, limit: int = 3) -> str:
     if len(groups) > limit:
         parts.append(f"and {len(groups) - limit} more")
     return "; ".join(parts)
-
-
-def _plugin_reference_ops(plugins: Plugins, model: ModelProto) -> list[Any]:
-    from rewriter.kernels import reference_ops
-
-    return list(reference_ops(model, plugins.registry))
 
 
 def _extensions() -> tuple[str, ...]:

@@ -187,12 +187,14 @@ class Target:
     confirm_option: bool | None = None  # TargetOptions.confirm (--confirm / --no-confirm)
 
     def _registry(self):
-        """The registry of the run's plugins (loaded on first use when none were given):
-        targets that run custom kernels look up the kernels a model's metadata lists."""
+        """The registry of the run's plugins: targets that run custom kernels look up the
+        kernels a model's metadata lists. A target never loads plugins itself (the caller
+        does, and passes them down through :func:`resolve_targets`)."""
         if self.plugins is None:
-            from rewriter.manager import load_plugins
+            from rewriter.errors import RewriterError
 
-            self.plugins = load_plugins()
+            raise RewriterError(f"target {self.name!r} was made without the run's plugins: "
+                                "make it with rewriter.targets.resolve_targets(plugins, ...)")
         return self.plugins.registry
     # Highest opset version of each domain the runtime implements ({"": 13} for ai.onnx up
     # to 13), when it has such a ceiling; an opset-conversion pass lowers models to it.
@@ -484,3 +486,37 @@ def confirm_in_child(target: Target, runtime: str, argv: list[str], payload: byt
         return Confirmation(note=f"{crash} while running it on generated inputs")
     return Confirmation(crash.replace(" crashed", " crashed while loading the model", 1),
                         "load")
+
+
+def resolve_targets(
+    plugins, names: Sequence[str], options: TargetOptions | None = None
+) -> list[Target]:
+    """Instantiate targets by name (``onnxruntime``, ``opset:13``, ``onnxruntime:CUDA``)
+    from loaded ``plugins`` (:class:`rewriter.manager.Plugins`)."""
+    from rewriter.errors import TargetError
+
+    options = options or TargetOptions()
+    if options.plugins is None:  # targets that run kernels look them up here
+        options.plugins = plugins
+    targets = []
+    for spec in names:
+        name, _, argument = spec.partition(":")
+        entry = plugins.registry.targets.get(name)
+        if entry is None:
+            known = ", ".join(sorted(plugins.registry.targets)) or "none"
+            raise TargetError(f"unknown target {spec!r}; installed targets: {known}")
+        try:
+            target = entry.factory(argument or None, options)
+        except TargetError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a factory failing is the plugin's fault
+            raise plugins.registry.plugin_error(
+                entry.plugin, f"target {spec!r} could not be created: {type(e).__name__}: {e}"
+            ) from e
+        if not isinstance(target, Target):
+            raise plugins.registry.plugin_error(
+                entry.plugin, f"target {spec!r}: factory returned {type(target).__name__}, "
+                "not a rewriter.targets.Target"
+            )
+        targets.append(target)
+    return targets

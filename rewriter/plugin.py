@@ -1,0 +1,141 @@
+"""The plugin API, version 1.0: everything a plugin may use, and nothing else.
+
+A plugin (a module registered under the ``onnx_rewriter`` entry-point group, or given with
+``-p``) imports only from here; the built-in plugins do too (``tests/test_layers.py`` fails
+on any other import from ``rewriter``). ``docs/plugins.md`` is the guide.
+
+Stable (API 1.0): the hook marker and the registration hooks' registries; authoring
+decompositions (``DecompositionContext``, ``Declined``, ``FunctionBuilder`` and its helpers,
+``OpSample``/``Arg`` to declare an oracle's samples); kernels (``kernel``); the errors.
+
+Provisional (for target and pass authors; may change in a minor version): ``Target`` and what
+a target works with (``Finding``, ``NodeQuery``, ``TargetOptions``, confirmation helpers), the
+schema and type helpers, graph walking, ``RewritePass``/``PassContext`` and the splice
+primitives passes use, the kernel runtime adapters.
+"""
+
+from __future__ import annotations
+
+from rewriter.bodies import Declined, FunctionBuilder, declining, present, typed_tensor
+from rewriter.detect import find_unsupported
+from rewriter.errors import PluginError, RewriterError, TargetError
+from rewriter.functions import (
+    REMEDY_DOMAIN,
+    DecompositionContext,
+    retarget,
+    specialise,
+    splice,
+)
+from rewriter.hookspecs import hookimpl
+from rewriter.kernels import (
+    EXTENSIONS,
+    kernel,
+    library_path,
+    read_needs,
+    reference_ops,
+    register_onnxruntime,
+)
+from rewriter.passes import PassContext, RewritePass
+from rewriter.registry import Arg, OpSample
+from rewriter.runtime import KernelSession, prepare_kernels
+from rewriter.schemas import (
+    BodyUnavailable,
+    OpSchema,
+    SchemaIndex,
+    onnx_schemas,
+    onnxruntime_schemas,
+    schema_function_body,
+    type_proto,
+)
+from rewriter.targets import (
+    RUN_BY_DEFAULT_BELOW,
+    Confirmation,
+    Finding,
+    NodeQuery,
+    Target,
+    TargetOptions,
+    child_says,
+    confirm_in_child,
+    generated_feeds,
+    model_size,
+    opset_import_findings,
+    run_sets,
+    schema_arity_problem,
+)
+from rewriter.typeinfer import bind_type_params, declared_protos, infer_node_outputs, type_string
+from rewriter.walk import (
+    iter_nodes,
+    iter_scopes,
+    iter_tensors,
+    normalize_domain,
+    opset_map,
+    outer_references,
+)
+
+API_VERSION = (1, 0)
+
+__all__ = [
+    "API_VERSION",
+    # stable: hooks, authoring, kernels, errors
+    "hookimpl",
+    "DecompositionContext",
+    "Declined",
+    "declining",
+    "FunctionBuilder",
+    "present",
+    "typed_tensor",
+    "OpSample",
+    "Arg",
+    "kernel",
+    "RewriterError",
+    "PluginError",
+    "TargetError",
+    # provisional: targets
+    "Target",
+    "TargetOptions",
+    "Finding",
+    "NodeQuery",
+    "Confirmation",
+    "RUN_BY_DEFAULT_BELOW",
+    "child_says",
+    "confirm_in_child",
+    "generated_feeds",
+    "model_size",
+    "opset_import_findings",
+    "run_sets",
+    "schema_arity_problem",
+    "find_unsupported",
+    # provisional: schemas, types, graph walking
+    "OpSchema",
+    "SchemaIndex",
+    "BodyUnavailable",
+    "onnx_schemas",
+    "onnxruntime_schemas",
+    "schema_function_body",
+    "type_proto",
+    "type_string",
+    "bind_type_params",
+    "declared_protos",
+    "infer_node_outputs",
+    "iter_nodes",
+    "iter_scopes",
+    "iter_tensors",
+    "normalize_domain",
+    "opset_map",
+    "outer_references",
+    # provisional: passes and the splice primitives
+    "RewritePass",
+    "PassContext",
+    "REMEDY_DOMAIN",
+    "retarget",
+    "specialise",
+    "splice",
+    # provisional: the kernel runtime adapters
+    "EXTENSIONS",
+    "library_path",
+    "read_needs",
+    "reference_ops",
+    "register_onnxruntime",
+    "KernelSession",
+    "prepare_kernels",
+]

@@ -1,0 +1,122 @@
+"""The package's shape: plugins use only the public plugin API, and rewriter's modules import
+each other without a cycle, each only from its own layer or those below it (in the order
+data flows: graph, plugin machinery, io, detect, plan, apply, verify, engine, compare,
+report, then the facades)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rewriter"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``rewriter...`` module a file imports, at module level or inside a function."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                node.module == "rewriter" or node.module.startswith("rewriter.")):
+            submodules = {f"{node.module}.{a.name}" for a in node.names}
+            known = {m for m in submodules if _is_module(m)}
+            out.update(known)
+            if len(known) < len(submodules):  # names the module defines
+                out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("rewriter"))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in _imports(path) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def test_plugins_and_kernels_import_only_the_plugin_api():
+    wrong = []
+    for folder in ("plugins", "custom_ops"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            for module in _imports(path):
+                if module.startswith("rewriter.") and not module.startswith("rewriter.plugin"):
+                    wrong.append(f"{folder}/{path.name}: {module}")
+                elif module == "rewriter":
+                    wrong.append(f"{folder}/{path.name}: import rewriter")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+# the layers, lowest first; a module's layer is its longest matching prefix
+LAYERS = [
+    ("rewriter.errors", "rewriter.console", "rewriter.walk", "rewriter.schemas",
+     "rewriter.typeinfer"),
+    ("rewriter.registry", "rewriter.hookspecs", "rewriter.manager"),
+    ("rewriter.io", "rewriter.inputs"),
+    ("rewriter.targets", "rewriter.detect"),
+    ("rewriter.functions", "rewriter.bodies", "rewriter.kernels", "rewriter.passes"),
+    ("rewriter.pipeline", "rewriter.verdicts", "rewriter.summary", "rewriter.optable"),
+    ("rewriter.isolation", "rewriter.runtime", "rewriter.localize", "rewriter.oracles",
+     "rewriter.comparison"),
+    ("rewriter.report",),
+    ("rewriter.api", "rewriter.plugin", "rewriter.oracle_check", "rewriter.testing",
+     "rewriter.cli", "rewriter"),
+]
+
+
+def _layer(module: str) -> int:
+    best, found = -1, None
+    for rank, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), rank
+    assert found is not None, f"{module} is in no layer: add it to LAYERS"
+    return found
+
+
+def test_imports_only_go_down():
+    upward = [f"{a} ({_layer(a)}) imports {b} ({_layer(b)})"
+              for a, targets in sorted(_graph().items()) for b in sorted(targets)
+              if _layer(b) > _layer(a)]
+    assert not upward, "\n".join(upward)
