@@ -8,7 +8,7 @@ enabled during the run as in real use):
 * ``onnx.load``      - ``onnx.load(path, load_external_data=False)``: the floor
 * ``onnx.load+save`` - that, plus ``onnx.save`` to a scratch file
 * ``load_model``     - ``rewriter.io.load_model``: parse plus structure/external-data checks
-* ``inspect``        - ``load_model`` + ``rewriter.summary.inspect_model``
+* ``inspect``        - ``load_model`` + ``rewriter.report.summary.inspect_model``
 * ``check:TARGET``   - ``rewriter.api.check(path, [TARGET], confirm=False)`` (loads itself)
 
 It prints seconds, ratios to the floor, the per-node time of 300k over 10k (1.0 = linear),
@@ -81,8 +81,8 @@ def measure_size(path: Path, repeats: int, targets) -> dict:
     import onnx
 
     from rewriter.api import check
-    from rewriter.io import load_model
-    from rewriter.summary import inspect_model
+    from rewriter.io.model import load_model
+    from rewriter.report.summary import inspect_model
 
     scratch = OUT / f"_scratch_{os.getpid()}.onnx"
 

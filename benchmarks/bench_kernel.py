@@ -48,8 +48,8 @@ def _model(nodes, n_inputs=1, imports=()):
 
 def _python_model(domain, op, kernel_ref, n_inputs, attrs=None):
     """The model ``rewrite`` would produce for a node of (domain, op) given this kernel."""
-    from rewriter.functions import resolve_reference
-    from rewriter.kernels import (
+    from rewriter.plan.functions import resolve_reference
+    from rewriter.plan.kernels import (
         CONTRIB_DOMAIN,
         KernelUse,
         Signature,
@@ -161,7 +161,7 @@ def _identity(x):
 
 
 def _make_identity():
-    from rewriter.kernels import kernel
+    from rewriter.plan.kernels import kernel
 
     return kernel(signatures=["float -> float"])(_identity)
 

@@ -17,7 +17,7 @@ each model (best of several runs, ``gc.collect()`` before each, GC enabled durin
                      com.microsoft nor com.acme, so every custom op is a finding; the output
                      is checked to have none left.
 * ``rewrite (regions)`` - where ``rewrite`` verified with the whole-model full check (the
-                     result has at most ``rewriter.pipeline.FULL_CHECK_MAX_NODES`` nodes),
+                     result has at most ``rewriter.engine.FULL_CHECK_MAX_NODES`` nodes),
                      ``rewrite`` again with the big-model verification (full checker per
                      rewritten region): the like-for-like figure for per-node growth
 * ``rewrite before`` - with ``--before DIR``: ``rewrite`` of the ``rewriter`` package in
@@ -174,7 +174,7 @@ def inline_by_hand(path: Path, out: Path) -> None:
     import onnx
     from onnx import inliner
 
-    from rewriter.functions import DecompositionContext, retarget
+    from rewriter.plan.functions import DecompositionContext, retarget
 
     plugin = bench_module()
     builders = {
@@ -327,7 +327,7 @@ def measure_model(path: Path, meta: dict, repeats: int, plugins, *, with_onnxscr
         if report.verification_scope == "whole model":
             # small enough for the whole-model full check: also time the big-model policy
             # (regions), for a like-for-like per-node comparison with the big sizes
-            import rewriter.pipeline as pipeline
+            import rewriter.engine as pipeline
 
             limit = pipeline.FULL_CHECK_MAX_NODES
             pipeline.FULL_CHECK_MAX_NODES = 0

@@ -80,7 +80,7 @@ def _run(model_bytes: bytes, feeds: list[dict], outputs_optional: bool = False) 
     try:
         model = _kernel_model(model_bytes)
         if model is not None:  # rewritten to Python/native kernels: register them first
-            from rewriter.runtime import session as kernel_session
+            from rewriter.comparison.runtime import session as kernel_session
 
             session = kernel_session(model, plugins=_worker_plugins(), sess_options=so)
         else:
@@ -106,7 +106,7 @@ def _kernel_model(model_bytes: bytes):
     """The model, if it needs kernels registered (the rewrite retargeted nodes to them)."""
     from onnx import ModelProto
 
-    from rewriter.kernels import read_needs
+    from rewriter.plan.kernels import read_needs
 
     model = ModelProto.FromString(model_bytes)
     return model if read_needs(model) else None
@@ -188,7 +188,7 @@ class SessionProbe:
 
 def measure_onnxruntime_agreement(cases=None) -> Agreement:
     from rewriter.api import resolve_targets
-    from rewriter.detect import find_unsupported
+    from rewriter.detect.walker import find_unsupported
     from rewriter.manager import load_plugins
 
     plugins = load_plugins(autoload=False)
@@ -493,7 +493,7 @@ def compare_outputs(expected, actual, rtol: float, atol: float, where: str = "")
 
 
 def _same_nodes(a, b) -> bool:
-    from rewriter.walk import iter_scopes
+    from rewriter.graph.walk import iter_scopes
 
     def nodes(model):
         return [n.SerializeToString(deterministic=True)
@@ -508,7 +508,7 @@ def rewrite_case(model, plugins, target: str = "onnxruntime", verify: bool = Tru
     """(rewritten model, report) or (None, reason) when rewrite raises. The model comes back
     whatever the verdict: the benchmark judges it on the case's own expected outputs."""
     from rewriter.api import rewrite
-    from rewriter.pipeline import UnfixableError
+    from rewriter.errors import UnfixableError
 
     try:
         result = rewrite(model, [target], plugins=plugins, confirm=False, verify=verify,
@@ -555,7 +555,7 @@ def _outcome_problem(outcome: dict, data_sets, rtol, atol, what: str) -> str | N
 
 
 def _verdict(result) -> str:
-    from rewriter.comparison import EQUAL, MISMATCH
+    from rewriter.comparison.compare import EQUAL, MISMATCH
 
     if result.status == EQUAL:
         return "equal"
@@ -567,7 +567,7 @@ def _verdict(result) -> str:
 def _compare_with_reference(case, model, report, plugins) -> dict[str, str]:
     """The rewritten model on onnxruntime against the original on the reference evaluator:
     on the case's own inputs, and on the generated ones ``rewrite`` compared already."""
-    from rewriter.comparison import compare
+    from rewriter.comparison.compare import compare
 
     on_case = compare(case.model, model, ["onnxruntime"], original_target="reference",
                       inputs=_feeds(case.model, case.data_sets), plugins=plugins)

@@ -20,7 +20,7 @@ the case's tolerances on every data set. Every case OpenVINO runs must come back
 (no remedy applied), or, where the static check asked for a rewrite, with outputs that still
 match. Failures are grouped by reason.
 
-Every model runs in the isolation worker (``rewriter.isolation.Runner``), so an OpenVINO
+Every model runs in the isolation worker (``rewriter.comparison.isolation.Runner``), so an OpenVINO
 crash or hang is a verdict, not the end of the benchmark. ``--only NAME`` (repeatable)
 restricts either measure to some cases; ``--json`` prints the result as JSON.
 """
@@ -155,14 +155,14 @@ class OpenVINORunner:
     """Runs models on OpenVINO in the isolation worker."""
 
     def __init__(self, plugins) -> None:
-        from rewriter.isolation import Runner
+        from rewriter.comparison.isolation import Runner
 
         self.plugins = plugins
         self.runner = Runner(plugins, timeout=RUN_TIMEOUT_S)
         self.base_dir = tempfile.mkdtemp(prefix="conformance-openvino-")
 
     def run(self, model, feeds: list[dict]):
-        from rewriter.isolation import Job
+        from rewriter.comparison.isolation import Job
 
         return self.runner.run(Job.make(TARGET, model, self.base_dir, feeds,
                                         plugins=self.plugins))
@@ -238,7 +238,7 @@ def measure_openvino_agreement(cases=None, *, per_node: bool = False,
     ``per_node``: probe every node (the target's whole-model fast path off), to measure
     the node-level answers alone."""
     from rewriter.api import resolve_targets
-    from rewriter.detect import find_unsupported
+    from rewriter.detect.walker import find_unsupported
 
     plugins = _plugins()
     (target,) = resolve_targets(plugins, [TARGET])

@@ -58,9 +58,9 @@ def _run(model: Path, inputs: Path | None, dims: dict[str, int], plugins) -> str
     """What ``onnx-rewriter run MODEL`` does: "runs", or the first line of its error."""
     import onnx
 
-    from rewriter import runtime
+    from rewriter.comparison import runtime
     from rewriter.errors import RewriterError
-    from rewriter.inputs import load_inputs
+    from rewriter.io.inputs import load_inputs
 
     try:
         feeds = None
@@ -150,10 +150,9 @@ def measure(model: Path, target: str, workdir: Path, plugins=None, *,
     """Run, rewrite (as ``onnx-rewriter rewrite MODEL -o OUT --target T`` does, ending with
     its comparison) and run the result."""
     from rewriter.api import rewrite
-    from rewriter.errors import RewriterError
-    from rewriter.inputs import parse_dims
+    from rewriter.errors import RewriterError, UnfixableError
+    from rewriter.io.inputs import parse_dims
     from rewriter.manager import load_plugins
-    from rewriter.pipeline import UnfixableError
 
     plugins = plugins or load_plugins()
     inputs = _given_inputs(model, workdir)

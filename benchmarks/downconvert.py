@@ -157,7 +157,7 @@ def evaluate(item: tuple, opset: int) -> dict:
     import onnx
 
     from rewriter.api import rewrite
-    from rewriter.pipeline import UnfixableError
+    from rewriter.errors import UnfixableError
 
     name, model_bytes, data, rtol, atol = item
     model = onnx.ModelProto.FromString(model_bytes)

@@ -592,9 +592,9 @@ def confirm_child() -> None:
     """The confirming child (``OpenVINOTarget.confirmation``): stdin a pickle of {"model":
     bytes, "feeds": [input sets] or None, "device": str, "io": (input names, output names),
     "producers": {value: name of the node making it}}; compiles, then runs the input sets
-    until one runs, reporting each stage with :func:`rewriter.targets.child_says`. Its working
-    directory is the model's folder (external data). It imports no onnx (a second saved per
-    confirmation)."""
+    until one runs, reporting each stage with :func:`rewriter.plugin.child_says`. Its
+    working directory is the model's folder (external data). It imports no onnx (a second
+    saved per confirmation)."""
     job = pickle.load(sys.stdin.buffer)
     data = job["model"]
     try:

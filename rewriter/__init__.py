@@ -22,34 +22,27 @@ __all__ = [
 ]
 
 
+# name -> (module, attribute or None for the module itself), imported on first use: keeps
+# `import rewriter` cheap (the API pulls in onnx only when used)
+_LAZY = {
+    "check": ("rewriter.api", "check"),
+    "rewrite": ("rewriter.api", "rewrite"),
+    "compare": ("rewriter.comparison.compare", "compare"),
+    "session": ("rewriter.comparison.runtime", "session"),
+    "reference_ops": ("rewriter.plan.kernels", "reference_ops"),
+    "kernel": ("rewriter.plan.kernels", "kernel"),
+    "inspect_model": ("rewriter.report.summary", "inspect_model"),
+    "load_model": ("rewriter.io.model", "load_model"),
+    "save_model": ("rewriter.io.model", "save_model"),
+    "errors": ("rewriter.errors", None),
+}
+
+
 def __getattr__(name: str):
-    # Keep `import rewriter` cheap: the API pulls in onnx only when used.
-    if name in ("check", "rewrite"):
-        from rewriter import api
+    import importlib
 
-        return getattr(api, name)
-    if name == "compare":
-        from rewriter.comparison import compare
-
-        return compare
-    if name == "session":
-        from rewriter.runtime import session
-
-        return session
-    if name in ("reference_ops", "kernel"):
-        from rewriter import kernels
-
-        return getattr(kernels, name)
-    if name == "inspect_model":
-        from rewriter.summary import inspect_model
-
-        return inspect_model
-    if name in ("load_model", "save_model"):
-        from rewriter import io
-
-        return getattr(io, name)
-    if name == "errors":
-        from rewriter import errors
-
-        return errors
-    raise AttributeError(f"module 'rewriter' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rewriter' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)  # not `from rewriter import`: recursion
+    return module if attr is None else getattr(module, attr)

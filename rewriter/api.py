@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from onnx import ModelProto
 
-from rewriter.detect import CheckReport, TargetResult, confirm_model, find_unsupported
+from rewriter.detect.targets import TargetOptions, resolve_targets
+from rewriter.detect.walker import CheckReport, TargetResult, confirm_model, find_unsupported
 from rewriter.errors import OutputError
-from rewriter.io import LoadedModel, as_loaded
+from rewriter.io.model import LoadedModel, as_loaded
 from rewriter.manager import Plugins, load_plugins
-from rewriter.targets import TargetOptions, resolve_targets
 
 if TYPE_CHECKING:
-    from rewriter.pipeline import RewriteResult
+    from rewriter.engine import RewriteResult
 
 ModelLike = str | os.PathLike | ModelProto | LoadedModel
 
@@ -106,9 +106,9 @@ def rewrite(
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path, None when
-        nothing was written) and a :class:`~rewriter.pipeline.RewriteReport`, whose
+        nothing was written) and a :class:`~rewriter.engine.RewriteReport`, whose
         ``verdict`` is ``verified``, ``mismatch``, ``unverified`` or ``unchanged``
-        (:mod:`rewriter.verdicts`) and ``exit_code`` the CLI's. A result is written (and
+        (:mod:`rewriter.verify.verdicts`) and ``exit_code`` the CLI's. A result is written (and
         returned) when verified or unchanged, when ``verify`` is False, when unverified
         with ``allow_unverified``, or when mismatched with ``keep_failed``; otherwise the
         model returned for a ``ModelProto``/``onnx_ir.Model`` input is None.
@@ -117,9 +117,9 @@ def rewrite(
         UnfixableError: a finding has no remedy (and not ``partial``); nothing was changed.
         InputError: given inputs or expected outputs do not fit the model (before any work).
     """
-    from rewriter.io import check_output_path, save_model
-    from rewriter.pipeline import RewriteResult, rewrite_proto
-    from rewriter.verdicts import MISMATCH, UNVERIFIED
+    from rewriter.engine import RewriteResult, rewrite_proto
+    from rewriter.io.model import check_output_path, save_model
+    from rewriter.verify.verdicts import MISMATCH, UNVERIFIED
 
     plugins = plugins or load_plugins()
     ir_model = None
@@ -147,7 +147,7 @@ def rewrite(
     )
     report.verify = verify
     if verify and not dry_run and report.applied:
-        from rewriter.isolation import shared_runner  # its worker imports while we confirm
+        from rewriter.comparison.isolation import shared_runner
 
         shared_runner(plugins, memory_limit=options.get("memory_limit")).start()
     if not dry_run and not report.remaining:
@@ -157,13 +157,13 @@ def rewrite(
                 error = target.confirm(rewritten, loaded.base_dir)
                 report.verification[f"{target.name} load"] = error or "ok"
                 if error:  # the rewrite did not make it run there: a finding left
-                    from rewriter.targets import runtime_refusal
+                    from rewriter.detect.targets import runtime_refusal
 
                     report.remaining.append(runtime_refusal(target.name, rewritten, error))
     # in_place names the input file; an in-memory model has none to write back to
     destination = output if output is not None else (loaded.path if in_place and is_path else None)
     if verify and not dry_run:
-        from rewriter.comparison import verify_rewrite
+        from rewriter.comparison.compare import verify_rewrite
 
         verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
                        custom_op_libraries=custom_op_libraries, output=destination, **options)
@@ -195,8 +195,8 @@ def _checked_compare_options(options: dict[str, Any], loaded: LoadedModel,
     """``compare_options`` with given inputs and expected outputs loaded and checked against
     the model (names, element types, ranks), and ``save_inputs`` checked, so a mistake
     fails before any work (InputError, OutputError)."""
-    from rewriter.inputs import InputError, check_feeds, feed_sets
-    from rewriter.io import check_output_path
+    from rewriter.io.inputs import InputError, check_feeds, feed_sets
+    from rewriter.io.model import check_output_path
 
     if options.get("inputs") is not None:
         sets = feed_sets(options["inputs"], loaded.model, "inputs")

@@ -110,8 +110,8 @@ def _comparison_options(f):
 def _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol, original_target,
                        timeout, memory_limit, save_inputs) -> dict:
     """The comparison options as keyword arguments of rewriter.compare."""
-    from rewriter.comparison import parse_tolerances
-    from rewriter.inputs import parse_dims
+    from rewriter.comparison.compare import parse_tolerances
+    from rewriter.io.inputs import parse_dims
 
     return {
         "inputs": list(inputs) or None, "expected": list(expected) or None, "runs": runs,
@@ -139,9 +139,9 @@ def cli(ctx: click.Context, plugin_specs, debug):
 def inspect(ctx, model, as_json, plugin_specs, debug):
     """Show a model's inputs, outputs, opsets and operator inventory."""
     _state(ctx, plugin_specs, debug)
-    from rewriter import report
-    from rewriter.io import load_model
-    from rewriter.summary import inspect_model
+    from rewriter.io.model import load_model
+    from rewriter.report import render as report
+    from rewriter.report.summary import inspect_model
 
     info = inspect_model(load_model(model))
     if as_json:
@@ -172,9 +172,9 @@ def inspect(ctx, model, as_json, plugin_specs, debug):
 def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug):
     """List every node the targets cannot run, and why. Exit 1 if there are any."""
     obj = _state(ctx, plugin_specs, debug)
-    from rewriter import report
     from rewriter.api import check as run_check
-    from rewriter.io import load_model
+    from rewriter.io.model import load_model
+    from rewriter.report import render as report
 
     plugins = _load_plugins(obj)
     loaded = load_model(model)
@@ -239,9 +239,9 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     3 unverified (nothing written unless --allow-unverified).
     """
     obj = _state(ctx, plugin_specs, debug)
-    from rewriter import report as render
     from rewriter.api import rewrite as run_rewrite
-    from rewriter.pipeline import UnfixableError
+    from rewriter.errors import UnfixableError
+    from rewriter.report import render
 
     plugins = _load_plugins(obj)
     compare_options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
@@ -285,9 +285,9 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
 def run(ctx, model, inputs_path, output, dims, seed, providers, as_json, plugin_specs, debug):
     """Run MODEL once in onnxruntime with every kernel it needs registered."""
     obj = _state(ctx, plugin_specs, debug)
-    from rewriter import report as render
-    from rewriter import runtime
-    from rewriter.inputs import load_inputs, parse_dims
+    from rewriter.comparison import runtime
+    from rewriter.io.inputs import load_inputs, parse_dims
+    from rewriter.report import render
 
     plugins = _load_plugins(obj)
     inputs = None
@@ -345,8 +345,8 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
     nothing could decide (the report says why); 2 bad input.
     """
     obj = _state(ctx, plugin_specs, debug)
-    from rewriter import report as render
-    from rewriter.comparison import compare as run_compare
+    from rewriter.comparison.compare import compare as run_compare
+    from rewriter.report import render
 
     if rewritten is None and not expected:
         raise click.UsageError("give REWRITTEN, or --expected outputs for ORIGINAL")
@@ -371,7 +371,7 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
 def plugins(ctx, as_json, plugin_specs, debug):
     """List plugins, where they come from and what they registered."""
     obj = _state(ctx, plugin_specs, debug)
-    from rewriter import report
+    from rewriter.report import render as report
 
     loaded = _load_plugins(obj)
     rows = [
@@ -399,8 +399,8 @@ def plugins(ctx, as_json, plugin_specs, debug):
 def ops(ctx, as_json, markdown, plugin_specs, debug):
     """List every operator the installed plugins remedy, and how."""
     obj = _state(ctx, plugin_specs, debug)
-    from rewriter import report
-    from rewriter.optable import operator_rows, passes_markdown, to_markdown
+    from rewriter.report import render as report
+    from rewriter.report.optable import operator_rows, passes_markdown, to_markdown
 
     registry = _load_plugins(obj).registry
     rows = operator_rows(registry)

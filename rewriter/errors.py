@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -53,3 +54,28 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def one_line(text: str) -> str:
     """Escape control characters (newlines in node names, ...) so a message stays one line."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+class UnfixableError(RewriterError):
+    """Some findings have no remedy; nothing was changed."""
+
+    exit_code = EXIT_FINDINGS
+
+    def __init__(self, findings: list[Any], why: dict[int, str]) -> None:
+        self.findings = findings
+        groups: dict[tuple, int] = {}
+        for f in findings:
+            key = (f.target, f.op_label, f.detail, why.get(id(f), ""))
+            groups[key] = groups.get(key, 0) + 1
+        # (target, op, what the target lacks, why no remedy applies, count) per distinct
+        # failure, for callers that group them
+        self.groups = [(t, op, detail, reason, n) for (t, op, detail, reason), n in groups.items()]
+        parts = []
+        for t, op, detail, reason, n in self.groups:
+            text = f"{t}: {op} ×{n}: {detail}"
+            if reason and reason != detail:
+                text += f" — no remedy: {reason}"
+            parts.append(text)
+        super().__init__(
+            f"{len(findings)} finding(s) have no remedy, nothing was changed: " + "; ".join(parts)
+        )

@@ -39,9 +39,9 @@ def register_targets(registry: TargetRegistry) -> None:
 
     Args:
         registry: call ``registry.add(name, factory, description=...)``.
-            ``factory(argument, options)`` returns a :class:`rewriter.targets.Target`;
+            ``factory(argument, options)`` returns a :class:`rewriter.detect.targets.Target`;
             ``argument`` is the text after ``:`` in ``--target name:argument`` (``None`` when
-            absent) and ``options`` a :class:`rewriter.targets.TargetOptions`.
+            absent) and ``options`` a :class:`rewriter.detect.targets.TargetOptions`.
     """
 
 
@@ -64,8 +64,8 @@ def register_kernels(registry: KernelRegistry) -> None:
 
     Args:
         registry: call ``registry.add(domain, op_type, "module:attr", description=...)``
-            for a Python kernel (a :class:`rewriter.kernels.Kernel`, made with
-            :func:`rewriter.kernels.kernel`), imported only when a model needs it; or
+            for a Python kernel (a :class:`rewriter.plan.kernels.Kernel`, made with
+            :func:`rewriter.plan.kernels.kernel`), imported only when a model needs it; or
             ``registry.add_native(domain, op_type, library="extensions", target=None,
             attributes=None)`` for an op a custom-op library implements natively with the
             same semantics. One kernel and one native mapping per op, across all plugins.

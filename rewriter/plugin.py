@@ -16,38 +16,8 @@ primitives passes use, the kernel runtime adapters.
 
 from __future__ import annotations
 
-from rewriter.bodies import Declined, FunctionBuilder, declining, present, typed_tensor
-from rewriter.detect import find_unsupported
-from rewriter.errors import PluginError, RewriterError, TargetError
-from rewriter.functions import (
-    REMEDY_DOMAIN,
-    DecompositionContext,
-    retarget,
-    specialise,
-    splice,
-)
-from rewriter.hookspecs import hookimpl
-from rewriter.kernels import (
-    EXTENSIONS,
-    kernel,
-    library_path,
-    read_needs,
-    reference_ops,
-    register_onnxruntime,
-)
-from rewriter.passes import PassContext, RewritePass
-from rewriter.registry import Arg, OpSample
-from rewriter.runtime import KernelSession, prepare_kernels
-from rewriter.schemas import (
-    BodyUnavailable,
-    OpSchema,
-    SchemaIndex,
-    onnx_schemas,
-    onnxruntime_schemas,
-    schema_function_body,
-    type_proto,
-)
-from rewriter.targets import (
+from rewriter.comparison.runtime import KernelSession, prepare_kernels
+from rewriter.detect.targets import (
     RUN_BY_DEFAULT_BELOW,
     Confirmation,
     Finding,
@@ -62,8 +32,24 @@ from rewriter.targets import (
     run_sets,
     schema_arity_problem,
 )
-from rewriter.typeinfer import bind_type_params, declared_protos, infer_node_outputs, type_string
-from rewriter.walk import (
+from rewriter.detect.walker import find_unsupported
+from rewriter.errors import PluginError, RewriterError, TargetError
+from rewriter.graph.schemas import (
+    BodyUnavailable,
+    OpSchema,
+    SchemaIndex,
+    onnx_schemas,
+    onnxruntime_schemas,
+    schema_function_body,
+    type_proto,
+)
+from rewriter.graph.typeinfer import (
+    bind_type_params,
+    declared_protos,
+    infer_node_outputs,
+    type_string,
+)
+from rewriter.graph.walk import (
     iter_nodes,
     iter_scopes,
     iter_tensors,
@@ -71,6 +57,25 @@ from rewriter.walk import (
     opset_map,
     outer_references,
 )
+from rewriter.hookspecs import hookimpl
+from rewriter.plan.bodies import Declined, FunctionBuilder, declining, present, typed_tensor
+from rewriter.plan.functions import (
+    REMEDY_DOMAIN,
+    DecompositionContext,
+    retarget,
+    specialise,
+    splice,
+)
+from rewriter.plan.kernels import (
+    EXTENSIONS,
+    kernel,
+    library_path,
+    read_needs,
+    reference_ops,
+    register_onnxruntime,
+)
+from rewriter.plan.passes import PassContext, RewritePass
+from rewriter.registry import Arg, OpSample
 
 API_VERSION = (1, 0)
 

@@ -10,7 +10,7 @@ from typing import Any
 from onnx import FunctionProto
 
 from rewriter.errors import PluginError
-from rewriter.walk import normalize_domain
+from rewriter.graph.walk import normalize_domain
 
 _TARGET_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 _LAZY_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -88,7 +88,7 @@ class Arg:
 @dataclass(frozen=True)
 class OpSample:
     """A one-node model of the op the registry-wide oracle test builds
-    (``tests/test_oracles.py``, ``rewriter.oracle_check``).
+    (``tests/test_oracles.py``, ``rewriter.testing``).
 
     Args:
         inputs: the node's inputs in order: :class:`Arg` or its spec string; None for an

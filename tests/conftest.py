@@ -27,7 +27,7 @@ FusedSwish <alpha: float = 1.0> (x) => (y) {
 
 # com.acme::ErfGelu decomposed deliberately wrong (erf(0.8 x) where erf(x / sqrt 2) belongs),
 # and its correct numpy kernel `erf_gelu` (the oracle), in the source of test plugins; the
-# plugin imports `parser` from onnx and `kernel` from rewriter.kernels.
+# plugin imports `parser` from onnx and `kernel` from rewriter.plan.kernels.
 WRONG_GELU_SOURCE = '''
 import math
 
@@ -63,7 +63,7 @@ def erf_gelu(x):
 FUSED_SWISH_KERNEL_SOURCE = '''
 import numpy as np
 
-from rewriter.kernels import kernel
+from rewriter.plugin import kernel
 
 
 @kernel(signatures=["float -> float"], attributes={"alpha": 1.0})

@@ -99,7 +99,7 @@ def bench_module():
 
 def test_fast_gelu_unknown_dtype_keeps_castlike(bench_module):
     """Without a known input type the generic body (CastLike of each literal) is kept."""
-    from rewriter.functions import DecompositionContext
+    from rewriter.plan.functions import DecompositionContext
 
     node = helper.make_node("FastGelu", ["X", "b"], ["Y"], domain="com.microsoft")
 

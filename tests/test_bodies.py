@@ -1,4 +1,4 @@
-"""rewriter.bodies.FunctionBuilder: every opset-dependent form, built at an opset before and
+"""rewriter.plan.bodies.FunctionBuilder: every opset-dependent form, built at an opset before and
 after its signature changed, passes onnx's checker and computes what numpy does on
 onnxruntime and on the reference evaluator."""
 
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from rewriter.bodies import Declined, FunctionBuilder, declining, typed_tensor
+from rewriter.plan.bodies import Declined, FunctionBuilder, declining, typed_tensor
 
 DOMAIN = "test.bodies"
 RNG = np.random.default_rng(0)

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from rewriter.api import check
 from rewriter.cli import main
-from rewriter.detect import group_findings
+from rewriter.detect.walker import group_findings
 from tests.conftest import model_from_text, write_model
 
 

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, load, numpy_helper
 
 from rewriter.api import rewrite
+from rewriter.errors import UnfixableError
 from rewriter.manager import load_plugins
-from rewriter.pipeline import UnfixableError
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")

@@ -18,10 +18,10 @@ from rewriter_plugins.com_microsoft_attention import (
     restore_padding_kernel,
 )
 
-from rewriter import oracle_check
+from rewriter import testing as oracle_check
 from rewriter.api import rewrite
+from rewriter.errors import UnfixableError
 from rewriter.manager import load_plugins
-from rewriter.pipeline import UnfixableError
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")

@@ -22,7 +22,7 @@ from onnx.reference.op_run import OpRun
 
 from rewriter.api import rewrite
 from rewriter.cli import main
-from rewriter.comparison import (
+from rewriter.comparison.compare import (
     Tolerance,
     Tolerances,
     compare,
@@ -31,9 +31,9 @@ from rewriter.comparison import (
     default_tolerance,
     parse_tolerances,
 )
+from rewriter.comparison.isolation import Job, Runner
 from rewriter.errors import RewriterError
-from rewriter.inputs import InputError, generate_inputs, load_inputs, load_outputs, parse_dims
-from rewriter.isolation import Job, Runner
+from rewriter.io.inputs import InputError, generate_inputs, load_inputs, load_outputs, parse_dims
 from rewriter.manager import load_plugins
 from tests.conftest import (
     FUSED_SWISH_SOURCE,
@@ -74,7 +74,7 @@ import numpy as np
 from onnx import parser
 
 from rewriter import hookimpl
-from rewriter.kernels import kernel
+from rewriter.plugin import kernel
 
 ''' + FUSED_SWISH_SOURCE + WRONG_GELU_SOURCE + '''
 
@@ -103,7 +103,7 @@ import time
 import numpy as np
 
 from rewriter import hookimpl
-from rewriter.targets import Target
+from rewriter.detect.targets import Target
 
 
 class Misbehaving(Target):
@@ -630,7 +630,7 @@ def test_inputs_and_outputs_load_from_npz_and_test_data(tmp_path):
 def test_target_api_runs_models_in_process_too(plugins):
     """Targets run models through prepare/run; a target implementing only run works."""
     from rewriter.api import resolve_targets
-    from rewriter.targets import Target
+    from rewriter.detect.targets import Target
 
     model = model_from_text(textwrap.dedent(IDENTITY))
     x = np.arange(3, dtype=np.float32)
@@ -677,7 +677,7 @@ def test_rounding_of_long_reductions_is_within_tolerance_but_a_real_error_is_not
 def test_a_model_computing_in_float16_is_compared_at_float16_tolerance():
     """An fp16 conversion that keeps float32 inputs and outputs (keep_io_types): its float32
     outputs went through float16, so float16's tolerance applies to them."""
-    from rewriter.comparison import narrowest_float
+    from rewriter.comparison.compare import narrowest_float
 
     model = model_from_text("""
         <ir_version: 10, opset_import: ["" : 18]>

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rewriter.api import check, resolve_targets, rewrite
-from rewriter.detect import detect
+from rewriter.detect.walker import detect
 from tests.conftest import CORPUS, model_from_text
 
 # onnxruntime's CPU Attention kernel refuses Megatron's (B, 1, M, M) mask when it runs
@@ -47,7 +47,7 @@ def _megatron_attention(count: int = 1, seq: int = 4, hidden: int = 8, heads: in
 
 
 def _ort_runs(model: onnx.ModelProto, feeds=None) -> list:
-    from rewriter.inputs import generate_inputs
+    from rewriter.io.inputs import generate_inputs
 
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds if feeds is not None else generate_inputs(model))
@@ -170,7 +170,7 @@ def test_a_run_failing_on_one_input_set_and_running_on_another_runs(plugins):
 
 
 def test_decoder_inputs_get_cache_lengths_that_fit(plugins):
-    from rewriter.targets import RUN_SEEDS, generated_feeds
+    from rewriter.detect.targets import RUN_SEEDS, generated_feeds
 
     sets, note = generated_feeds(genai_attention_block())
     assert note == "" and len(sets) == len(RUN_SEEDS)

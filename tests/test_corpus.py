@@ -11,7 +11,7 @@ import onnxruntime_extensions
 import pytest
 
 from rewriter.api import check
-from rewriter.io import load_model
+from rewriter.io.model import load_model
 from tests.conftest import CORPUS
 
 MODELS = sorted(p.name for p in CORPUS.glob("*.onnx")) if CORPUS.is_dir() else []

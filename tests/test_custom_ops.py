@@ -19,7 +19,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from rewriter.kernels import (
+from rewriter.comparison.runtime import KernelSession
+from rewriter.plan.kernels import (
     CONTRIB_DOMAIN,
     KernelUse,
     Signature,
@@ -29,7 +30,6 @@ from rewriter.kernels import (
     register_onnxruntime,
     retarget_node,
 )
-from rewriter.runtime import KernelSession
 
 ELEM = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "uint8": TensorProto.UINT8,
         "string": TensorProto.STRING, "bool": TensorProto.BOOL, "int64": TensorProto.INT64}

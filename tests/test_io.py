@@ -24,9 +24,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from rewriter import io as rio
 from rewriter.cli import main
 from rewriter.errors import ExternalDataError, ModelError, OutputError
+from rewriter.io import model as rio
 
 OPSET = [helper.make_opsetid("", 17)]
 CLI = [sys.executable, "-c", "import sys; from rewriter.cli import main; sys.exit(main())"]

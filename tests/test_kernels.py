@@ -24,8 +24,10 @@ from onnx.reference import ReferenceEvaluator
 
 from rewriter.api import check, rewrite
 from rewriter.cli import main
-from rewriter.errors import PluginError
-from rewriter.kernels import (
+from rewriter.comparison.runtime import KernelRunError, session
+from rewriter.errors import PluginError, UnfixableError
+from rewriter.manager import load_plugins
+from rewriter.plan.kernels import (
     CONTRIB_DOMAIN,
     METADATA_KEY,
     KernelError,
@@ -38,9 +40,6 @@ from rewriter.kernels import (
     reference_ops,
     register_onnxruntime,
 )
-from rewriter.manager import load_plugins
-from rewriter.pipeline import UnfixableError
-from rewriter.runtime import KernelRunError, session
 from tests.conftest import FUSED_SWISH_SOURCE, model_from_text, write_model
 from tests.test_rewrite import CONTAINERS, all_nodes, make_model
 
@@ -276,7 +275,7 @@ def test_rewrite_for_the_reference_target_uses_the_same_kernel(acme):
 def test_kernels_are_imported_only_when_a_model_needs_them(tmp_path):
     module = f"lazy_kernel_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{module}.py").write_text(textwrap.dedent("""
-        from rewriter.kernels import kernel
+        from rewriter.plugin import kernel
 
         @kernel(signatures=["float -> float"])
         def double(x):
@@ -673,7 +672,7 @@ def test_other_python_ops_keep_working_alongside_ours(acme):
 
     rw(acme_model(), ["onnxruntime"], plugins=acme, **FAST)  # our hook is installed by now
     name = "UsersOwnTriple"
-    from rewriter.kernels import _ORT_REGISTERED
+    from rewriter.plan.kernels import _ORT_REGISTERED
 
     if name not in _ORT_REGISTERED:  # a user's op, registered the library's way, once
         onnx_op(op_type=name, inputs=[PyCustomOpDef.dt_float],
@@ -750,7 +749,7 @@ com.acme::Dispatch: an ATen-like op whose kernel accepts only the operators it i
 import numpy as np
 
 from rewriter import hookimpl
-from rewriter.kernels import kernel
+from rewriter.plugin import kernel
 
 
 @kernel(signatures=["float -> float", "double -> double"],
@@ -892,7 +891,7 @@ def test_compare_runs_list_attributes_on_the_reference_evaluator(lists):
     """compare: the original (native INTS/FLOATS attributes) on the reference evaluator with
     the kernel as an OpRun, the rewritten one (JSON text) on onnxruntime and the reference
     evaluator."""
-    from rewriter.comparison import compare
+    from rewriter.comparison.compare import compare
 
     original = lists_model()
     rewritten, report = rw(original, ["onnxruntime", "reference"], plugins=lists,
@@ -1001,7 +1000,7 @@ def test_accepts_declines_a_node_at_planning_and_explain_shows_why(lists, capsys
 
 
 def test_list_attribute_declarations_and_decoding():
-    from rewriter.kernels import node_problem
+    from rewriter.plan.kernels import node_problem
 
     k = kernel(signatures=["float -> float"], attributes={
         "strides": [1, 1], "scales": [0.5, 2], "pads": (list[int], []), "axes": list[int],

@@ -17,7 +17,7 @@ from rewriter_plugins import mmdeploy
 
 import rewriter
 from rewriter.api import rewrite
-from rewriter.pipeline import UnfixableError
+from rewriter.errors import UnfixableError
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")

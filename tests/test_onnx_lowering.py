@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from rewriter import oracle_check
+from rewriter import testing as oracle_check
 from rewriter.api import rewrite
-from rewriter.pipeline import UnfixableError
+from rewriter.errors import UnfixableError
 
 F = TensorProto.FLOAT
 

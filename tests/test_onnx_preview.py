@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from rewriter_plugins.onnx_preview import bias_mod, causal_mod, modifier
 
 from rewriter.api import rewrite
-from rewriter.pipeline import UnfixableError
+from rewriter.errors import UnfixableError
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")

@@ -49,7 +49,7 @@ def test_bitcasts_without_an_arithmetic_form_are_declined():
     tests/test_oracles.py)."""
     from rewriter_plugins.onnx_standard import build_bitcast
 
-    from rewriter.functions import DecompositionContext
+    from rewriter.plan.functions import DecompositionContext
 
     def ctx(to, input_type):
         node = helper.make_node("BitCast", ["x"], ["y"], to=to)

@@ -59,8 +59,8 @@ ov = pytest.importorskip("openvino")
 from rewriter_plugins import openvino_target  # noqa: E402
 
 from rewriter.api import check, resolve_targets, rewrite  # noqa: E402
-from rewriter.comparison import compare  # noqa: E402
-from rewriter.detect import find_unsupported  # noqa: E402
+from rewriter.comparison.compare import compare  # noqa: E402
+from rewriter.detect.walker import find_unsupported  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 

@@ -18,8 +18,8 @@ import pytest
 
 from rewriter.api import rewrite
 from rewriter.cli import main
-from rewriter.pipeline import UnfixableError
-from rewriter.walk import iter_nodes, normalize_domain
+from rewriter.errors import UnfixableError
+from rewriter.graph.walk import iter_nodes, normalize_domain
 from tests.conftest import model_from_text, write_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -437,7 +437,7 @@ def test_models_below_a_targets_floor_are_raised(plugins):
     the model raised with onnx's version converter."""
     from rewriter_plugins.onnxruntime_target import OnnxRuntimeTarget
 
-    from rewriter.pipeline import rewrite_proto
+    from rewriter.engine import rewrite_proto
 
     target = OnnxRuntimeTarget()
     target.min_opsets = {"": 7}
@@ -459,7 +459,7 @@ def test_models_below_a_targets_floor_are_raised(plugins):
 def test_raising_a_model_with_local_functions_is_declined(plugins):
     from rewriter_plugins.onnxruntime_target import OnnxRuntimeTarget
 
-    from rewriter.pipeline import rewrite_proto
+    from rewriter.engine import rewrite_proto
 
     target = OnnxRuntimeTarget()
     target.min_opsets = {"": 7}

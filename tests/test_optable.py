@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rewriter.optable import operator_rows, to_markdown
+from rewriter.report.optable import operator_rows, to_markdown
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "operators.md"
 PLUGIN = '''

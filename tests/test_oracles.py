@@ -1,5 +1,5 @@
 """Every registered decomposition of the built-in plugins against its independent oracle
-(``registry.add(..., oracle=..., samples=...)``; ``rewriter.oracle_check``), at every dtype
+(``registry.add(..., oracle=..., samples=...)``; ``rewriter.testing``), at every dtype
 it claims: values, shapes and element types must agree, and a Python kernel of the same op
 must declare the decomposition's output types. A newly registered op is included
 automatically; one without an oracle fails ``test_every_decomposition_has_an_oracle``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewriter import oracle_check
+from rewriter import testing as oracle_check
 from rewriter.manager import load_plugins
 
 pytest.importorskip("onnxruntime")
@@ -67,7 +67,7 @@ import numpy as np
 from onnx import helper
 
 from rewriter import hookimpl
-from rewriter.kernels import kernel
+from rewriter.plugin import kernel
 from rewriter.registry import OpSample
 
 

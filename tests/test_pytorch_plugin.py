@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, load
 
 import rewriter
 from rewriter.api import rewrite
-from rewriter.functions import DecompositionContext
-from rewriter.pipeline import UnfixableError
+from rewriter.errors import UnfixableError
+from rewriter.plan.functions import DecompositionContext
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")

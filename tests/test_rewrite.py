@@ -22,9 +22,9 @@ from onnx.reference.op_run import OpRun
 
 from rewriter.api import rewrite
 from rewriter.cli import main
-from rewriter.functions import PROVENANCE_PLUGIN, PROVENANCE_RULE, REMEDY_DOMAIN
+from rewriter.errors import UnfixableError
 from rewriter.manager import load_plugins
-from rewriter.pipeline import UnfixableError
+from rewriter.plan.functions import PROVENANCE_PLUGIN, PROVENANCE_RULE, REMEDY_DOMAIN
 from tests.conftest import (
     FUSED_SWISH_KERNEL_SOURCE,
     FUSED_SWISH_SOURCE,
@@ -773,7 +773,7 @@ def test_big_rewrite_verifies_regions_and_rechecks_only_what_changed(acme_plugin
                                                                       monkeypatch):
     """Above FULL_CHECK_MAX_NODES the full checker runs on each remedy function alone and
     the target re-check only where input types changed; the result is still fully valid."""
-    import rewriter.pipeline as pipeline
+    import rewriter.engine as pipeline
 
     monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)
     model = model_from_text("""
@@ -807,7 +807,7 @@ def test_a_body_whose_type_breaks_its_consumer_fails_verification(shapes_plugins
                                                                  limit):
     """ToHalf's output type was unknown; its body makes it float16, which the Add consuming
     it with a float cannot take: both verification modes must say so."""
-    import rewriter.pipeline as pipeline
+    import rewriter.engine as pipeline
 
     monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", limit)
     result = rewrite(model_from_text(TYPE_CHANGE), ["onnxruntime"], plugins=shapes_plugins,
@@ -822,7 +822,7 @@ def test_recheck_reports_a_node_the_new_types_break_like_a_full_walk(shapes_plug
     """ToBF16's output type was unknown, so the Tanh reading it passed the first walk; the
     body makes it bfloat16, for which onnxruntime has no Tanh kernel. The partial re-check
     must find that, as the whole-model walk does."""
-    import rewriter.pipeline as pipeline
+    import rewriter.engine as pipeline
 
     model = model_from_text("""
         <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
@@ -879,7 +879,7 @@ def test_kernel_remedies_keep_each_nodes_own_inputs_and_outputs(acme_plugins):
     want = x
     for _ in range(3):
         want = want / (1 + np.exp(-want))
-    from rewriter.runtime import session
+    from rewriter.comparison.runtime import session
 
     (got,) = session(result.model, plugins=acme_plugins).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rewriter.api import check
-from rewriter.io import load_model
-from rewriter.summary import inspect_model
+from rewriter.io.model import load_model
+from rewriter.report.summary import inspect_model
 
 _GENERATE = Path(__file__).resolve().parents[1] / "benchmarks" / "generate.py"
 
@@ -101,10 +101,10 @@ def test_rewrite_at_scale_verifies_regions_and_matches_a_whole_walk(generated, t
     onnx's full checker agree with the report, and the statistics are the model's."""
     import onnx
 
-    import rewriter.pipeline as pipeline
+    import rewriter.engine as pipeline
     from rewriter.api import rewrite
+    from rewriter.graph.walk import op_counts
     from rewriter.manager import load_plugins
-    from rewriter.walk import op_counts
 
     gen, path = generated
     monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)

@@ -15,7 +15,7 @@ from rewriter_custom_ops import trt_attention, trt_nms
 from rewriter_plugins import tensorrt
 
 from rewriter.api import rewrite
-from rewriter.functions import DecompositionContext
+from rewriter.plan.functions import DecompositionContext
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")

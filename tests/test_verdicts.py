@@ -15,8 +15,8 @@ import pytest
 
 from rewriter.api import rewrite
 from rewriter.cli import main
-from rewriter.comparison import compare
-from rewriter.inputs import InputError
+from rewriter.comparison.compare import compare
+from rewriter.io.inputs import InputError
 from rewriter.manager import load_plugins
 from tests.conftest import WRONG_GELU_SOURCE, model_from_text, write_model
 
@@ -32,7 +32,7 @@ PLUGIN = textwrap.dedent('''
     from onnx import parser
 
     from rewriter import hookimpl
-    from rewriter.kernels import kernel
+    from rewriter.plugin import kernel
 
 
     def _built(name):

@@ -50,7 +50,7 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
     row: the verdict, or "unfixable" (findings without a remedy, or findings the target
     still has after the rewrite), or "error" (the engine raised)."""
     from rewriter.api import rewrite
-    from rewriter.pipeline import UnfixableError
+    from rewriter.errors import UnfixableError
 
     row = Row(name, target, "error")
     out = workdir / f"{target.replace(':', '_')}.onnx"

@@ -18,7 +18,7 @@ from onnx import helper
 
 from rewriter import hookimpl
 from rewriter.errors import TargetError
-from rewriter.targets import Finding, NodeQuery, Target
+from rewriter.detect.targets import Finding, NodeQuery, Target
 
 NPU_NAME = "example-npu"
 MAX_OPSET = 13

@@ -83,7 +83,7 @@ class InputSpec:
         return self.type.WhichOneof("value") or "unknown"
 
     def describe(self) -> str:
-        from rewriter.typeinfer import type_string
+        from rewriter.graph.typeinfer import type_string
 
         shape = _shape_of(self.type)
         dims = "" if shape is None else "[" + ", ".join(
@@ -137,7 +137,7 @@ def value_ranges(models: Sequence[ModelProto]) -> dict[str, tuple[float, float]]
     """For each graph input read (directly or through shape-only ops) where an operator is
     only meaningful on part of the real line, that range. Several models (the original and
     its rewrite) are read together: a decomposition may reveal a Log that a custom op hid."""
-    from rewriter.walk import iter_scopes, normalize_domain
+    from rewriter.graph.walk import iter_scopes, normalize_domain
 
     ranges: dict[str, tuple[float, float]] = {}
     for model in models:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rewriter.detect import CheckReport, group_findings
+from rewriter.detect.targets import REASONS
+from rewriter.detect.walker import CheckReport, group_findings
 from rewriter.errors import one_line
-from rewriter.targets import REASONS
 
 MAX_PATHS_SHOWN = 3
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from onnx import FunctionProto, ModelProto, NodeProto, TypeProto, helper
 
-from rewriter.functions import PROVENANCE_OP, PROVENANCE_PLUGIN, PROVENANCE_RULE
-from rewriter.walk import normalize_domain, subgraphs
+from rewriter.graph.walk import normalize_domain, subgraphs
+from rewriter.plan.functions import PROVENANCE_OP, PROVENANCE_PLUGIN, PROVENANCE_RULE
 
 
 @dataclass(frozen=True)
@@ -289,7 +289,7 @@ def judge(
     """Walk the regions in order and name the first whose outputs diverge.
 
     ``compare_value(name, expected, actual)`` returns an object with ``ok`` and
-    ``as_dict()`` (an :class:`rewriter.comparison.OutputComparison`).
+    ``as_dict()`` (an :class:`rewriter.comparison.compare.OutputComparison`).
     """
     checks = []
     first = None

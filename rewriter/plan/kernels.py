@@ -459,7 +459,7 @@ def _install_hint(plugin: str, distribution: str | None) -> str:
 
 def load_kernel(entry: KernelEntry, registry: Registry | None = None) -> Kernel:
     """Import a registered kernel; a clear error names the plugin when it is unusable."""
-    from rewriter.functions import resolve_reference
+    from rewriter.plan.functions import resolve_reference
 
     def fail(message: str) -> RewriterError:
         if registry is not None:
@@ -473,7 +473,7 @@ def load_kernel(entry: KernelEntry, registry: Registry | None = None) -> Kernel:
                    f"{entry.reference!r}: {type(e).__name__}: {e}") from e
     if not isinstance(obj, Kernel):
         raise fail(f"kernel {entry.domain or 'ai.onnx'}::{entry.op_type}: {entry.reference!r} "
-                   f"is a {type(obj).__name__}, not a rewriter.kernels.Kernel")
+                   f"is a {type(obj).__name__}, not a rewriter.plan.kernels.Kernel")
     missing = obj.missing_requirements()
     if missing:
         raise fail(f"kernel {entry.domain or 'ai.onnx'}::{entry.op_type} needs "
@@ -638,8 +638,8 @@ def _record_failure(name: str, e: BaseException) -> None:
 def _ort_call(name: str, k: Kernel, signature: Signature):
     """What our hook runs for one op: ``(shape, data, shape, data, ...)``. An exception must
     not escape (onnxruntime-extensions would abort the process): it is recorded and
-    re-raised by :class:`rewriter.runtime.KernelSession` after the run, and the op returns
-    empty outputs."""
+    re-raised by :class:`rewriter.comparison.runtime.KernelSession` after the run, and the op
+    returns empty outputs."""
 
     def call(feed, attributes):
         try:
@@ -901,7 +901,7 @@ def reference_ops(
     """
     from onnx import ModelProto
 
-    from rewriter.walk import iter_scopes, normalize_domain
+    from rewriter.graph.walk import iter_scopes, normalize_domain
 
     classes: dict[tuple[str, str], type] = {}
     needs = Needs()
@@ -943,7 +943,7 @@ def reference_ops(
 def native_only(model: ModelProto, registry: Registry) -> list[str]:
     """Ops of ``model`` the reference evaluator would run through a native library because
     no Python kernel exists (so a comparison on them is not independent)."""
-    from rewriter.walk import iter_scopes, normalize_domain
+    from rewriter.graph.walk import iter_scopes, normalize_domain
 
     out = set()
     for scope in iter_scopes(model):

@@ -2,10 +2,10 @@
 
 A runtime that crashes (a segfault in a kernel), hangs or runs out of memory must be a
 result in a report, never the end of the tool. :class:`Runner` owns one worker process
-(``python -m rewriter.isolation``) that loads the same plugins as the caller and runs jobs
-one at a time: build the target by name, ``target.prepare(model, base_dir)``, then run it on
-each set of feeds. A job that crashes the worker or outlives its time limit is reported as
-such and the worker is started afresh for the next job.
+(``python -m rewriter.comparison.isolation``) that loads the same plugins as the caller and
+runs jobs one at a time: build the target by name, ``target.prepare(model, base_dir)``,
+then run it on each set of feeds. A job that crashes the worker or outlives its time limit
+is reported as such and the worker is started afresh for the next job.
 
 The protocol is pickles framed by an 8-byte length, over the worker's stdin and a copy of
 its stdout taken before anything else can write there (fd 1 is then pointed at stderr, so a
@@ -36,7 +36,7 @@ STARTUP_TIMEOUT_S = 300.0  # a new worker's imports, not counted in a job's time
 _HEADER = 8
 _READY = b"ready"
 _ACCEPTED = b"accepted"  # the job's plugins are loaded: its time limit starts now
-_KERNEL_CLASH = "onnxruntime-extensions cannot replace it"  # rewriter.kernels' KernelError
+_KERNEL_CLASH = "onnxruntime-extensions cannot replace it"  # rewriter.plan.kernels' KernelError
 
 
 @dataclass
@@ -133,7 +133,7 @@ class Runner:
         env = dict(os.environ)
         env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a line in stderr
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "rewriter.isolation"],
+            [sys.executable, "-m", "rewriter.comparison.isolation"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             cwd=os.getcwd(), env=env, close_fds=True,
         )
@@ -392,8 +392,8 @@ class _Worker:
     def target(self, job: Job, model):
         """The job's target; the reference evaluator gets the job's OpRuns and those the
         installed plugins' kernels provide for this model's ops."""
-        from rewriter.kernels import reference_ops
-        from rewriter.targets import TargetOptions, resolve_targets
+        from rewriter.detect.targets import TargetOptions, resolve_targets
+        from rewriter.plan.kernels import reference_ops
 
         plugin_key = (tuple(job.plugin_specs), bool(job.autoload))
         plugins = self.plugins(*plugin_key)
@@ -459,7 +459,7 @@ def _write_message(stream, data: bytes) -> None:
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
-    """The worker's main loop (``python -m rewriter.isolation``)."""
+    """The worker's main loop (``python -m rewriter.comparison.isolation``)."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed to stdout from now on goes to stderr
     sys.stdout = sys.stderr
@@ -508,7 +508,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # run the imported module's serve, so pickled classes are rewriter.isolation's own
-    from rewriter import isolation
+    # run the imported module's serve, so pickled classes are rewriter.comparison.isolation's own
+    from rewriter.comparison import isolation
 
     sys.exit(isolation.serve())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from rewriter.walk import normalize_domain
+from rewriter.graph.walk import normalize_domain
 
 if TYPE_CHECKING:
     from onnx import FunctionProto

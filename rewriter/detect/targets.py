@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # onnx is imported where used: a confirming child runs without it
     from onnx import ModelProto, NodeProto, TypeProto
 
-    from rewriter.io import LoadedModel
-    from rewriter.schemas import SchemaIndex
+    from rewriter.graph.schemas import SchemaIndex
+    from rewriter.io.model import LoadedModel
 
 # Why a target cannot run a node. Keys are stable (JSON); values are for people.
 REASONS: dict[str, str] = {
@@ -139,10 +139,10 @@ class KernelRemedy:
     """A kernel remedy the planner asks a target about: ``node`` as it would be after the
     retarget (a copy), and what it needs."""
 
-    kind: str  # "python": a rewriter.kernels.KernelUse; "native": a NativeUse
+    kind: str  # "python": a rewriter.plan.kernels.KernelUse; "native": a NativeUse
     node: NodeProto
     use: Any
-    kernel: Any = None  # the resolved rewriter.kernels.Kernel ("python")
+    kernel: Any = None  # the resolved rewriter.plan.kernels.Kernel ("python")
     input_types: tuple[str | None, ...] = ()
     opsets: Mapping[str, int] = field(default_factory=dict)
     declared: Mapping[str, TypeProto] = field(default_factory=dict)
@@ -193,8 +193,8 @@ class Target:
         if self.plugins is None:
             from rewriter.errors import RewriterError
 
-            raise RewriterError(f"target {self.name!r} was made without the run's plugins: "
-                                "make it with rewriter.targets.resolve_targets(plugins, ...)")
+            raise RewriterError(f"target {self.name!r} was made without the run's plugins: make "
+                                "it with rewriter.detect.targets.resolve_targets(plugins, ...)")
         return self.plugins.registry
     # Highest opset version of each domain the runtime implements ({"": 13} for ai.onnx up
     # to 13), when it has such a ceiling; an opset-conversion pass lowers models to it.
@@ -206,7 +206,7 @@ class Target:
     @property
     def schemas(self) -> SchemaIndex:
         """Schemas used to resolve versions and infer types (default: onnx's)."""
-        from rewriter.schemas import onnx_schemas
+        from rewriter.graph.schemas import onnx_schemas
 
         return onnx_schemas()
 
@@ -302,7 +302,7 @@ def opset_import_findings(
     target: str, model: ModelProto, max_versions: Mapping[str, int], domains: tuple[str, ...]
 ) -> list[Finding]:
     """Findings for opset imports newer than ``max_versions`` in the given domains."""
-    from rewriter.walk import normalize_domain
+    from rewriter.graph.walk import normalize_domain
 
     out = []
     for imp in model.opset_import:
@@ -336,10 +336,10 @@ _NODE_NAME_PATTERNS = (
 
 
 def refused_node(model: ModelProto, message: str):
-    """The node (a :class:`rewriter.walk.NodeSite`) a runtime's error names, if it names
+    """The node (a :class:`rewriter.graph.walk.NodeSite`) a runtime's error names, if it names
     one of the model's: by node name, else by output name (OpenVINO names the operations
     it converts a node to after the node's outputs); None when no single node matches."""
-    from rewriter.walk import iter_nodes
+    from rewriter.graph.walk import iter_nodes
 
     for pattern in _NODE_NAME_PATTERNS:
         m = re.search(pattern, message)
@@ -406,10 +406,10 @@ RUN_SEEDS = (0, 1, 2)
 
 
 def generated_feeds(model: ModelProto) -> tuple[list[dict] | None, str]:
-    """Seeded input sets for a confirmation run (:func:`rewriter.inputs.generate_inputs`
+    """Seeded input sets for a confirmation run (:func:`rewriter.io.inputs.generate_inputs`
     with each of RUN_SEEDS: KV-cache lengths that fit each other, attention masks of ones),
     or None and why they cannot be generated (an input of unknown rank, a map...)."""
-    from rewriter.inputs import InputError, generate_inputs
+    from rewriter.io.inputs import InputError, generate_inputs
 
     sets = []
     for seed in RUN_SEEDS:
@@ -423,7 +423,7 @@ def generated_feeds(model: ModelProto) -> tuple[list[dict] | None, str]:
 def model_size(model: ModelProto, base_dir) -> int:
     """Bytes of the model and the external-data files it names (those found under
     ``base_dir``), for :meth:`Target.confirm_by_size`."""
-    from rewriter.walk import iter_tensors
+    from rewriter.graph.walk import iter_tensors
 
     files = set()
     for _, tensor in iter_tensors(model):
@@ -516,7 +516,7 @@ def resolve_targets(
         if not isinstance(target, Target):
             raise plugins.registry.plugin_error(
                 entry.plugin, f"target {spec!r}: factory returned {type(target).__name__}, "
-                "not a rewriter.targets.Target"
+                "not a rewriter.detect.targets.Target"
             )
         targets.append(target)
     return targets

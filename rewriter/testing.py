@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from rewriter.detect.targets import Finding, NodeQuery, Target
+from rewriter.graph.walk import normalize_domain
 from rewriter.hookspecs import hookimpl
 from rewriter.registry import Arg, DecompositionEntry, OpSample
-from rewriter.targets import Finding, NodeQuery, Target
-from rewriter.walk import normalize_domain
 
 if TYPE_CHECKING:
     from rewriter.manager import Plugins
@@ -358,7 +358,7 @@ def dependence(check: Check, oracle: str) -> str | None:
 def _run_kernel(check: Check, registry: Registry, feeds: Mapping[str, Any]) -> list:
     from onnx.reference import ReferenceEvaluator
 
-    from rewriter.kernels import reference_ops
+    from rewriter.plan.kernels import reference_ops
 
     ops = reference_ops([(check.entry.domain, check.entry.op_type)], registry)
     return list(ReferenceEvaluator(check.model, new_ops=ops).run(None, dict(feeds)))
@@ -366,10 +366,10 @@ def _run_kernel(check: Check, registry: Registry, feeds: Mapping[str, Any]) -> l
 
 def _run_function(reference: str, check: Check, feeds: Mapping[str, Any]) -> list:
     """A numpy oracle ``f(*arrays, **attributes)`` (absent inputs as None; it may give every
-    output of the op, the node's are taken by position; a :class:`~rewriter.kernels.Kernel`
+    output of the op, the node's are taken by position; a :class:`~rewriter.plan.kernels.Kernel`
     gets its attribute defaults, and its outputs in its declared types)."""
-    from rewriter.functions import resolve_reference
-    from rewriter.kernels import Kernel, normalize_outputs
+    from rewriter.plan.functions import resolve_reference
+    from rewriter.plan.kernels import Kernel, normalize_outputs
 
     fn = resolve_reference(reference)
     node = check.model.graph.node[0]
@@ -469,7 +469,7 @@ class Decomposed:
 
 
 def _nodes(model: ModelProto) -> Iterator:
-    from rewriter.walk import iter_nodes
+    from rewriter.graph.walk import iter_nodes
 
     for site in iter_nodes(model):
         yield site.domain, site.node
@@ -567,7 +567,7 @@ def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
 def kernel_signature(check: Check, registry: Registry):
     """The signature of the op's Python kernel for the sample's input types: ``(kernel
     entry, Signature)``, or None (no kernel, or none of its signatures takes these)."""
-    from rewriter.kernels import load_kernel
+    from rewriter.plan.kernels import load_kernel
 
     entry = registry.kernels.get((check.entry.domain, check.entry.op_type))
     if entry is None:

@@ -9,14 +9,14 @@ from typing import Any
 
 from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
 
-from rewriter.targets import Confirmation, Finding, NodeQuery, Target, refused_node
-from rewriter.typeinfer import (
+from rewriter.detect.targets import Confirmation, Finding, NodeQuery, Target, refused_node
+from rewriter.graph.typeinfer import (
     OutputTypeMemo,
     binding_conflict,
     declared_protos,
     declared_types,
 )
-from rewriter.walk import _DOMAIN_ALIASES, function_key, opset_map, subgraphs
+from rewriter.graph.walk import _DOMAIN_ALIASES, function_key, opset_map, subgraphs
 
 
 @dataclass
@@ -80,7 +80,7 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
     does): the confirmation, and a ``runtime-refused`` finding when the runtime refused it,
     pointed at the node its message names (with the node, its input types from ``types``
     and its scope's opsets, for the rewrite engine, when ``types`` is given)."""
-    from rewriter.targets import runtime_refusal
+    from rewriter.detect.targets import runtime_refusal
 
     confirmation = target.confirmation(model, base_dir)
     if confirmation.refusal is None:
@@ -98,9 +98,9 @@ def confirms_here(model: ModelProto, target: Target, base_dir=None) -> bool:
     is at hand: a model with external data only with the folder that holds it."""
     from pathlib import Path
 
-    from rewriter.io import LoadedModel
-    from rewriter.targets import model_size
-    from rewriter.walk import iter_tensors
+    from rewriter.detect.targets import model_size
+    from rewriter.graph.walk import iter_tensors
+    from rewriter.io.model import LoadedModel
 
     if base_dir is None and any(t.data_location == t.EXTERNAL for _, t in iter_tensors(model)):
         return False

@@ -21,12 +21,7 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto, helper
 
 from rewriter.errors import ExternalDataError, ModelError, OutputError
-from rewriter.walk import (
-    iter_scopes,
-    iter_tensor_sites,
-    node_label,
-    tensor_location,
-)
+from rewriter.graph.walk import iter_scopes, iter_tensor_sites, node_label, tensor_location
 
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse or serialize a message this large
 
@@ -138,7 +133,7 @@ def validate_structure(model: ModelProto, where: str, *, scopes: list | None = N
     """Every node input and graph output must be defined, and no graph may contain a cycle.
 
     All problems are gathered into one error line. ``scopes``: the model's
-    :func:`~rewriter.walk.iter_scopes`, when the caller has them already.
+    :func:`~rewriter.graph.walk.iter_scopes`, when the caller has them already.
     """
     problems: list[str] = []
     defined_in: dict[int, set[str]] = {}
@@ -300,7 +295,7 @@ def validate_external_data(
     model: ModelProto, base_dir: Path, where: str, *, scopes: list | None = None
 ) -> dict[str, ExternalFile]:
     """Check every external-data reference; return the files referenced, keyed by location.
-    ``scopes``: the model's :func:`~rewriter.walk.iter_scopes`, when the caller has them."""
+    ``scopes``: the model's :func:`~rewriter.graph.walk.iter_scopes`, when the caller has them."""
     base_real = os.path.realpath(base_dir)
     files: dict[str, ExternalFile] = {}
     location_reasons: dict[str, str | None] = {}

@@ -51,7 +51,7 @@ def _opset_range(lo: int, hi: int | None) -> str:
 
 def _kernel_dtypes(reference: str) -> list[str]:
     """Input element types of a kernel's signatures (importing the kernel module)."""
-    from rewriter.functions import resolve_reference
+    from rewriter.plan.functions import resolve_reference
 
     try:
         k = resolve_reference(reference)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from onnx import FunctionProto, ModelProto, NodeProto, TypeProto
 
-from rewriter.walk import normalize_domain, opset_map
+from rewriter.graph.walk import normalize_domain, opset_map
 
 REMEDY_DOMAIN = "rewriter.remedy"
 PROVENANCE_PLUGIN = "rewriter.plugin"
@@ -143,7 +143,7 @@ def specialise(
 
 
 def _stamp(nodes, plugin: str, rule: str, op: str = "") -> None:
-    from rewriter.walk import subgraphs
+    from rewriter.graph.walk import subgraphs
 
     stamp = [(PROVENANCE_PLUGIN, plugin), (PROVENANCE_RULE, rule)]
     if op:

@@ -4,12 +4,12 @@ The original is evaluated where it can be (the oracle): on a requested target th
 as it is, else on the ONNX reference evaluator with Python kernels (``OpRun`` classes) for
 its proprietary ops; or its outputs are given (``expected=``, e.g. computed by PyTorch). The
 rewritten model runs on every requested target. Every run happens in a child process with a
-time limit (:mod:`rewriter.isolation`), so a crash, a hang or running out of memory is a
+time limit (:mod:`rewriter.comparison.isolation`), so a crash, a hang or running out of memory is a
 result. Outputs are compared with tolerances by element type; when they diverge, the
 boundaries of every rewritten region are exposed and the first diverging region is named
-with the plugin and rule that produced it (:mod:`rewriter.localize`).
+with the plugin and rule that produced it (:mod:`rewriter.comparison.localize`).
 
-The verdict (:mod:`rewriter.verdicts`) and exit code: ``verified`` 0 (equal within tolerance
+The verdict (:mod:`rewriter.verify.verdicts`) and exit code: ``verified`` 0 (equal within tolerance
 on every target), ``mismatch`` 1 (outputs differ, or the rewritten model fails where the
 original runs), ``unverified`` 3 (nothing could decide: the original runs nowhere, a run
 crashed or timed out; the report says why), 2 for bad input (inputs that do not fit the
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rewriter.comparison.isolation import DEFAULT_TIMEOUT_S, Job, RunResult, shared_runner
 from rewriter.errors import EXIT_BAD_INPUT, RewriterError
-from rewriter.isolation import DEFAULT_TIMEOUT_S, Job, RunResult, shared_runner
-from rewriter.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED
-from rewriter.verdicts import MISMATCH as MISMATCHED
+from rewriter.verify.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED
+from rewriter.verify.verdicts import MISMATCH as MISMATCHED
 
 if TYPE_CHECKING:
-    from rewriter.localize import Localization
+    from rewriter.comparison.localize import Localization
     from rewriter.manager import Plugins
 
 EQUAL, MISMATCH, ERROR = "equal", "mismatch", "error"
@@ -141,7 +141,7 @@ def narrowest_float(model) -> str | None:
     value, an initializer or a Cast in (any graph or function), or None."""
     from onnx import TensorProto, helper
 
-    from rewriter.walk import iter_scopes
+    from rewriter.graph.walk import iter_scopes
 
     seen: set[int] = set()
     for scope in iter_scopes(model):
@@ -387,7 +387,8 @@ class TargetComparison:
     seconds: float = 0.0
     localization: Localization | None = None
     runtime: str = ""  # where it ran, when not on the target itself (``opset:N``, partial)
-    runner: Any = field(default=None, repr=False, compare=False)  # a rewriter.oracles.Runner
+    # where it ran when not on the target itself: a rewriter.comparison.oracles.Runner
+    runner: Any = field(default=None, repr=False, compare=False)
     # the rewritten model's outputs (per input set), for a second opinion on a mismatch
     produced: Any = field(default=None, repr=False, compare=False)
 
@@ -445,8 +446,8 @@ class CompareReport:
 
     @property
     def verdict(self) -> str:
-        """``verified``, ``mismatch`` or ``unverified`` (:mod:`rewriter.verdicts`). A mismatch
-        is outputs compared and found different (and, where a second runtime runs the
+        """``verified``, ``mismatch`` or ``unverified`` (:mod:`rewriter.verify.verdicts`). A
+        mismatch is outputs compared and found different (and, where a second runtime runs the
         original, that runtime agreeing with the oracle); a rewritten model that could not
         be run (refused, raised, crashed, timed out) decides nothing, nor do two runtimes
         that disagree on the original."""
@@ -583,8 +584,9 @@ def compare(
     """Run the rewritten model on each target and compare it with the original.
 
     ``compare(original, rewritten, targets)`` evaluates ``original`` on the oracle: the
-    first runtime of :mod:`rewriter.oracles`' chain that runs it (onnxruntime, onnxruntime
-    with plugin kernels, OpenVINO, the reference evaluator with plugin kernels), whatever
+    first runtime of the chain (:mod:`~rewriter.comparison.oracles`) that runs it
+    (onnxruntime, onnxruntime with plugin kernels, OpenVINO, the reference evaluator with
+    plugin kernels), whatever
     ``targets`` are; ``compare(model, expected=...)`` checks one model against outputs
     computed elsewhere (PyTorch, a test-data folder). With both, ``expected`` is the oracle
     and the original is only run to localize a divergence.
@@ -625,17 +627,17 @@ def compare(
         TargetError: a target name is unknown.
         ModelError: a model file cannot be loaded.
     """
-    from rewriter.inputs import (
+    from rewriter.comparison.oracles import Runner, after_refusal, runners_for
+    from rewriter.detect.targets import TargetOptions, resolve_targets
+    from rewriter.io.inputs import (
         InputError,
         check_feeds,
         feed_sets,
         generate_inputs,
         save_feed_sets,
     )
-    from rewriter.io import as_loaded
+    from rewriter.io.model import as_loaded
     from rewriter.manager import load_plugins
-    from rewriter.oracles import Runner, after_refusal, runners_for
-    from rewriter.targets import TargetOptions, resolve_targets
 
     start = time.perf_counter()
     plugins = plugins or load_plugins()
@@ -820,7 +822,7 @@ def with_missing_imports(original, rewritten):
 
     from onnx import ModelProto, defs
 
-    from rewriter.walk import iter_scopes, normalize_domain
+    from rewriter.graph.walk import iter_scopes, normalize_domain
 
     model = original.model
     imported = {normalize_domain(i.domain) for i in model.opset_import}
@@ -897,8 +899,14 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
               tolerances: Tolerances, oracle) -> Localization:
     """The first diverging rewritten region: both models run again with every region's
     boundary values exposed as outputs, the original on the oracle's runtime (``oracle``:
-    a :class:`rewriter.oracles.Runner`), the rewritten one where it ran."""
-    from rewriter.localize import Localization, boundary_names, expose, find_regions, judge
+    a :class:`rewriter.comparison.oracles.Runner`), the rewritten one where it ran."""
+    from rewriter.comparison.localize import (
+        Localization,
+        boundary_names,
+        expose,
+        find_regions,
+        judge,
+    )
 
     bad = [c for c in tc.outputs if not c.ok]
     index = bad[0].input_set if bad else 0
@@ -951,13 +959,13 @@ def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
                    output: str | os.PathLike | None = None, **options) -> None:
     """``rewrite``'s last step: compare the result with the original on every requested
     target (a target that runs no models, or that a partial result does not run on yet,
-    has the result run on the chain of :mod:`rewriter.oracles`), and record the comparison
+    has the result run on the chain of :mod:`~.oracles`), and record the comparison
     in ``report.comparison`` and its one-line verdict in ``report.verification["compare"]``
     ("ok" when verified). ``output``: the path the result is to be written to (named in the
     report). Nothing is compared when nothing was rewritten."""
     from pathlib import Path
 
-    from rewriter.io import LoadedModel
+    from rewriter.io.model import LoadedModel
 
     if not report.applied:
         report.verification["compare"] = "skipped: nothing was rewritten"

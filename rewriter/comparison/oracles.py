@@ -15,7 +15,7 @@ The order (``docs/compare.md``):
 5. any other target asked for that runs models (a third-party runtime).
 
 Each runtime is asked statically first (its ``check``), so one that cannot run the model
-costs no child process; the runs themselves happen in :mod:`rewriter.isolation`.
+costs no child process; the runs themselves happen in :mod:`rewriter.comparison.isolation`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def runners_for(
             the chain is used as it is, unchecked.
         also: more target specs that run models (tried last, as they are).
     """
-    from rewriter.detect import find_unsupported
+    from rewriter.detect.walker import find_unsupported
 
     chain = Chain([])
     registry = plugins.registry
@@ -87,7 +87,7 @@ def runners_for(
         return chain
 
     def target(spec: str, libraries=None, **options):
-        from rewriter.targets import TargetOptions, resolve_targets
+        from rewriter.detect.targets import TargetOptions, resolve_targets
 
         given = tuple(custom_op_libraries) if libraries is None else libraries
         opts = TargetOptions(custom_op_libraries=given, confirm=False, plugins=plugins,
@@ -129,7 +129,7 @@ def runners_for(
         consider(OPENVINO, only if base == OPENVINO else OPENVINO, model)
     if wanted(REFERENCE) and REFERENCE in registry.targets:
         try:
-            from rewriter.kernels import reference_ops as plugin_kernels
+            from rewriter.plan.kernels import reference_ops as plugin_kernels
 
             ops = tuple(reference_ops) + tuple(plugin_kernels(model, plugins.registry))
         except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be imported
@@ -152,7 +152,7 @@ def after_refusal(runner: Runner, error: str, plugins: Plugins,
     """When onnxruntime refused to run the model at run time on one node it names (its CPU
     Attention and a 4-D mask), the runner that has that node run by a plugin's kernel
     instead (the rest still onnxruntime's), or None."""
-    from rewriter.targets import runtime_refusal
+    from rewriter.detect.targets import runtime_refusal
 
     if runner.target.partition(":")[0] != ONNXRUNTIME:
         return None
@@ -175,9 +175,9 @@ def with_kernels(model: ModelProto, plugins: Plugins, spec: str = ONNXRUNTIME,
     """``model`` with every node ``spec`` cannot run, and the nodes ``refused`` names (node
     name -> its (domain, op_type)), retargeted to a plugin kernel (the engine, restricted to
     kernel remedies), or None and why not."""
+    from rewriter.detect.targets import TargetOptions, resolve_targets
+    from rewriter.engine import rewrite_proto
     from rewriter.errors import RewriterError
-    from rewriter.pipeline import rewrite_proto
-    from rewriter.targets import TargetOptions, resolve_targets
 
     registry = plugins.registry
     if not registry.kernels and not registry.natives:
@@ -212,9 +212,9 @@ def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
     from onnx import ModelProto as Model
     from onnx import TensorProto, helper
 
-    from rewriter.detect import find_unsupported
-    from rewriter.kernels import element_type, load_kernel
-    from rewriter.walk import iter_scopes
+    from rewriter.detect.walker import find_unsupported
+    from rewriter.graph.walk import iter_scopes
+    from rewriter.plan.kernels import element_type, load_kernel
 
     registry = plugins.registry
     current = model
@@ -270,7 +270,7 @@ class _Refusing:
 
 def findings_text(findings, limit: int = 3) -> str:
     """``op ×n (detail); ...`` for the first ``limit`` groups of findings."""
-    from rewriter.detect import group_findings
+    from rewriter.detect.walker import group_findings
 
     groups = group_findings(findings)
     parts = [f"{g.op_label} ×{g.count} ({g.detail})" for g in groups[:limit]]
@@ -284,7 +284,7 @@ def _extensions() -> tuple[str, ...]:
     installed kernels as much as contrib ops are)."""
     import importlib.util
 
-    from rewriter.kernels import EXTENSIONS
+    from rewriter.plan.kernels import EXTENSIONS
 
     try:
         found = importlib.util.find_spec("onnxruntime_extensions") is not None

@@ -8,10 +8,10 @@ from typing import Any
 
 from onnx import TypeProto, ValueInfoProto
 
-from rewriter.io import LoadedModel, tensor_nbytes, uses_external_data
-from rewriter.schemas import onnx_schemas, onnxruntime_schemas
-from rewriter.typeinfer import type_string
-from rewriter.walk import iter_scopes, iter_tensor_sites
+from rewriter.graph.schemas import onnx_schemas, onnxruntime_schemas
+from rewriter.graph.typeinfer import type_string
+from rewriter.graph.walk import iter_scopes, iter_tensor_sites
+from rewriter.io.model import LoadedModel, tensor_nbytes, uses_external_data
 
 
 def _shape(tp: TypeProto) -> list[int | str] | None:

@@ -22,7 +22,7 @@ method            form
 
 Example (the body of ``y = x * sigmoid(alpha * x)`` for a model at ``ctx.opset``)::
 
-    from rewriter.bodies import FunctionBuilder
+    from rewriter.plan.bodies import FunctionBuilder
 
     def build_quick_gelu(ctx):
         b = FunctionBuilder(ctx.opset, elem_type=TensorProto.FLOAT)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from onnx import ModelProto
 
 if TYPE_CHECKING:
+    from rewriter.detect.targets import Finding, Target
     from rewriter.registry import Registry
-    from rewriter.targets import Finding, Target
 
 PHASES = ("decompose", "legalize", "convert", "cleanup")
 
@@ -73,7 +73,7 @@ def instantiate(registry: Registry) -> list[RewritePass]:
         if not isinstance(instance, RewritePass):
             raise registry.plugin_error(
                 entry.plugin, f"pass {entry.name!r}: factory returned {type(instance).__name__}, "
-                "not a rewriter.passes.RewritePass",
+                "not a rewriter.plan.passes.RewritePass",
             )
         instance.name = instance.name or entry.name
         instance.plugin = entry.plugin

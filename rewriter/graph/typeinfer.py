@@ -13,7 +13,7 @@ from operator import attrgetter
 
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 
-from rewriter.schemas import OpSchema, SchemaIndex
+from rewriter.graph.schemas import OpSchema, SchemaIndex
 
 _DTYPE_NAMES: dict[int, str | None] = {}
 _TENSOR_TYPES: dict[int, str | None] = {}

@@ -1,7 +1,7 @@
 """Run rewritten models: an onnxruntime session with every kernel the model needs.
 
 ``rewriter.session(path_or_model)`` reads the kernels a rewrite recorded in the model's
-metadata (``rewriter.kernels``), resolves them through the installed plugins, registers the
+metadata (``rewriter.plan.kernels``), resolves them through the installed plugins, registers the
 Python ones with onnxruntime-extensions (lazily, once per process) and registers the custom-op
 libraries the model needs. ``onnx-rewriter run`` does the same from the shell.
 """
@@ -18,7 +18,7 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from rewriter.errors import RewriterError
-from rewriter.kernels import (
+from rewriter.plan.kernels import (
     KernelRunError,
     library_path,
     read_needs,
@@ -71,7 +71,7 @@ def prepare_kernels(model: ModelProto, registry) -> list[str]:
 def _load(model) -> tuple[ModelProto, Path | None]:
     if isinstance(model, ModelProto):
         return model, None
-    from rewriter.io import load_model
+    from rewriter.io.model import load_model
 
     loaded = load_model(model)
     return loaded.model, loaded.base_dir
@@ -131,7 +131,7 @@ def session(
 
 
 # -- running once ---------------------------------------------------------------------------
-# Inputs are generated or loaded by rewriter.inputs (shared with compare).
+# Inputs are generated or loaded by rewriter.io.inputs (shared with compare).
 
 
 def save_outputs(path: str | os.PathLike, outputs: Mapping[str, np.ndarray]) -> None:
@@ -153,7 +153,7 @@ def run(
     """Run ``model`` once: (outputs by name, the inputs used, whether they were generated).
     Without ``inputs``, seeded random ones are made from the declared types and shapes
     (symbolic dimensions from ``dims``)."""
-    from rewriter.inputs import check_feeds, generate_inputs
+    from rewriter.io.inputs import check_feeds, generate_inputs
 
     proto, _ = _load(model)
     sess = session(proto if isinstance(model, ModelProto) else model, providers,

@@ -1,0 +1,1 @@
+"""Stage 4, apply: kernels retargeted, decompositions spliced, leftovers cleaned."""

@@ -1,0 +1,167 @@
+"""Apply: retarget the nodes whose remedy is a kernel, splice the decomposition functions in
+with onnx's inliner, and remove what the rewrite left unused."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from onnx import FunctionProto, ModelProto, NodeProto
+
+from rewriter.detect.targets import Finding
+from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
+from rewriter.plan.functions import REMEDY_DOMAIN, retarget, specialise, splice
+from rewriter.plan.passes import PassContext
+from rewriter.plan.planner import LazyConstants, Planner, replaced_op
+
+
+@dataclass
+class Region:
+    """One remedy function as spliced: the function, a call to it (a copy of the first
+    node retargeted to it) and that node's finding. Verification checks it alone."""
+
+    function: FunctionProto
+    call: NodeProto
+    finding: Finding
+
+def apply_kernels(
+    model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext
+) -> set[int]:
+    """Retarget, in place, every node whose chosen remedy is a kernel; record what the model
+    needs in its metadata. Returns the ids of the nodes changed."""
+    from rewriter.plan.kernels import Needs, write_needs
+
+    constants = LazyConstants(model)
+    needs = Needs()
+    changed: dict[int, Any] = {}
+    for f in findings:
+        if f.node is None or id(f.node) in changed:
+            continue
+        choice = planner.chosen(f, constants)
+        if choice is None or choice.kind != "kernel":
+            continue
+        remedy = choice.kernel
+        changed[id(f.node)] = (f.node, remedy)
+        ctx.record("kernel", choice.plugin, choice.rule, f.op_label)
+        if remedy.kind == "python":
+            needs.python[remedy.use.op_name] = remedy.use
+        else:
+            needs.native[remedy.use.key] = remedy.use
+    # retarget after every choice is made: plans are keyed by the node as it was. A plan is
+    # shared by every node of its signature: the remedy's node gives the op, domain,
+    # attributes and provenance, each node keeps its own name, inputs and outputs
+    for node, remedy in changed.values():
+        name, inputs, outputs = node.name, list(node.input), list(node.output)
+        node.CopyFrom(remedy.node)
+        node.name = name
+        node.input[:] = inputs
+        node.output[:] = outputs
+    if not changed:
+        return set()
+    domains = {node.domain for node, _ in changed.values()}
+    for container in [model, *[fn for fn in model.functions
+                               if any(id(n) in changed for n in fn.node)]]:
+        have = opset_map(container.opset_import)
+        for domain in sorted(domains):
+            if normalize_domain(domain) not in have:
+                entry = container.opset_import.add()
+                entry.domain, entry.version = domain, 1
+    write_needs(model, needs)
+    return set(changed)
+
+def apply_decompositions(
+    model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
+    skip: set[int] | frozenset = frozenset(), regions: dict[str, Region] | None = None,
+) -> tuple[ModelProto, bool]:
+    """Retarget every node with an accepted decomposition, then inline them all at once.
+    ``regions``: filled with one :class:`Region` per remedy function."""
+    constants = LazyConstants(model)
+    functions: dict[str, FunctionProto] = {}
+    seen: set[int] = set(skip)  # nodes already given a kernel
+    for f in findings:
+        if f.node is None or id(f.node) in seen:
+            continue
+        seen.add(id(f.node))
+        choice = planner.chosen(f, constants)
+        if choice is None or choice.kind != "decomposition":
+            continue
+        name = planner.function_name(f)
+        if name not in functions:
+            functions[name] = specialise(
+                choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule,
+                replaced_op(f),
+            )
+        ctx.record("decomposition", choice.plugin, choice.rule, f.op_label)
+        for kind, plugin, rule, op_label in choice.nested:
+            ctx.record(kind, plugin, rule, op_label)
+        retarget(f.node, functions[name])
+        if regions is not None and name not in regions:
+            call = NodeProto()
+            call.CopyFrom(f.node)
+            regions[name] = Region(functions[name], call, f)
+    if not functions:
+        return model, False
+    for local in model.functions:  # calls may sit inside model-local functions
+        if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in local.opset_import):
+            entry = local.opset_import.add()
+            entry.domain, entry.version = REMEDY_DOMAIN, 1
+    _import_domains(model, functions.values())
+    return splice(model, list(functions.values())), True
+
+def _import_domains(model: ModelProto, functions) -> None:
+    """Add opset imports that the new nodes need and the model lacks."""
+    have = opset_map(model.opset_import)
+    for fn in functions:
+        for entry in fn.opset_import:
+            domain = normalize_domain(entry.domain)
+            if domain not in have:
+                new = model.opset_import.add()
+                new.domain, new.version = entry.domain, entry.version
+                have[domain] = entry.version
+
+def _uses(model: ModelProto) -> tuple[set[str], set[tuple[str, str]]]:
+    """The domains the model's nodes use, and the (domain, op_type) they call."""
+    used_domains: set[str] = set()
+    called: set[tuple[str, str]] = set()
+    for scope in iter_scopes(model):
+        for node in scope.nodes:
+            used_domains.add(normalize_domain(node.domain))
+            called.add((normalize_domain(node.domain), node.op_type))
+    return used_domains, called
+
+def _uses_of(counts: Counter) -> tuple[set[str], set[tuple[str, str]]]:
+    """:func:`_uses` from :func:`rewriter.walk.op_counts`."""
+    return {d for d, _ in counts}, set(counts)
+
+def cleanup(model: ModelProto, original: ModelProto | None = None, *,
+            counts: Counter | None = None, original_counts: Counter | None = None) -> bool:
+    """Drop opset imports and model-local functions nothing uses any more. With
+    ``original``, only those the rewrite left unused go: what the original already imported
+    or defined without using is not the rewrite's business. ``counts`` and
+    ``original_counts``: the models' :func:`~rewriter.walk.op_counts`, when known.
+    Returns whether a function was dropped."""
+    used_domains, called = _uses_of(counts) if counts is not None else _uses(model)
+    if original is not None:
+        before_domains, before_called = (_uses_of(original_counts)
+                                         if original_counts is not None else _uses(original))
+        used_domains |= {normalize_domain(o.domain) for o in original.opset_import
+                         if normalize_domain(o.domain) not in before_domains}
+        for f in original.functions:
+            for entry in f.opset_import:
+                if normalize_domain(entry.domain) not in before_domains:
+                    used_domains.add(normalize_domain(entry.domain))
+            if (normalize_domain(f.domain), f.name) not in before_called:
+                called.add((normalize_domain(f.domain), f.name))
+    kept = [f for f in model.functions if (normalize_domain(f.domain), f.name) in called]
+    dropped = len(kept) != len(model.functions)
+    if dropped:
+        del model.functions[:]
+        model.functions.extend(kept)
+    for container in [model, *model.functions]:
+        imports = [o for o in container.opset_import
+                   if normalize_domain(o.domain) in used_domains | {""}]
+        if len(imports) != len(container.opset_import):
+            del container.opset_import[:]
+            container.opset_import.extend(imports)
+    return dropped

@@ -1,0 +1,1 @@
+"""Stage 2, detect: targets (what a runtime can run) and the walk that finds what it cannot."""

@@ -1,0 +1,355 @@
+"""The rewrite engine on a ModelProto: detect, plan, apply to a fixed point, verify the
+structure; the report it fills (``RewriteReport``). The library facade
+(:func:`rewriter.api.rewrite`) adds the numeric comparison and the save."""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx import ModelProto
+
+from rewriter.apply.splice import Region, apply_decompositions, apply_kernels, cleanup
+from rewriter.detect.targets import Finding, Target
+from rewriter.detect.walker import Detection, detect, find_unsupported, recheck
+from rewriter.errors import EXIT_FINDINGS, UnfixableError
+from rewriter.graph.walk import op_counts
+from rewriter.manager import Plugins
+from rewriter.plan.passes import PassContext, instantiate
+from rewriter.plan.planner import LazyConstants, Planner, why_not
+from rewriter.verify.structure import verify, verify_regions
+
+MAX_ROUNDS = 8
+
+# Verification runs the full checker (strict, type-checking shape inference) on the whole
+# rewritten model up to this many nodes; above, on each distinct rewritten region (every
+# remedy function in a small wrapper model), plus the non-full checker on the whole model
+# and the target re-check with type agreement on every node whose input types changed.
+FULL_CHECK_MAX_NODES = 10_000
+
+@dataclass
+class ModelStats:
+    nodes: int
+    ops: Counter
+
+    @classmethod
+    def of(cls, model: ModelProto) -> ModelStats:
+        return cls.from_counts(op_counts(model))
+
+    @classmethod
+    def from_counts(cls, counts: Counter) -> ModelStats:
+        """From :func:`rewriter.walk.op_counts`."""
+        ops: Counter = Counter()
+        for (domain, op_type), n in counts.items():
+            ops[f"{domain or 'ai.onnx'}::{op_type}"] += n
+        return cls(sum(ops.values()), ops)
+
+@dataclass
+class RewriteReport:
+    model: str
+    targets: list[str]
+    output: str | None = None
+    dry_run: bool = False
+    before: ModelStats | None = None
+    after: ModelStats | None = None
+    applied: Counter = field(default_factory=Counter)  # (kind, plugin, rule, op) -> nodes
+    remaining: list[Finding] = field(default_factory=list)
+    explain: list[dict] = field(default_factory=list)
+    verification: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0
+    kernels: dict[str, Any] = field(default_factory=dict)  # what the result needs to run
+    comparison: Any = None  # rewriter.comparison.CompareReport when numerics were verified
+    # what "checker"/"shape_inference" covered: "whole model" or "rewritten regions: ..."
+    verification_scope: str = ""
+    # the target re-check: "whole model" or "N nodes whose input types changed"
+    recheck_scope: str = ""
+    # verified | mismatch | unverified | unchanged (rewriter.verdicts); "" for a dry run
+    verdict: str = ""
+    verdict_reason: str = ""
+    verify: bool = True  # False: the caller turned the numeric comparison off
+    written: bool = False
+
+    def decide(self) -> None:
+        """Set :attr:`verdict` from the structural checks and the comparison."""
+        from rewriter.verify.verdicts import MISMATCH, NOT_VERIFIED, UNCHANGED, UNVERIFIED, VERIFIED
+
+        if self.dry_run:
+            self.verdict, self.verdict_reason = "", "dry run: nothing was changed"
+            return
+        if self.remaining and not self.applied:
+            self.verdict = ""
+            self.verdict_reason = (f"{len(self.remaining)} finding(s) have no remedy; nothing "
+                                   "was changed")
+            return
+        # a target refusing to load the result is a finding left (self.remaining), not this
+        failed = [f"{name}: {v}" for name, v in self.verification.items()
+                  if name != "compare" and not name.endswith(" load")
+                  and not (v == "ok" or v.startswith(("skipped", "pre-existing")))]
+        if failed:
+            self.verdict = MISMATCH
+            self.verdict_reason = f"the result fails validation: {failed[0]}"
+        elif not self.applied and not self.remaining:
+            self.verdict = UNCHANGED
+            self.verdict_reason = (f"already runs on {', '.join(self.targets)}; nothing to do "
+                                   "(the output is the input model)")
+        elif not self.verify:
+            self.verdict, self.verdict_reason = UNVERIFIED, NOT_VERIFIED
+        elif self.comparison is None:
+            self.verdict = UNVERIFIED
+            self.verdict_reason = self.verification.get("compare", "not compared")
+        else:
+            self.verdict = self.comparison.verdict
+            self.verdict_reason = self.comparison.summary()
+        if self.verdict not in (VERIFIED, MISMATCH, UNVERIFIED, UNCHANGED):
+            raise AssertionError(self.verdict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 verified or unchanged (or not verified on request), 1 mismatch or findings left,
+        3 unverified (:mod:`rewriter.verdicts`)."""
+        from rewriter.verify.verdicts import EXIT_CODES, UNVERIFIED
+
+        if not self.verdict:  # a dry run, or nothing could be changed
+            return EXIT_FINDINGS if self.remaining else 0
+        code = EXIT_CODES[self.verdict]
+        if self.verdict == UNVERIFIED and not self.verify:
+            code = 0
+        return EXIT_FINDINGS if code == 0 and self.remaining else code
+
+    @property
+    def ok(self) -> bool:
+        """The rewrite succeeded: exit code 0."""
+        return self.exit_code == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "output": self.output,
+            "targets": self.targets,
+            "verdict": self.verdict or None,
+            "verdict_reason": self.verdict_reason,
+            "exit_code": self.exit_code,
+            "ok": self.ok,
+            "written": self.written,
+            "dry_run": self.dry_run,
+            "rounds": self.rounds,
+            "applied": [
+                {"kind": k, "plugin": p, "rule": r, "op": op, "nodes": n}
+                for (k, p, r, op), n in sorted(self.applied.items())
+            ],
+            "before": {"nodes": self.before.nodes, "ops": dict(sorted(self.before.ops.items()))}
+            if self.before else None,
+            "after": {"nodes": self.after.nodes, "ops": dict(sorted(self.after.ops.items()))}
+            if self.after else None,
+            "remaining": [f.as_dict() for f in self.remaining],
+            "verification": self.verification,
+            "verification_scope": self.verification_scope,
+            "recheck_scope": self.recheck_scope,
+            "kernels": self.kernels,
+            "compare": self.comparison.as_dict() if self.comparison is not None else None,
+            "explain": self.explain,
+        }
+
+@dataclass
+class RewriteResult:
+    model: Any  # the same kind as the input: path (written), ModelProto or onnx_ir.Model
+    report: RewriteReport
+
+def _detect(model: ModelProto, targets: Sequence[Target]) -> list[Finding]:
+    findings = []
+    for target in targets:
+        findings.extend(find_unsupported(model, target, keep_nodes=True))
+    return findings
+
+def rewrite_proto(model: ModelProto, *args, **kwargs) -> tuple[ModelProto, RewriteReport]:
+    """The engine on a ModelProto; see :func:`_rewrite_proto` for the arguments.
+
+    The cyclic garbage collector is paused meanwhile: a big graph is hundreds of thousands of
+    protobuf wrappers and the collector's passes over them cost ~10% and free nothing.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _rewrite_proto(model, *args, **kwargs)
+    finally:
+        if enabled:
+            gc.enable()
+
+def _rewrite_proto(
+    model: ModelProto,
+    targets: Sequence[Target],
+    plugins: Plugins,
+    *,
+    partial: bool = False,
+    explain: bool = False,
+    dry_run: bool = False,
+    model_name: str = "<model>",
+    prefer: str = "decompose",
+    base_dir=None,
+) -> tuple[ModelProto, RewriteReport]:
+    """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
+
+    ``prefer``: ``"decompose"`` (default: a decomposed model needs nothing at deployment) or
+    ``"kernel"``, for ops that have both remedies."""
+    work = ModelProto()
+    work.CopyFrom(model)
+    report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
+    counts_before = op_counts(work)
+    report.before = ModelStats.from_counts(counts_before)
+    ctx = PassContext(targets, plugins.registry)
+    passes = instantiate(plugins.registry)
+    for p in passes:
+        p.prepare(work, ctx)
+    planner = Planner(targets, plugins, passes, ctx, prefer)
+
+    detections = [detect(work, t) for t in targets]
+    findings = [f for d in detections for f in d.findings]
+    declared = detections[0].declared if detections else {}
+    constants = LazyConstants(work)
+    why: dict[int, str] = {}
+    unfixable = []
+    relevant_pass: set[int] = set()
+    for f in findings:
+        candidates = planner.candidates(f, constants, declared)
+        if explain:
+            report.explain.append({
+                "finding": f.as_dict(),
+                "candidates": [
+                    {"kind": c.kind, "plugin": c.plugin, "rule": c.rule,
+                     "accepted": c.accepted, "why": c.why}
+                    for c in candidates
+                ],
+            })
+        if not any(c.accepted for c in candidates):
+            unfixable.append(f)
+            why[id(f)] = why_not(f, candidates)
+            if any(c.kind == "pass" and c.relevant for c in candidates):
+                relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
+    # A finding whose input types are unknown here (downstream of an op no schema types)
+    # may be fixable once the remedies upstream are spliced: the rounds below decide, and
+    # what is still left then fails the rewrite all the same (nothing is written)
+    provisional = [f for f in unfixable if f.node is not None and id(f) in relevant_pass
+                   and len(unfixable) < len(findings)
+                   and any(t is None for n, t in zip(f.node.input, f.input_types) if n)]
+    if len(provisional) < len(unfixable) and not partial:
+        if explain or dry_run:
+            report.remaining = unfixable
+            report.after = report.before
+            return model, report
+        raise UnfixableError([f for f in unfixable if f not in provisional], why)
+    if dry_run:
+        report.remaining = unfixable
+        for f in findings:
+            choice = next((c for c in planner.candidates(f, constants, declared)
+                           if c.accepted), None)
+            if choice is not None:
+                report.applied[(choice.kind, choice.plugin, choice.rule, f.op_label)] += 1
+        report.after = report.before
+        return model, report
+
+    # Nested remedies are lowered inside their functions at planning time, so one round
+    # normally suffices. The target re-check after it is done where the rewrite can have
+    # changed a verdict when the plan proves the rest (see _recheck), else on everything.
+    regions: dict[str, Region] = {}
+    conflicts: list[str] = []
+    main_types: dict[str, str] = {}  # after the rewrite, when the re-check knows them
+    pass_ran = False
+    for round_index in range(MAX_ROUNDS):
+        report.rounds = round_index + 1
+        if not findings:
+            break
+        for_passes = [f for f in findings if not _decomposed(f, planner)]
+        retargeted = apply_kernels(work, findings, planner, ctx)
+        work, changed = apply_decompositions(work, findings, planner, ctx, retargeted, regions)
+        changed = changed or bool(retargeted)
+        ran = False
+        for p in passes:
+            if any(p.offers(f, ctx)[0] for f in for_passes):
+                result = p.run(work, ctx)
+                if result is not None:
+                    work, changed, ran = result, True, True
+        pass_ran = pass_ran or ran
+        if not changed:
+            break
+        fast = None
+        if round_index == 0 and not retargeted and not ran and not unfixable:
+            fast = _recheck(work, targets, detections, findings, planner)
+        if fast is not None:
+            findings, found_conflicts, checked, main_types = fast
+            conflicts.extend(found_conflicts)
+            report.recheck_scope = (f"{checked} node(s) outside the proven bodies whose "
+                                    "input types changed or that hold subgraphs")
+        else:
+            findings = _detect(work, targets)
+            report.recheck_scope = "whole model"
+    if provisional and findings and not partial:  # what waited on types is still left
+        left = {id(f): why_not(f, planner.candidates(f, LazyConstants(work), declared))
+                for f in findings if f.node is not None}
+        raise UnfixableError(findings, left)
+    counts = op_counts(work)
+    if cleanup(work, model, counts=counts, original_counts=counts_before):
+        counts = op_counts(work)
+    report.applied = ctx.applied
+    report.remaining = findings
+    report.after = ModelStats.from_counts(counts)
+    report.kernels = _kernel_summary(work)
+    if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
+            and (regions or conflicts)):
+        report.verification, report.verification_scope = verify_regions(
+            work, model, regions, declared, conflicts, base_dir, main_types)
+    else:
+        report.verification = verify(work, model, base_dir)
+        report.verification_scope = "whole model"
+        if conflicts and report.verification.get("shape_inference") == "ok":
+            report.verification["shape_inference"] = conflicts[0]
+    for f in report.remaining:
+        object.__setattr__(f, "node", None)  # do not keep the model alive through reports
+    return work, report
+
+def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner):
+    """The target re-check of round one from the plan (:func:`rewriter.detect.recheck`):
+    (findings, conflicts, nodes checked), or None when the plan does not prove enough
+    (a body with subgraphs, model-local functions, ...)."""
+    replaced: dict[str, tuple] = {}
+    for d in detections:
+        for f in d.findings:
+            if f.node is None or id(f) not in d.in_main:
+                continue  # a node in a subgraph: re-checked with its whole subgraph
+            choice = planner.chosen(f, None)
+            if choice is None or choice.kind != "decomposition" or not choice.proven:
+                return None
+            inputs = tuple(f.node.input)
+            for index, name in enumerate(f.node.output):
+                if name:
+                    replaced.setdefault(name, (f, index, inputs))
+    found, conflicts, checked, types = [], [], 0, {}
+    for target, before in zip(targets, detections, strict=True):
+        result = recheck(work, target, before, replaced, planner.body_outputs)
+        if result is None:
+            return None
+        found.extend(result.findings)
+        conflicts.extend(c for c in result.conflicts if c not in conflicts)
+        checked = max(checked, result.checked)
+        types = types or result.types
+    return found, conflicts, checked, types
+
+def _decomposed(f: Finding, planner: Planner) -> bool:
+    if f.node is None:
+        return False
+    plan = planner._by_finding.get(id(f))
+    return (plan is not None and plan.choice is not None
+            and plan.choice.kind in ("decomposition", "kernel"))
+
+def _kernel_summary(model: ModelProto) -> dict[str, Any]:
+    """What the rewritten model needs at run time (from its metadata), for the report."""
+    import json
+
+    from rewriter.plan.kernels import read_needs
+
+    needs = read_needs(model)
+    if not needs:
+        return {}
+    return json.loads(needs.to_json())

@@ -1,0 +1,1 @@
+"""Graph utilities below every stage: walking scopes, op schemas, type inference."""

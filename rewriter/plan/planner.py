@@ -1,0 +1,578 @@
+"""Plan: for every finding, the remedies plugins offer (decompositions, kernels, passes),
+one chosen deterministically, its function built and its body checked against every target.
+
+Planning happens before anything changes: a finding no remedy takes fails the rewrite with
+one error listing them all (unless ``partial``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from onnx import FunctionProto, ModelProto, NodeProto
+
+from rewriter.detect.targets import Finding, NodeQuery, Target
+from rewriter.errors import RewriterError
+from rewriter.graph.typeinfer import infer_node_outputs
+from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
+from rewriter.manager import Plugins
+from rewriter.plan.functions import (
+    REMEDY_DOMAIN,
+    DecompositionContext,
+    Recording,
+    build_function,
+    retarget,
+    specialise,
+)
+from rewriter.plan.passes import RewritePass
+from rewriter.registry import DecompositionEntry
+
+PREFER = ("decompose", "kernel")  # --prefer: which remedy wins when both exist
+
+CONTRIB_DOMAIN = "ai.onnx.contrib"
+
+_LOWERING_DOMAIN = "rewriter.lowering"
+
+MAX_DEPTH = 4
+
+@dataclass
+class Candidate:
+    """One remedy a plugin offers (or declines) for one finding."""
+
+    kind: str
+    plugin: str
+    rule: str
+    accepted: bool
+    why: str = ""
+    function: FunctionProto | None = None
+    rewrite_pass: RewritePass | None = None
+    relevant: bool = False  # a pass this kind of finding is about: its "why" is the one shown
+    nested: list[tuple[str, str, str, str]] = field(default_factory=list)  # lowered inside
+    kernel: Any = None  # a rewriter.targets.KernelRemedy (kind "kernel")
+    # decompositions: the body's output types for the finding's input types, and whether
+    # the plan's node-by-node check covers all of it (no subgraphs in the body)
+    output_types: tuple[str | None, ...] = ()
+    proven: bool = False
+
+@dataclass
+class _Plan:
+    """The candidates for one node signature, and what the builders read beyond it
+    (constants, declared types): reused for a node only when those reads match."""
+
+    reads: tuple  # (kind, ("input", index) | ("name", name)) in the order first read
+    fingerprints: tuple
+    candidates: list[Candidate]
+    cacheable: bool = True
+    name: str | None = None  # of the remedy function, once spliced
+    choice: Candidate | None = None  # the first accepted candidate
+    recheck: dict = field(default_factory=dict)  # input types -> body output types | None
+
+class Planner:
+    """Chooses one remedy per finding, deterministically, and builds its function."""
+
+    def __init__(self, targets: Sequence[Target], plugins: Plugins, passes, ctx,
+                 prefer: str = "decompose") -> None:
+        if prefer not in PREFER:
+            raise RewriterError(f"--prefer must be one of {', '.join(PREFER)}, not {prefer!r}")
+        self.prefer = prefer
+        self.targets = targets
+        self.registry = plugins.registry
+        self.passes = passes
+        self.pass_ctx = ctx
+        self._by_op: dict[tuple[str, str], list[DecompositionEntry]] = {}
+        def precedence(entry: DecompositionEntry):
+            # third-party plugins before built-ins, then by name; hi None is open-ended
+            info = self.registry.plugins.get(entry.plugin)
+            return (bool(info and info.builtin), entry.plugin, entry.opsets[0],
+                    entry.opsets[1] or 1 << 30)
+
+        for entry in sorted(self.registry.decompositions, key=precedence):
+            self._by_op.setdefault((entry.domain, entry.op_type), []).append(entry)
+        self._plans: dict[tuple, list[_Plan]] = {}
+        self._by_finding: dict[int, _Plan] = {}  # id(finding) -> its plan
+        self._named = 0
+        self._nested_names: dict[tuple, str] = {}
+
+    def signature(self, node, opsets, input_types) -> tuple:
+        """What a plan is cached by: the op, the opsets, the input types, which inputs and
+        outputs are present, and the attributes."""
+        return (
+            normalize_domain(node.domain), node.op_type, node.overload,
+            tuple(sorted(opsets.items())), tuple(input_types),
+            tuple(map(bool, node.input)), tuple(map(bool, node.output)),
+            tuple(a.SerializeToString() for a in node.attribute),
+        )
+
+    def candidates(self, finding: Finding, constants, declared=None) -> list[Candidate]:
+        """Every remedy considered for ``finding``, the chosen one (if any) first accepted.
+        ``declared``: the model's declared value types by name (for the builders)."""
+        if finding.node is None:
+            return self._pass_candidates(finding)
+        if finding.reason == "invalid-node":
+            # the export is wrong. For a vendor op (a schema the runtime has, onnx does not)
+            # a decomposition that takes the node as it is may stand in for it (its builder
+            # reads the inputs and declines what it cannot make sense of, e.g.
+            # GroupQueryAttention without total_sequence_length); a standard op that breaks
+            # the ONNX spec is the exporter's to fix
+            if not _has_onnx_schema(finding):
+                plan = self.plan(finding, constants, declared)
+                if plan.choice is not None and plan.choice.kind == "decomposition":
+                    return plan.candidates
+            return [Candidate("decomposition", "-", "-", False,
+                              f"the node itself is invalid ({finding.detail}); fix the export")]
+        plan = self.plan(finding, constants, declared)
+        if plan.choice is None:
+            # passes are asked per finding: their answer may depend on more than the plan
+            # signature holds (constant inputs, shapes); they cache what they can themselves
+            return plan.candidates + self._pass_candidates(finding)
+        return plan.candidates
+
+    def plan(self, finding: Finding, constants, declared=None) -> _Plan:
+        """The plan of a finding with a node: cached per signature and, among the variants
+        of a signature, per the values its builders read."""
+        plan = self._by_finding.get(id(finding))
+        if plan is not None:
+            return plan
+        node = finding.node
+        declared = declared if declared is not None else {}
+        opsets = dict(finding.scope_opsets or {})
+        key = self.signature(node, opsets, finding.input_types)
+        variants = self._plans.setdefault(key, [])
+        for variant in variants:
+            if variant.cacheable and variant.fingerprints == _fingerprints(
+                    variant.reads, node, constants, declared):
+                plan = variant
+                break
+        else:
+            log: list = []
+            candidates = self._remedy_candidates(
+                finding, opsets, Recording(constants, log, "constant"),
+                Recording(declared, log, "declared"), 0,
+            )
+            inputs = list(node.input)
+            reads = tuple(dict.fromkeys(
+                (kind, ("input", inputs.index(name)) if name in inputs else ("name", name))
+                for kind, name in log))
+            plan = _Plan(reads, _fingerprints(reads, node, constants, declared), candidates,
+                         cacheable=not any(ref == ("name", "*") for _, ref in reads),
+                         choice=next((c for c in candidates if c.accepted), None))
+            variants.append(plan)
+        self._by_finding[id(finding)] = plan
+        return plan
+
+    def chosen(self, finding: Finding, constants, declared=None) -> Candidate | None:
+        plan = self._by_finding.get(id(finding))
+        if plan is not None and plan.choice is not None:
+            return plan.choice
+        for c in self.candidates(finding, constants, declared):
+            if c.accepted:
+                return c
+        return None
+
+    def body_outputs(self, finding: Finding, input_types: tuple) -> tuple | None:
+        """The output types of the body spliced for ``finding`` when its inputs have
+        ``input_types``, if every body node still runs on every target with them (None:
+        the plan does not prove it)."""
+        plan = self._by_finding.get(id(finding))
+        choice = plan.choice if plan else None
+        if choice is None or choice.kind != "decomposition" or not choice.proven:
+            return None
+        if tuple(input_types) == tuple(finding.input_types):
+            return choice.output_types
+        if input_types not in plan.recheck:
+            import dataclasses
+
+            moved = dataclasses.replace(finding, input_types=tuple(input_types))
+            problem, nested, types = self._body_problem(
+                choice.function, moved, dict(finding.scope_opsets or {}), {}, 0)
+            plan.recheck[input_types] = (None if problem or nested else
+                                         tuple(types.get(o) for o in choice.function.output))
+        return plan.recheck[input_types]
+
+    def _pass_candidates(self, finding: Finding) -> list[Candidate]:
+        out = []
+        for p in self.passes:
+            offers, why = p.offers(finding, self.pass_ctx)
+            out.append(Candidate("pass", p.plugin, p.name, offers, why, rewrite_pass=p,
+                                 relevant=p.handles(finding, self.pass_ctx)))
+        return out
+
+    def _remedy_candidates(self, finding, opsets, constants, declared, depth
+                           ) -> list[Candidate]:
+        """Decompositions and kernels, in the order ``prefer`` says; the second kind is only
+        tried when the first offers nothing (a kernel costs a registration and a probe)."""
+        key = (normalize_domain(finding.node.domain), finding.node.op_type)
+        has_kernel = key in self.registry.kernels or key in self.registry.natives
+        kinds = [self._decomposition_candidates, self._kernel_candidates]
+        if self.prefer == "kernel":
+            kinds.reverse()
+        first = kinds[0](finding, opsets, constants, depth, declared)
+        if any(c.accepted for c in first):
+            if self.prefer == "decompose" and has_kernel:
+                first.append(Candidate("kernel", "-", "-", False,
+                                       "not tried: a decomposition applies (--prefer decompose)"))
+            elif self.prefer == "kernel" and key in self._by_op:
+                first.append(Candidate("decomposition", "-", "-", False,
+                                       "not tried: a kernel applies (--prefer kernel)"))
+            return first
+        return first + kinds[1](finding, opsets, constants, depth, declared)
+
+    def _kernel_candidates(self, finding, opsets, constants=None, depth=0, declared=None
+                           ) -> list[Candidate]:
+        """A native library op first (no Python needed at run time), then a Python kernel;
+        each accepted only when every target says it can run the retargeted node."""
+        from rewriter.detect.targets import KernelRemedy
+        from rewriter.errors import RewriterError
+        from rewriter.plan.functions import resolve_reference
+        from rewriter.plan.kernels import (
+            KernelUse,
+            NativeUse,
+            attribute_problem,
+            element_type,
+            load_kernel,
+            op_name,
+            retarget_node,
+        )
+
+        node = finding.node
+        domain, op_type = normalize_domain(node.domain), node.op_type
+        label = f"{domain or 'ai.onnx'}::{op_type}"
+        out: list[Candidate] = []
+
+        def ask(remedy) -> str:
+            # the retargeted node carries provenance, as the nodes of a decomposition do
+            from rewriter.plan.functions import PROVENANCE_OP, PROVENANCE_PLUGIN, PROVENANCE_RULE
+
+            stamp = {PROVENANCE_PLUGIN: plugin, PROVENANCE_RULE: rule, PROVENANCE_OP: label}
+            kept = [p for p in remedy.node.metadata_props if p.key not in stamp]
+            del remedy.node.metadata_props[:]
+            remedy.node.metadata_props.extend(kept)
+            for key, value in stamp.items():
+                entry = remedy.node.metadata_props.add()
+                entry.key, entry.value = key, value
+            return "; ".join(f"{t.name}: {p}" for t in self.targets
+                             if (p := t.kernel_problem(remedy)))
+
+        native = self.registry.natives.get((domain, op_type))
+        if native is not None:
+            t_domain, t_op = native.target
+            plugin = native.plugin
+            rule = f"native {native.library} {t_domain or 'ai.onnx'}::{t_op}"
+            try:
+                attrs = None
+                if native.attributes:
+                    attrs = resolve_reference(native.attributes)(node)
+                    if attrs is None:
+                        raise RewriterError("declined this node (attributes or types)")
+                new = NodeProto()
+                new.CopyFrom(node)
+                new.domain, new.op_type = t_domain, t_op
+                if attrs is not None:
+                    from onnx import helper
+
+                    del new.attribute[:]
+                    new.attribute.extend(helper.make_attribute(k, v)
+                                         for k, v in sorted(attrs.items()))
+                use = NativeUse(t_domain, t_op, native.library, native.plugin, label,
+                                self._distribution(native.plugin))
+                remedy = KernelRemedy("native", new, use, None, tuple(finding.input_types),
+                                      {**opsets, t_domain: opsets.get(t_domain, 1)})
+                why = ask(remedy)
+            except Exception as e:  # noqa: BLE001 - a plugin's mapping failing is its bug
+                why, remedy = (str(e) if isinstance(e, RewriterError)
+                               else f"mapping failed: {type(e).__name__}: {e}"), None
+            out.append(Candidate("kernel", native.plugin, rule, not why, why, kernel=remedy))
+            if not why:
+                return out
+        entry = self.registry.kernels.get((domain, op_type))
+        if entry is not None:
+            plugin = entry.plugin
+            rule = f"python {entry.reference}"
+            why, remedy = "", None
+            try:
+                k = load_kernel(entry, self.registry)
+                types = [element_type(t) for t in finding.input_types]
+                signature = k.match(types)
+                if any(not n for n in node.input):
+                    why = "the node leaves an optional input empty (kernels take no gaps)"
+                elif signature is None:
+                    shown = ", ".join(t or "?" for t in types)
+                    why = (f"no signature takes ({shown}); the kernel has "
+                           + "; ".join(f"({s.label})" for s in k.signatures))
+                else:
+                    why = attribute_problem(node, k) or ""
+                if not why:
+                    use = KernelUse(op_name(domain, op_type, signature, entry.reference),
+                                    domain, op_type, entry.reference, entry.plugin, signature,
+                                    self._distribution(entry.plugin))
+                    new = NodeProto()
+                    new.CopyFrom(node)
+                    retarget_node(new, use, k)
+                    remedy = KernelRemedy("python", new, use, k, tuple(finding.input_types),
+                                          {**opsets, CONTRIB_DOMAIN: 1})
+                    why = ask(remedy)
+            except RewriterError as e:
+                why = str(e)
+            out.append(Candidate("kernel", entry.plugin, rule, not why, why, kernel=remedy))
+        if not out:
+            out.append(Candidate("kernel", "-", "-", False,
+                                 "no installed plugin registers a kernel for this op"))
+        return out
+
+    def _distribution(self, plugin: str) -> str | None:
+        info = self.registry.plugins.get(plugin)
+        return info.distribution if info and info.distribution else None
+
+    def _decomposition_candidates(self, finding, opsets, constants, depth, declared=None
+                                  ) -> list[Candidate]:
+        node = finding.node
+        model_opset = opsets.get("", 1)
+        entries = self._by_op.get((normalize_domain(node.domain), node.op_type), [])
+        out: list[Candidate] = []
+        for entry in entries:
+            rule = entry.description or f"{entry.op_type}"
+            if not entry.covers(model_opset):
+                lo, hi = entry.opsets
+                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                                     f"valid for ai.onnx opsets {lo}..{hi or ''}; the model "
+                                     f"is at {model_opset}"))
+                continue
+            ctx = DecompositionContext(node, model_opset, opsets, list(finding.input_types),
+                                       declared=declared if declared is not None else {},
+                                       constants=constants)
+            try:
+                fn = build_function(entry.builder, ctx)
+            except Exception as e:  # noqa: BLE001 - a plugin's builder failing is its bug
+                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                                     f"builder failed: {type(e).__name__}: {e}"))
+                continue
+            if fn is None:
+                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                                     "declined this node (attributes or types)"))
+                continue
+            problem, nested, types = self._body_problem(fn, finding, opsets, constants, depth)
+            if problem:
+                out.append(Candidate("decomposition", entry.plugin, rule, False, problem))
+                continue
+            inner = []
+            if nested:
+                fn = self._lower_nested(fn, nested, opsets)
+                for choice, inner_finding in nested.values():
+                    inner.append((choice.kind, choice.plugin, choice.rule, inner_finding.op_label))
+                    inner.extend(choice.nested)
+            proven = not any(a.type in (a.GRAPH, a.GRAPHS) for n in fn.node for a in n.attribute)
+            if nested and depth == 0:  # the lowered body's types, as it will be spliced
+                problem, again, types = self._body_problem(fn, finding, opsets, {}, depth)
+                proven = proven and not problem and not again
+            out.append(Candidate(
+                "decomposition", entry.plugin, rule, True, "", fn, nested=inner,
+                output_types=tuple(types.get(o) for o in fn.output), proven=proven,
+            ))
+            break
+        if not entries:
+            out.append(Candidate("decomposition", "-", "-", False,
+                                 "no installed plugin registers a decomposition for this op"))
+        return out
+
+    def _body_problem(self, fn: FunctionProto, finding: Finding, opsets, constants, depth):
+        """(None, nested, types) if every node of the body runs on every target or has a
+        remedy itself (``nested``: body index -> (candidate, finding) to lower inside the
+        body; ``types``: the body's value types, from the finding's input types);
+        (problem, {}, types) otherwise."""
+        if depth >= MAX_DEPTH:
+            return "decompositions nest too deeply", {}, {}
+        body_opsets = dict(opsets)
+        for entry in fn.opset_import:
+            body_opsets.setdefault(normalize_domain(entry.domain), entry.version)
+        types = {formal: t for formal, t in zip(fn.input, finding.input_types) if t}
+        body_constants = _constant_outputs(fn.node)
+        nested: dict[int, tuple[Candidate, Finding]] = {}
+        for i, inner in enumerate(fn.node):
+            domain = normalize_domain(inner.domain)
+            # output types first: some bind a type parameter only through them (Cast's T2
+            # comes from its `to` attribute), and a body declares no value types
+            schema = target_schema(self.targets, domain, inner.op_type, body_opsets.get(domain))
+            for name, t in zip(inner.output, infer_node_outputs(inner, schema, types)):
+                if name and t:
+                    types.setdefault(name, t)
+            for target in self.targets:
+                if i in nested:
+                    break
+                query = NodeQuery(inner, f"{finding.path}/<body>/node {i}", domain,
+                                  body_opsets.get(domain), types, body_opsets,
+                                  constants=body_constants)
+                problem = target.check_node(query)
+                if problem is None:
+                    continue
+                inner_finding = Finding(
+                    problem.target, problem.path, problem.domain, problem.op_type,
+                    problem.version, problem.reason, problem.detail, inner.name, inner,
+                    tuple(types.get(n) if n else None for n in inner.input), body_opsets,
+                )
+                # a body's values are not the model's: builders see no constants there
+                sub = self._decomposition_candidates(inner_finding, body_opsets, {}, depth + 1)
+                chosen = next((c for c in sub if c.accepted), None)
+                if chosen is None and self._lowered_later(inner_finding):
+                    continue  # spliced at the model's opset, lowered with the whole model
+                if chosen is None:
+                    return (f"its body uses {inner_finding.op_label}, which {target.name} "
+                            f"cannot run ({problem.detail})"), {}, types
+                nested[i] = (chosen, inner_finding)
+        return None, nested, types
+
+    def _lowered_later(self, finding: Finding) -> bool:
+        """Whether a body node that is only too new for a target's opset ceiling is one a
+        pass lowers: bodies are written once at the model's opset and spliced there, and
+        the model, bodies included, is then brought under the ceiling as a whole (the
+        model's own opset import is then above the ceiling too, so that pass runs)."""
+        if finding.reason != "opset-too-new":
+            return False
+        return any(p.offers(finding, self.pass_ctx)[0] for p in self.passes)
+
+    def _lower_nested(self, fn: FunctionProto, nested, opsets) -> FunctionProto:
+        """Inline the chosen remedies of body nodes into ``fn`` itself, so a whole chain of
+        decompositions is spliced into the model in one go."""
+        from onnx import helper, inliner
+
+        inner_functions = {}
+        for i, (choice, inner_finding) in sorted(nested.items()):
+            name = self.function_name(inner_finding)
+            if name not in inner_functions:
+                inner_functions[name] = specialise(
+                    choice.function, name, dict(inner_finding.scope_opsets or {}),
+                    choice.plugin, choice.rule, replaced_op(inner_finding),
+                )
+            retarget(fn.node[i], inner_functions[name])
+        outer = FunctionProto()
+        outer.CopyFrom(fn)
+        outer.domain, outer.name = _LOWERING_DOMAIN, "outer"
+        body_opsets = opset_map(outer.opset_import)
+        body_opsets.setdefault("", opsets.get("", 1))
+        body_opsets[REMEDY_DOMAIN] = 1
+        del outer.opset_import[:]
+        for domain, version in sorted(body_opsets.items()):
+            outer.opset_import.add().CopyFrom(helper.make_opsetid(domain, version))
+        call = helper.make_node(outer.name, list(outer.input), list(outer.output),
+                                domain=_LOWERING_DOMAIN)
+        untyped = helper.TypeProto()
+        graph = helper.make_graph(
+            [call], "lowering", [helper.make_value_info(n, untyped) for n in outer.input],
+            [helper.make_value_info(n, untyped) for n in outer.output],
+        )
+        wrapper = helper.make_model(graph, opset_imports=[
+            *outer.opset_import, helper.make_opsetid(_LOWERING_DOMAIN, 1)
+        ])
+        wrapper.functions.extend([outer, *inner_functions.values()])
+        done = inliner.inline_selected_functions(
+            wrapper, [(f.domain, f.name) for f in inner_functions.values()], False
+        )
+        (lowered,) = [f for f in done.functions if f.domain == _LOWERING_DOMAIN]
+        lowered.domain, lowered.name = fn.domain, fn.name
+        kept = [o for o in lowered.opset_import
+                if normalize_domain(o.domain) not in (REMEDY_DOMAIN, _LOWERING_DOMAIN)]
+        del lowered.opset_import[:]
+        lowered.opset_import.extend(kept)
+        return lowered
+
+    def function_name(self, finding: Finding) -> str:
+        plan = self._by_finding.get(id(finding))
+        if plan is None:  # a node inside a body (nested remedies): named per signature
+            key = self.signature(finding.node, dict(finding.scope_opsets or {}),
+                                 finding.input_types)
+            if key not in self._nested_names:
+                self._nested_names[key] = f"{finding.op_type}_{self._named}"
+                self._named += 1
+            return self._nested_names[key]
+        if plan.name is None:
+            plan.name = f"{finding.op_type}_{self._named}"
+            self._named += 1
+        return plan.name
+
+def _fingerprints(reads: tuple, node: NodeProto, constants, declared) -> tuple:
+    """What each read of a plan's builders sees for ``node`` (a digest of the value)."""
+    if not reads:
+        return ()
+    out = []
+    inputs = node.input
+    for kind, (where, ref) in reads:
+        if where == "input":
+            name = inputs[ref] if ref < len(inputs) else None
+        else:
+            name = ref
+        value = (constants if kind == "constant" else declared).get(name) if name else None
+        if value is None:
+            out.append(None)
+        else:
+            out.append(hashlib.blake2b(value.SerializeToString(), digest_size=16).digest())
+    return tuple(out)
+
+def _has_onnx_schema(finding: Finding) -> bool:
+    from onnx import defs
+
+    return defs.has(finding.op_type, normalize_domain(finding.domain))
+
+def replaced_op(finding: Finding) -> str:
+    """``domain::op_type`` of a finding's node, as stamped on the nodes replacing it."""
+    return f"{finding.domain or 'ai.onnx'}::{finding.op_type}"
+
+def target_schema(targets, domain, op_type, opset):
+    for t in targets:
+        s = t.schemas.resolve(domain, op_type, opset) if opset else None
+        if s is not None:
+            return s
+    return None
+
+class LazyConstants(Mapping):
+    """:func:`_constants`, built on first use: plans are cached per node signature, so most
+    rounds never need the index."""
+
+    def __init__(self, model: ModelProto) -> None:
+        self._model = model
+        self._table: dict | None = None
+
+    def _load(self) -> dict:
+        if self._table is None:
+            self._table = _constants(self._model)
+        return self._table
+
+    def __getitem__(self, name):
+        return self._load()[name]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+def _constants(model: ModelProto) -> dict:
+    """Initializers and Constant(value=...) outputs by name, in every graph (not read from
+    external data: those stay on disk)."""
+    out = {}
+    for scope in iter_scopes(model):
+        if scope.graph is not None:
+            for t in scope.graph.initializer:
+                out[t.name] = t
+        out.update(_constant_outputs(scope.nodes))
+    return out
+
+def _constant_outputs(nodes) -> dict:
+    """``Constant(value=...)`` outputs by name (split sizes, axes, shapes); a value taken
+    from a function's attribute (``value = @v``) is not known here."""
+    out = {}
+    for node in nodes:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            for a in node.attribute:
+                if a.name == "value" and not a.ref_attr_name:
+                    out[node.output[0]] = a.t
+    return out
+
+def why_not(finding: Finding, candidates: list[Candidate]) -> str:
+    """Why no remedy applies to ``finding``: the reason of a pass the finding is about, else
+    a plugin's own reason (it beats the placeholder of a kind nobody registered)."""
+    declined = ([c.why for c in candidates if c.why and c.plugin != "-" and c.kind != "pass"]
+                or [c.why for c in candidates if c.why])
+    own = [c.why for c in candidates if c.why and c.relevant]
+    return (own or declined or [finding.detail])[0]

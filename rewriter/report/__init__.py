@@ -1,0 +1,1 @@
+"""Stage 7, report: what people and programs read (text, JSON, tables)."""

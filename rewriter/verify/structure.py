@@ -1,0 +1,189 @@
+"""Verify the structure of a rewritten model: onnx's full checker and strict, type-checking
+shape inference (on the whole model, or, for big rewrites, on each rewritten region)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Mapping, Sequence
+
+from onnx import ModelProto
+
+from rewriter.apply.splice import Region
+from rewriter.graph.walk import normalize_domain
+
+_CWD_LOCK = threading.Lock()
+
+@contextlib.contextmanager
+def _external_data_folder(model: ModelProto, base_dir):
+    """onnx's checker resolves external-data locations of an in-memory model against the
+    current directory: run it from the model's folder (reading no weights; it only checks
+    that the files are there)."""
+    from rewriter.graph.walk import iter_tensors
+    from rewriter.io.model import uses_external_data
+
+    if base_dir is None or not any(uses_external_data(t) for _, t in iter_tensors(model)):
+        yield
+        return
+    with _CWD_LOCK:
+        previous = os.getcwd()
+        os.chdir(base_dir)
+        try:
+            yield
+        finally:
+            os.chdir(previous)
+
+def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, str]:
+    """The full checker and strict, type-checking shape inference; a failure the original
+    shares is noted as pre-existing rather than blamed on the rewrite.
+
+    ``check_model(full_check=True)`` runs both in one call (its shape inference is strict and
+    checks types), so that is all the happy path costs. ``base_dir``: the folder external
+    data is relative to.
+    """
+    import onnx
+
+    def first_line(e: Exception) -> str:
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+    def run(m: ModelProto) -> dict[str, str]:
+        with _external_data_folder(m, base_dir):
+            return check(m)
+
+    def check(m: ModelProto) -> dict[str, str]:
+        try:
+            onnx.checker.check_model(m, full_check=True)
+            return {"checker": "ok", "shape_inference": "ok"}
+        except Exception as full:  # noqa: BLE001 - onnx raises several kinds
+            try:
+                onnx.checker.check_model(m, full_check=False)
+            except Exception as basic:  # noqa: BLE001
+                return {"checker": first_line(basic), "shape_inference": "skipped: the "
+                        "checker failed"}
+            return {"checker": "ok", "shape_inference": first_line(full)}
+
+    results = run(model)
+    if any(v != "ok" for v in results.values()):
+        before = run(original)
+        for name, verdict in results.items():
+            if verdict != "ok" and not verdict.startswith("skipped") and before[name] != "ok":
+                results[name] = f"pre-existing: the original fails too: {verdict}"
+    return results
+
+def verify_regions(
+    model: ModelProto, original: ModelProto, regions: Mapping[str, Region],
+    declared: Mapping, conflicts: Sequence[str] = (), base_dir=None,
+    types: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], str]:
+    """Verification of a big rewrite without a whole-model full check: the non-full checker
+    on the whole model, and the full checker (strict, type-checking shape inference) on
+    each rewritten region alone (:func:`region_problem`; ``types``: the main graph's value
+    types after the rewrite, for calls whose input types planning did not know).
+    ``conflicts`` (from the target re-check: types that changed or disagree) fail it too.
+    Returns the verdicts and what they covered."""
+    import onnx
+
+    def first_line(e: Exception) -> str:
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+    def basic(m: ModelProto) -> str:
+        with _external_data_folder(m, base_dir):
+            try:
+                onnx.checker.check_model(m, full_check=False)
+            except Exception as e:  # noqa: BLE001 - onnx raises several kinds
+                return first_line(e)
+        return "ok"
+
+    checked = untyped = 0
+    problems: list[str] = []
+    for region in regions.values():
+        problem = region_problem(region, declared, model.ir_version, types or {})
+        if problem is _UNTYPED:
+            untyped += 1
+            continue
+        checked += 1
+        if problem:
+            problems.append(f"remedy for {region.finding.op_label} "
+                            f"({region.function.name}): {problem}")
+    problems.extend(conflicts)
+    results = {"checker": basic(model)}
+    if results["checker"] != "ok" and basic(original) != "ok":
+        results["checker"] = f"pre-existing: the original fails too: {results['checker']}"
+    results["shape_inference"] = problems[0] if problems else "ok"
+    scope = (f"rewritten regions: {checked} remedy function(s) checked alone"
+             + (f", {untyped} not checkable alone (an input of unknown type, or "
+                "ai.onnx opset < 11)" if untyped else "")
+             + "; whole model: non-full checker")
+    return results, scope
+
+_UNTYPED = "untyped"
+
+def region_problem(region: Region, declared: Mapping, ir_version: int,
+                   types: Mapping[str, str] | None = None) -> str | None:
+    """The full checker on one remedy function spliced into a wrapper model alone: its
+    inputs typed as at the call (declared type and shape where the model states them, else
+    the element type at unknown rank), its outputs held to their declared types. The
+    first line of the checker's error, None if it passes, or ``_UNTYPED`` when an input's
+    type is unknown (the region cannot be checked alone)."""
+    import onnx
+    from onnx import TensorProto, helper, inliner
+
+    from rewriter.graph.typeinfer import type_string
+
+    f, call, fn = region.finding, region.call, region.function
+    opsets = {normalize_domain(k): v for k, v in (f.scope_opsets or {}).items()}
+    if opsets.get("", 1) < 11:  # the wrapper's Reshape/SequenceConstruct
+        return _UNTYPED
+    nodes, inputs, outputs = [], [], []
+    for name, t in zip(call.input, f.input_types):
+        if not name or any(v.name == name for v in inputs):
+            continue
+        t = t or (types or {}).get(name)
+        proto = declared.get(name)
+        if proto is not None and proto.tensor_type.HasField("shape"):
+            inputs.append(helper.make_value_info(name, proto))
+            continue
+        elem = _elem_type(t or (type_string(proto) if proto is not None else None))
+        if elem is None:
+            return _UNTYPED
+        inputs += [helper.make_tensor_value_info(f"{name}.data", elem, ["n"]),
+                   helper.make_tensor_value_info(f"{name}.shape", TensorProto.INT64, ["r"])]
+        nodes.append(helper.make_node("Reshape", [f"{name}.data", f"{name}.shape"], [name]))
+    nodes.append(call)
+    for name in call.output:
+        proto = declared.get(name) if name else None
+        if proto is None:
+            continue
+        if proto.tensor_type.HasField("shape"):
+            outputs.append(helper.make_value_info(name, proto))
+            continue
+        elem = _elem_type(type_string(proto))
+        if elem is not None:  # same element type as the declaration, at any shape
+            inputs.append(helper.make_tensor_value_info(f"{name}.declared", elem, ["n"]))
+            nodes.append(helper.make_node("SequenceConstruct", [name, f"{name}.declared"],
+                                          [f"{name}.same"]))
+    wrapper = helper.make_model(
+        helper.make_graph(nodes, "region", inputs, outputs),
+        opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
+        + [helper.make_opsetid(fn.domain, 1)],
+        ir_version=max(ir_version, 8),
+    )
+    wrapper.functions.append(fn)
+    try:
+        spliced = inliner.inline_selected_functions(wrapper, [(fn.domain, fn.name)], False)
+        del spliced.functions[:]
+        onnx.checker.check_model(spliced, full_check=True)
+    except Exception as e:  # noqa: BLE001 - onnx raises several kinds
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return None
+
+def _elem_type(type_str: str | None) -> int | None:
+    from onnx import TensorProto
+
+    if not type_str or not type_str.startswith("tensor(") or not type_str.endswith(")"):
+        return None
+    try:
+        return TensorProto.DataType.Value(type_str[7:-1].upper())
+    except ValueError:
+        return None
