@@ -121,3 +121,15 @@ def test_imports_only_go_down():
               for a, targets in sorted(_graph().items()) for b in sorted(targets)
               if _layer(b) > _layer(a)]
     assert not upward, "\n".join(upward)
+
+
+def test_every_subpackage_is_installed():
+    """pyproject lists rewriter's packages one by one (plugins and kernels live in folders of
+    other names): a subpackage missing there is missing from `pip install .`."""
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text()
+    block = re.search(r"^packages = \[(.*?)\]", text, re.M | re.S).group(1)
+    listed = set(re.findall(r'"([\w.]+)"', block))
+    found = {_module_name(p.parent) for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
