@@ -1,0 +1,50 @@
+"""One report model for every command: the data ``--json`` prints, with its schema version,
+the tool's and the runtimes' versions. The JSON, HTML and Markdown renderers all read it
+(``rewriter/report/schema.json`` describes it; the tests validate every command's output)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+SCHEMA_VERSION = 1
+COMMANDS = ("inspect", "check", "rewrite", "compare", "run", "plugins", "ops", "error")
+_RUNTIMES = ("onnx", "onnxruntime", "onnxruntime-extensions", "openvino", "onnxscript",
+             "onnx-ir")
+
+
+def versions() -> dict[str, str | None]:
+    """The installed version of each runtime the tool can use (None: not installed)."""
+    out: dict[str, str | None] = {}
+    for name in _RUNTIMES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def tool_version() -> str:
+    try:
+        return metadata.version("onnx-graph-rewriter")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+def document(command: str, data: dict[str, Any] | list[Any]) -> dict[str, Any]:
+    """``data`` (a command's result as a dict, or a list of rows) as a report document:
+    ``schema_version``, ``command``, ``tool`` and ``runtimes`` first, then the data (a list
+    goes under ``rows``)."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}")
+    head = {"schema_version": SCHEMA_VERSION, "command": command,
+            "tool": {"name": "onnx-rewriter", "version": tool_version()},
+            "runtimes": versions()}
+    if isinstance(data, list):
+        return {**head, "rows": data}
+    return {**head, **data}
+
+
+def error_document(message: str, exit_code: int, **extra: Any) -> dict[str, Any]:
+    """What ``--json`` prints when a command fails before it has a result (exit 2)."""
+    return document("error", {"ok": False, "exit_code": exit_code, "error": message, **extra})

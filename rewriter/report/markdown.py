@@ -1,0 +1,91 @@
+"""A report document (:mod:`rewriter.report.document`) as Markdown (GitHub-flavoured tables),
+e.g. for a pull-request comment or a CI job summary. The verdict comes first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _cell(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    if not rows:
+        return ["(none)", ""]
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows] + [""])
+
+
+def _comparison(c: dict[str, Any]) -> list[str]:
+    out = [f"## Comparison: {c.get('verdict')}", "", _cell(c.get("summary")), "",
+           f"Original evaluated on: **{c.get('oracle') or 'nothing'}**", ""]
+    for t in c.get("targets") or []:
+        where = t["target"] + (f" (run on {t['runtime']})"
+                               if t.get("runtime") and t["runtime"] != t["target"] else "")
+        out += [f"### {where}: {t['status']}", ""]
+        if t.get("error"):
+            out += [f"{t.get('error_kind')}: {_cell(t['error'])}", ""]
+        out += _table(["output", "shape", "dtype", "max abs", "max rel", "mismatch", "cosine",
+                       "ok"],
+                      [[o["name"], o["shape"]["actual"], o["dtype"]["actual"], o["max_abs"],
+                        o["max_rel"], f"{o['mismatch_fraction']:.2%}", o["cosine"],
+                        "ok" if o["ok"] else f"differs: {o.get('detail') or ''}"]
+                       for o in t.get("outputs") or []])
+        loc = t.get("localization")
+        if loc:
+            out += [f"Localization: {_cell(loc.get('message'))}", ""]
+    return out
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    """The Markdown for a ``check``, ``rewrite`` or ``compare`` document."""
+    command = doc.get("command", "")
+    model = doc.get("model") or doc.get("original") or doc.get("rewritten") or ""
+    out = [f"# onnx-rewriter {command}: `{model}`", ""]
+    if command == "check":
+        n = sum(len(t.get("findings") or []) for t in doc.get("targets") or [])
+        out += [f"**{'every target runs the model' if doc.get('ok') else f'{n} finding(s)'}**",
+                ""]
+        for t in doc.get("targets") or []:
+            out += [f"## {t['target']}: {'runs' if t.get('runs') else 'findings'}", ""]
+            out += _table(["op", "code", "nodes", "why", "where", "remedy"],
+                          [[f"`{g['op']}`", g["reason"], g["count"], g["detail"],
+                            ", ".join(g["paths"][:3]),
+                            "; ".join(g.get("remedies") or []) or "none installed"]
+                           for g in t.get("groups") or []])
+    elif command == "rewrite":
+        out += [f"**{doc.get('verdict') or 'plan only'}**: {_cell(doc.get('verdict_reason'))}",
+                ""]
+        if doc.get("output"):
+            out += [f"Written to `{doc['output']}`.", ""]
+        out += ["## Plan", ""] + _table(
+            ["op", "remedy", "plugin", "rule", "nodes"],
+            [[f"`{a['op']}`", a["kind"], a["plugin"], a["rule"], a["nodes"]]
+             for a in doc.get("applied") or []])
+        before = (doc.get("before") or {}).get("ops") or {}
+        after = (doc.get("after") or {}).get("ops") or {}
+        out += ["## Operators before and after", ""] + _table(
+            ["op", "before", "after"],
+            [[f"`{op}`", before.get(op, 0), after.get(op, 0)]
+             for op in sorted(set(before) | set(after))])
+        out += ["## Structural checks", ""] + _table(
+            ["check", "result"],
+            [[k, v] for k, v in (doc.get("verification") or {}).items() if k != "compare"])
+        if doc.get("remaining"):
+            out += ["## Findings left", ""] + _table(
+                ["target", "op", "why"],
+                [[f["target"], f"`{f['domain']}::{f['op_type']}`", f["detail"]]
+                 for f in doc["remaining"]])
+        if doc.get("compare"):
+            out += _comparison(doc["compare"])
+    elif command == "compare":
+        out += [f"**{doc.get('verdict')}**", ""] + _comparison(doc)
+    tool = doc.get("tool") or {}
+    out += ["---", f"{tool.get('name', '')} {tool.get('version', '')}, report schema "
+            f"{doc.get('schema_version')}", ""]
+    return "\n".join(out)
