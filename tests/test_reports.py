@@ -98,10 +98,9 @@ def test_rewrite_document_validates_and_renders_the_verdict_first(failing_rewrit
 
 
 def test_a_mismatch_page_names_the_diverging_region(plugins, schema, tmp_path):
-    from tests.test_verdicts import PLUGIN, WRONG
-
     from rewriter.manager import load_plugins
     from tests.conftest import model_from_text
+    from tests.test_verdicts import PLUGIN, WRONG
 
     path = tmp_path / "acme_report.py"
     path.write_text(PLUGIN)

@@ -70,7 +70,7 @@ def error_chart(outputs: list[dict[str, Any]]) -> str:
     height = 24 + bar * 1.5 * len(rows)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{130 + width + 20}" '
              f'height="{height:.0f}" role="img" aria-label="max abs error per output">']
-    for k, decade in enumerate(range(int(lo), int(hi) + 1, 2)):
+    for decade in range(int(lo), int(hi) + 1, 2):
         gx = x(10.0 ** decade)
         parts.append(f'<line x1="{gx:.1f}" y1="0" x2="{gx:.1f}" y2="{height - 14:.0f}" '
                      'stroke="#eee"/>')
