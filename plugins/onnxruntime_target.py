@@ -35,6 +35,7 @@ from rewriter.plugin import (
     infer_node_outputs,
     model_size,
     normalize_domain,
+    onnx_schemas,
     onnxruntime_schemas,
     opset_import_findings,
     opset_map,
@@ -76,6 +77,21 @@ def _ort_kernels(provider: str) -> dict[tuple[str, str], list[KernelDef]]:
             KernelDef(start, end, constraints)
         )
     return table
+
+
+# Domains whose opset ceiling onnxruntime declares and the opset-conversion pass can lower to.
+_CEILING_DOMAINS = ("", "ai.onnx.ml")
+
+
+def runtime_ceilings(schemas: SchemaIndex) -> dict[str, int] | None:
+    """The installed onnxruntime's highest ai.onnx and ai.onnx.ml opsets, where they are
+    below the newest the installed onnx knows (onnxruntime 1.23 stops at ai.onnx 23): an
+    opset-conversion pass lowers newer models to them. None when onnxruntime knows every
+    opset onnx does (no model onnx writes is above it)."""
+    newest = onnx_schemas().max_version
+    out = {d: schemas.max_version[d] for d in _CEILING_DOMAINS
+           if d in schemas.max_version and schemas.max_version[d] < newest.get(d, 0)}
+    return out or None
 
 
 def available_providers() -> list[str]:
@@ -135,6 +151,7 @@ class OnnxRuntimeTarget(Target):
         self._known_domains = (
             set(self.schemas.domains) | {d for d, _ in self._kernels}
         )
+        self.max_opsets = runtime_ceilings(self.schemas)
 
     @property
     def schemas(self) -> SchemaIndex:
@@ -634,7 +651,82 @@ def _clean_ort_message(message: str) -> str:
     return message.strip()
 
 
+class ReducedBuildTarget(OnnxRuntimeTarget):
+    """A reduced onnxruntime build (``onnxruntime:ops=FILE``): the kernels of the installed
+    onnxruntime that the build's operator configuration keeps. Models run (``compare``,
+    confirmation) on the full installed onnxruntime."""
+
+    def __init__(self, config_path: str, provider: str = CPU,
+                 options: TargetOptions | None = None) -> None:
+        from rewriter_plugins.onnxruntime_reduced import read_config
+
+        super().__init__(provider, options)
+        self.build = read_config(config_path)
+        self.name = (f"{self.name},ops={config_path}" if provider != CPU
+                     else f"onnxruntime:ops={config_path}")
+        self.description = f"a reduced onnxruntime build ({provider}) with the ops of {config_path}"
+        self._reduced: dict[tuple, tuple[str, str, int | None] | None] = {}
+
+    def check_node(self, query: NodeQuery) -> Finding | None:
+        finding = super().check_node(query)
+        if finding is not None or self.build.all_ops:
+            return finding
+        node, types = query.node, query.types
+        ins = tuple(types.get(n) if n else None for n in query.inputs)
+        outs = tuple(types.get(n) if n else None for n in query.outputs)
+        key = (query.domain, node.op_type, query.opset, ins, outs)
+        verdict = self._reduced.get(key, ...)
+        if verdict is ...:
+            verdict = self._reduced[key] = self._build_verdict(query, ins, outs)
+        return None if verdict is None else self.finding(query, *verdict[:2], version=verdict[2])
+
+    def _build_verdict(self, query: NodeQuery, ins, outs):
+        from rewriter_plugins.onnxruntime_reduced import type_problem
+
+        node, domain = query.node, query.domain
+        if domain == "" and node.op_type in _FOLDED_OPS:
+            return None
+        opset = query.opset or self.schemas.max_version.get(domain)
+        schema = self.schemas.resolve(domain, node.op_type, opset or 0)
+        if schema is None:
+            return None  # a custom-op library's op: not the build's kernels
+        label = f"{domain or 'ai.onnx'}::{node.op_type}({schema.since_version})"
+        kernels = [k for k in self._kernels.get((domain, node.op_type), [])
+                   if _version_matches(k, schema.since_version)]
+        listed = self.build.listed_opsets(domain, node.op_type)
+        if not kernels:
+            return ("no-kernel", f"{label} runs in onnxruntime by inlining its function body; "
+                    f"the reduced build ({self.build.path}) is checked by its kernels only",
+                    schema.since_version)
+        if not any(k.start <= o <= k.end for k in kernels for o in listed):
+            where = (f"lists it only at opset {', '.join(map(str, sorted(listed)))}" if listed
+                     else "does not list it")
+            return ("no-kernel", f"the reduced build's operator config ({self.build.path}) "
+                    f"{where}: no kernel for {label}", schema.since_version)
+        problem = type_problem(self.build, domain, node.op_type, ins, outs)
+        if problem:
+            return ("type-binding", f"the reduced build ({self.build.path}): {problem}",
+                    schema.since_version)
+        return None
+
+    def kernel_problem(self, remedy) -> str | None:
+        return (f"{self.name}: a reduced build is checked against its operator config, "
+                "not with custom kernels")
+
+
+_OPS = "ops="
+
+
 def _make(argument: str | None, options: TargetOptions | None = None) -> OnnxRuntimeTarget:
+    """``onnxruntime``, ``onnxruntime:PROVIDER``, ``onnxruntime:ops=FILE`` (a reduced build),
+    ``onnxruntime:PROVIDER,ops=FILE``."""
+    provider, _, config = (argument or "").partition(_OPS)
+    if config or (argument or "").endswith(_OPS):
+        if not config:
+            raise TargetError("onnxruntime:ops= needs a reduced-build operator config file, "
+                              "e.g. onnxruntime:ops=required_operators.config")
+        return ReducedBuildTarget(config, resolve_provider(provider.rstrip(",") or None),
+                                  options)
     return OnnxRuntimeTarget(resolve_provider(argument), options)
 
 
@@ -643,5 +735,6 @@ def register_targets(registry):
     registry.add(
         "onnxruntime",
         _make,
-        description="onnxruntime's kernel registry (onnxruntime:PROVIDER for other providers)",
+        description="onnxruntime's kernel registry (onnxruntime:PROVIDER for other providers; "
+        "onnxruntime:ops=FILE for a reduced build's operator config)",
     )
