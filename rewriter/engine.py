@@ -16,6 +16,7 @@ from rewriter.apply.splice import Region, apply_decompositions, apply_kernels, c
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import Detection, detect, find_unsupported, recheck
 from rewriter.errors import EXIT_FINDINGS, UnfixableError
+from rewriter.graph.opid import OpId
 from rewriter.graph.walk import op_counts
 from rewriter.manager import Plugins
 from rewriter.plan.passes import PassContext, instantiate
@@ -44,7 +45,7 @@ class ModelStats:
         """From :func:`rewriter.walk.op_counts`."""
         ops: Counter = Counter()
         for (domain, op_type), n in counts.items():
-            ops[f"{domain or 'ai.onnx'}::{op_type}"] += n
+            ops[str(OpId(domain, op_type))] += n
         return cls(sum(ops.values()), ops)
 
 @dataclass

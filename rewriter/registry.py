@@ -10,6 +10,7 @@ from typing import Any
 from onnx import FunctionProto
 
 from rewriter.errors import PluginError
+from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain
 
 _TARGET_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
@@ -237,19 +238,18 @@ class Registry:
         out: dict[str, list[str]] = {}
         out["targets"] = sorted(t.name for t in self.targets.values() if t.plugin == plugin)
         out["decompositions"] = sorted(
-            f"{d.domain or 'ai.onnx'}::{d.op_type} "
+            f"{OpId(d.domain, d.op_type)} "
             f"[ai.onnx opset {d.opsets[0]}..{d.opsets[1] or ''}]"
             for d in self.decompositions
             if d.plugin == plugin
         )
         out["kernels"] = sorted(
-            f"{k.domain or 'ai.onnx'}::{k.op_type}"
+            str(OpId(k.domain, k.op_type))
             for k in self.kernels.values()
             if k.plugin == plugin
         )
         out["native_kernels"] = sorted(
-            f"{k.domain or 'ai.onnx'}::{k.op_type} -> {k.library} "
-            f"{k.target[0] or 'ai.onnx'}::{k.target[1]}"
+            f"{OpId(k.domain, k.op_type)} -> {k.library} {OpId(*k.target)}"
             for k in self.natives.values()
             if k.plugin == plugin
         )
@@ -342,7 +342,7 @@ class DecompositionRegistry(_Bound):
             if (d.plugin == self.plugin and d.domain == domain and d.op_type == op_type
                     and _overlap(d.opsets, (lo, hi))):
                 raise self._fail(
-                    f"decomposition {domain or 'ai.onnx'}::{op_type} for opsets {(lo, hi)} "
+                    f"decomposition {OpId(domain, op_type)} for opsets {(lo, hi)} "
                     f"overlaps opsets {d.opsets} this plugin already registered"
                 )
         self._registry.decompositions.append(
@@ -420,7 +420,7 @@ class KernelRegistry(_Bound):
         existing = self._registry.natives.get(key)
         if existing:
             raise self._fail(
-                f"native kernel {domain or 'ai.onnx'}::{op_type} is already registered by "
+                f"native kernel {OpId(domain, op_type)} is already registered by "
                 f"plugin {existing.plugin!r}"
             )
         self._registry.natives[key] = NativeEntry(

@@ -30,6 +30,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from rewriter.detect.targets import Finding, NodeQuery, Target
+from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain
 from rewriter.hookspecs import hookimpl
 from rewriter.registry import Arg, DecompositionEntry, OpSample
@@ -108,7 +109,7 @@ class Check:
 
 def label(entry: DecompositionEntry) -> str:
     lo, hi = entry.opsets
-    return (f"{entry.plugin}:{entry.domain or 'ai.onnx'}::{entry.op_type}"
+    return (f"{entry.plugin}:{OpId(entry.domain, entry.op_type)}"
             f"@{lo}-{hi if hi is not None else ''}")
 
 
@@ -338,7 +339,7 @@ def dependence(check: Check, oracle: str) -> str | None:
         if not any(d == entry.domain and op == entry.op_type and lo <= version <= hi
                    for d, op, lo, hi in _ort_kernels()):
             return (f"onnxruntime has no CPU kernel of its own for "
-                    f"{entry.domain or 'ai.onnx'}::{entry.op_type}({version}) (it would expand "
+                    f"{OpId(entry.domain, entry.op_type, version)} (it would expand "
                     "the op's function, or cannot run it)")
     if oracle == "reference":
         from onnx.reference import ReferenceEvaluator
@@ -351,7 +352,7 @@ def dependence(check: Check, oracle: str) -> str | None:
         if isinstance(implementation, OpFunction) or type(implementation).__module__.split(
                 ".")[:2] != ["onnx", "reference"]:
             return ("the reference evaluator has no implementation of "
-                    f"{entry.domain or 'ai.onnx'}::{entry.op_type}({version}) but its function")
+                    f"{OpId(entry.domain, entry.op_type, version)} but its function")
     return None
 
 
@@ -481,7 +482,7 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
     from rewriter.api import rewrite
 
     entry = check.entry
-    op = f"{entry.domain or 'ai.onnx'}::{entry.op_type}"
+    op = str(OpId(entry.domain, entry.op_type))
     result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
                      verify=False)
     applied = {(kind, plugin) for (kind, plugin, _rule, label_), _n in

@@ -21,6 +21,7 @@ from typing import Any
 
 from onnx import FunctionProto, ModelProto, NodeProto, TypeProto, helper
 
+from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain, subgraphs
 from rewriter.plan.functions import PROVENANCE_OP, PROVENANCE_PLUGIN, PROVENANCE_RULE
 
@@ -73,7 +74,7 @@ class Region:
 
 
 def _op_label(node: NodeProto) -> str:
-    return f"{normalize_domain(node.domain) or 'ai.onnx'}::{node.op_type}"
+    return str(OpId(node.domain, node.op_type))
 
 
 def _stamp_of(node: NodeProto) -> Stamp | None:

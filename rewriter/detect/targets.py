@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewriter.graph.opid import domain_label
+
 if TYPE_CHECKING:  # onnx is imported where used: a confirming child runs without it
     from onnx import ModelProto, NodeProto, TypeProto
 
@@ -78,16 +80,16 @@ class Finding:
 
     @property
     def op_label(self) -> str:
-        domain = self.domain or "ai.onnx"
-        version = f"({self.version})" if self.version is not None else ""
-        return f"{domain}::{self.op_type}{version}" if self.op_type else domain
+        from rewriter.graph.opid import OpId
+
+        return str(OpId(self.domain, self.op_type, self.version))
 
     def as_dict(self) -> dict:
         return {
             "target": self.target,
             "path": self.path,
             "node_name": self.node_name,
-            "domain": self.domain or "ai.onnx",
+            "domain": domain_label(self.domain),
             "op_type": self.op_type,
             "version": self.version,
             "reason": self.reason,
@@ -317,7 +319,7 @@ def opset_import_findings(
                     op_type="",
                     version=imp.version,
                     reason="opset-too-new",
-                    detail=f"model imports {domain or 'ai.onnx'} opset {imp.version}; "
+                    detail=f"model imports {domain_label(domain)} opset {imp.version}; "
                     f"the runtime supports up to {top}",
                 )
             )

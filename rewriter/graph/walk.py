@@ -14,13 +14,10 @@ from operator import attrgetter
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
+from rewriter.graph.opid import DOMAIN_ALIASES as _DOMAIN_ALIASES
+from rewriter.graph.opid import normalize_domain
+
 STANDARD_DOMAIN = ""
-_DOMAIN_ALIASES = {"ai.onnx": ""}
-
-
-def normalize_domain(domain: str) -> str:
-    """``ai.onnx`` and ``""`` name the same domain; return the canonical spelling."""
-    return _DOMAIN_ALIASES.get(domain, domain)
 
 
 def opset_map(opset_imports) -> dict[str, int]:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rewriter.errors import RewriterError
+from rewriter.graph.opid import OpId, domain_label
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -336,7 +337,7 @@ def op_name(domain: str, op_type: str, signature: Signature, reference: str) -> 
     with kernels for one op, in one library process or one test session)."""
     import hashlib
 
-    dom = re.sub(r"\W", "_", domain or "ai.onnx")
+    dom = re.sub(r"\W", "_", domain_label(domain))
     digest = hashlib.sha256(reference.encode()).hexdigest()[:6]
     return f"{op_type}__{dom}__{'_'.join(signature.inputs) or 'none'}__{digest}"
 
@@ -355,7 +356,7 @@ class KernelUse:
 
     @property
     def op_label(self) -> str:
-        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+        return str(OpId(self.domain, self.op_type))
 
     def as_dict(self) -> dict[str, Any]:
         return {"op": self.op_label, "kernel": self.reference, "plugin": self.plugin,
@@ -375,7 +376,7 @@ class NativeUse:
 
     @property
     def key(self) -> str:
-        return f"{self.domain or 'ai.onnx'}::{self.op_type}"
+        return str(OpId(self.domain, self.op_type))
 
     def as_dict(self) -> dict[str, Any]:
         return {"library": self.library, "plugin": self.plugin, "op": self.original,
@@ -469,14 +470,14 @@ def load_kernel(entry: KernelEntry, registry: Registry | None = None) -> Kernel:
     try:
         obj = resolve_reference(entry.reference)
     except Exception as e:  # noqa: BLE001 - any import failure is the plugin's
-        raise fail(f"kernel {entry.domain or 'ai.onnx'}::{entry.op_type}: cannot import "
+        raise fail(f"kernel {OpId(entry.domain, entry.op_type)}: cannot import "
                    f"{entry.reference!r}: {type(e).__name__}: {e}") from e
     if not isinstance(obj, Kernel):
-        raise fail(f"kernel {entry.domain or 'ai.onnx'}::{entry.op_type}: {entry.reference!r} "
+        raise fail(f"kernel {OpId(entry.domain, entry.op_type)}: {entry.reference!r} "
                    f"is a {type(obj).__name__}, not a rewriter.plan.kernels.Kernel")
     missing = obj.missing_requirements()
     if missing:
-        raise fail(f"kernel {entry.domain or 'ai.onnx'}::{entry.op_type} needs "
+        raise fail(f"kernel {OpId(entry.domain, entry.op_type)} needs "
                    f"{', '.join(missing)}, which is not installed")
     return obj
 
@@ -799,7 +800,7 @@ def _op_run_class(op_type: str, domain: str, run: Callable[..., tuple], note: st
             if "_rewriter_refusal" not in self.__dict__:
                 self._rewriter_refusal = vet(self.onnx_node)
             if self._rewriter_refusal:
-                raise KernelError(f"{domain or 'ai.onnx'}::{op_type} node "
+                raise KernelError(f"{OpId(domain, op_type)} node "
                                   f"{self.onnx_node.name!r}: {self._rewriter_refusal}")
         given = {n: _attr_value(v) for n, v in attributes.items() if v is not None}
         return run(self.onnx_node, *inputs, **given)
@@ -950,7 +951,7 @@ def native_only(model: ModelProto, registry: Registry) -> list[str]:
         for node in scope.nodes:
             key = (normalize_domain(node.domain), node.op_type)
             if key in registry.natives and key not in registry.kernels:
-                out.add(f"{key[0] or 'ai.onnx'}::{key[1]}")
+                out.add(str(OpId(*key)))
     return sorted(out)
 
 

@@ -16,6 +16,7 @@ from onnx import FunctionProto, ModelProto, NodeProto
 
 from rewriter.detect.targets import Finding, NodeQuery, Target
 from rewriter.errors import RewriterError
+from rewriter.graph.opid import OpId
 from rewriter.graph.typeinfer import infer_node_outputs
 from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
 from rewriter.manager import Plugins
@@ -239,7 +240,7 @@ class Planner:
 
         node = finding.node
         domain, op_type = normalize_domain(node.domain), node.op_type
-        label = f"{domain or 'ai.onnx'}::{op_type}"
+        label = str(OpId(domain, op_type))
         out: list[Candidate] = []
 
         def ask(remedy) -> str:
@@ -260,7 +261,7 @@ class Planner:
         if native is not None:
             t_domain, t_op = native.target
             plugin = native.plugin
-            rule = f"native {native.library} {t_domain or 'ai.onnx'}::{t_op}"
+            rule = f"native {native.library} {OpId(t_domain, t_op)}"
             try:
                 attrs = None
                 if native.attributes:
@@ -516,7 +517,7 @@ def _has_onnx_schema(finding: Finding) -> bool:
 
 def replaced_op(finding: Finding) -> str:
     """``domain::op_type`` of a finding's node, as stamped on the nodes replacing it."""
-    return f"{finding.domain or 'ai.onnx'}::{finding.op_type}"
+    return str(OpId(finding.domain, finding.op_type))
 
 def target_schema(targets, domain, op_type, opset):
     for t in targets:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewriter.graph.opid import domain_label
 from rewriter.registry import DecompositionEntry, Registry
 
 # How the table names each oracle kind (rewriter.registry.ORACLES); "module:attr" is "numpy"
@@ -38,7 +39,7 @@ class OperatorRow:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "domain": self.domain or "ai.onnx", "op_type": self.op_type, "remedy": self.remedy,
+            "domain": domain_label(self.domain), "op_type": self.op_type, "remedy": self.remedy,
             "decompositions": self.decompositions, "kernels": self.kernels,
             "opsets": self.opsets, "dtypes": self.dtypes,
             "accuracy": " / ".join(sorted(self.accuracy)) or "-", "oracle": self.oracle,
@@ -134,7 +135,7 @@ def to_markdown(rows: list[OperatorRow]) -> str:
     ]
     by_domain: dict[str, list[OperatorRow]] = {}
     for r in rows:
-        by_domain.setdefault(r.domain or "ai.onnx", []).append(r)
+        by_domain.setdefault(domain_label(r.domain), []).append(r)
     for domain, group in by_domain.items():
         out += [f"## {domain} ({len(group)})", "",
                 "| op | remedy | plugin | opsets | dtypes | accuracy | oracle |",

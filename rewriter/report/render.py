@@ -8,6 +8,7 @@ from typing import Any
 from rewriter.detect.targets import REASONS
 from rewriter.detect.walker import CheckReport, group_findings
 from rewriter.errors import one_line
+from rewriter.graph.opid import domain_label
 
 MAX_PATHS_SHOWN = 3
 
@@ -33,7 +34,7 @@ def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:
                 "groups": [
                     {
                         "op": g.op_label,
-                        "domain": g.domain or "ai.onnx",
+                        "domain": domain_label(g.domain),
                         "op_type": g.op_type,
                         "version": g.version,
                         "reason": g.reason,

@@ -8,6 +8,7 @@ from typing import Any
 
 from onnx import TypeProto, ValueInfoProto
 
+from rewriter.graph.opid import domain_label
 from rewriter.graph.schemas import onnx_schemas, onnxruntime_schemas
 from rewriter.graph.typeinfer import type_string
 from rewriter.graph.walk import iter_scopes, iter_tensor_sites
@@ -60,7 +61,7 @@ def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
     local_functions = {(f.domain, f.name) for f in model.functions}
     operators = [
         {
-            "domain": d or "ai.onnx",
+            "domain": domain_label(d),
             "op_type": op,
             "since_version": v,
             "count": n,
@@ -85,7 +86,7 @@ def inspect_model(loaded: LoadedModel) -> dict[str, Any]:
         "ir_version": model.ir_version,
         "producer": " ".join(x for x in (model.producer_name, model.producer_version) if x),
         "model_version": model.model_version,
-        "opset_imports": {(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        "opset_imports": {domain_label(o.domain): o.version for o in model.opset_import},
         "inputs": [_value(v) for v in model.graph.input if v.name not in initializer_names],
         "outputs": [_value(v) for v in model.graph.output],
         "nodes": node_count,
