@@ -94,6 +94,30 @@ def runtime_ceilings(schemas: SchemaIndex) -> dict[str, int] | None:
     return out or None
 
 
+@cache
+def runtime_max_ir_version() -> int | None:
+    """The highest IR version the installed onnxruntime loads, asked with one-node models
+    (onnxruntime 1.23 loads up to IR 11); None when it loads the newest onnx writes."""
+    import onnxruntime as ort
+    from onnx import IR_VERSION, TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "ir", [x], [y])
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    for ir in range(IR_VERSION, 6, -1):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                  ir_version=ir)
+        try:
+            ort.InferenceSession(model.SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+        except Exception:  # noqa: BLE001 - "Unsupported model IR version": try an older one
+            continue
+        return None if ir == IR_VERSION else ir
+    return None
+
+
 def available_providers() -> list[str]:
     import onnxruntime
 
@@ -152,6 +176,7 @@ class OnnxRuntimeTarget(Target):
             set(self.schemas.domains) | {d for d, _ in self._kernels}
         )
         self.max_opsets = runtime_ceilings(self.schemas)
+        self.max_ir_version = runtime_max_ir_version()
 
     @property
     def schemas(self) -> SchemaIndex:
@@ -161,6 +186,11 @@ class OnnxRuntimeTarget(Target):
         findings = opset_import_findings(
             self.name, model, self.schemas.max_version, ("", "ai.onnx.ml", "com.microsoft")
         )
+        if self.max_ir_version is not None and model.ir_version > self.max_ir_version:
+            findings.append(Finding(
+                self.name, "model", "", "", model.ir_version, "ir-too-new",
+                f"model has IR version {model.ir_version}; the installed onnxruntime loads up "
+                f"to {self.max_ir_version}"))
         problem = self._use_kernels(model)
         if problem:
             findings.append(Finding(self.name, "model", "", "", None, "no-kernel", problem))

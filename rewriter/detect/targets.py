@@ -31,6 +31,7 @@ REASONS: dict[str, str] = {
     "no-kernel": "no kernel for that opset version",
     "type-binding": "unsupported type binding",
     "opset-too-new": "opset beyond what the runtime supports",
+    "ir-too-new": "IR version beyond what the runtime supports",
     "invalid-node": "node does not match the operator's schema",
     "runtime-refused": "the runtime refused the model",
 }
