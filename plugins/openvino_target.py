@@ -34,6 +34,17 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from rewriter_plugins.probe_models import PROBE_CONSTANT_LIMIT as _PROBE_CONSTANT_LIMIT
+from rewriter_plugins.probe_models import SMALL_CONSTANT_BYTES as _SMALL_CONSTANT_BYTES
+from rewriter_plugins.probe_models import VALUE_TYPES as _VALUE_TYPES
+from rewriter_plugins.probe_models import external as _external
+from rewriter_plugins.probe_models import inferred_shapes as _inferred_shapes
+from rewriter_plugins.probe_models import model_constants
+from rewriter_plugins.probe_models import renamed as _renamed
+from rewriter_plugins.probe_models import shape_key as _shape_key
+from rewriter_plugins.probe_models import tensor_bytes as _tensor_bytes
+from rewriter_plugins.probe_models import zeros_like as _zeros_like
+
 from rewriter.plugin import (
     RUN_BY_DEFAULT_BELOW,
     Confirmation,
@@ -54,13 +65,8 @@ NOT_INSTALLED = "OpenVINO is not installed: pip install 'onnx-graph-rewriter[ope
 DEFAULT_DEVICE = "CPU"
 CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
 CONFIRM_TIMEOUT_S = 300
-# Constant inputs up to this many bytes are given to a probe with their values (OpenVINO's
-# translators read shapes, axes, pads... from them); integer and boolean ones are part of the
-# cache key by value, floating-point ones (weights) by type and shape. Bigger ones are given
-# as zeros of their shape and keyed by type and shape only.
-_SMALL_CONSTANT_BYTES = 4096
-_VALUE_TYPES = frozenset({6, 7, 9, 2, 3, 4, 5, 12, 13})  # int32/64, bool, (u)int8/16/32/64
-_PROBE_CONSTANT_LIMIT = 64 * 2**20
+# Constant inputs are given to a probe as rewriter_plugins.probe_models says (OpenVINO's
+# translators read shapes, axes, pads... from them).
 # Shape inference (ranks for the probes' inputs: the CPU plugin compiles no input of unknown
 # rank) runs on models up to this many nodes; bigger ones are probed at conversion level
 # where a rank is unknown, and the whole-model confirmation decides.
@@ -80,8 +86,6 @@ _CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 _SHAPE_WORDS = re.compile(r"\b(rank|shape|dynamic|dimension)", re.IGNORECASE)
 _GUESSED_RANKS = ((4, None), (2, None), (3, None), (1, None), (0, None), (5, None),
                   (4, 1), (3, 1), (2, 1))
-_SCALAR_CONSTANTS = {"value_float": ("f", "float32"), "value_int": ("i", "int64"),
-                     "value_floats": ("floats", "float32"), "value_ints": ("ints", "int64")}
 
 # (device, probe key) -> None (runs) or (reason, detail): one cache per process
 _VERDICTS: dict[tuple, tuple[str, str] | None] = {}
@@ -229,25 +233,6 @@ def _blames_subgraph(node, detail: str) -> bool:
         re.search(rf"\b{re.escape(op)}\b", detail) for op in ops)
 
 
-def _shape_key(tp) -> tuple | None:
-    if tp is None or tp.WhichOneof("value") != "tensor_type":
-        return None
-    if not tp.tensor_type.HasField("shape"):
-        return None
-    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                 for d in tp.tensor_type.shape.dim)
-
-
-def _zeros_like(tensor):
-    """A tensor of zeros with ``tensor``'s name, type and shape (a weight's stand-in)."""
-    import numpy as np
-    from onnx import helper, numpy_helper
-
-    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    out = numpy_helper.from_array(np.zeros(tuple(tensor.dims), dtype=dtype), tensor.name)
-    return out
-
-
 # -- the target -------------------------------------------------------------------------------
 
 class OpenVINOTarget(Target):
@@ -284,22 +269,7 @@ class OpenVINOTarget(Target):
 
     def check_model(self, model) -> list[Finding]:
         """Remember the model's constants and inferred shapes for the node probes."""
-        from onnx import numpy_helper
-
-        self._constants = {}
-        for t in model.graph.initializer:
-            self._constants[t.name] = t
-        for n in model.graph.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1:
-                a = n.attribute[0]
-                if a.name == "value" and n.output:
-                    self._constants[n.output[0]] = a.t
-                elif a.name in _SCALAR_CONSTANTS and n.output:
-                    import numpy as np
-
-                    field, dtype = _SCALAR_CONSTANTS[a.name]
-                    value = np.array(getattr(a, field), dtype)
-                    self._constants[n.output[0]] = numpy_helper.from_array(value, n.output[0])
+        self._constants = model_constants(model)
         self._shapes, self._ov_shapes, self._model = {}, {}, None
         self._model_compiles = self._whole_model_compiles(model)
         if not self._model_compiles and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
@@ -725,57 +695,6 @@ def _port_names(ports, wanted: list[str]) -> list[str]:
         names = port.get_names()
         match = [n for n in wanted if n in names]
         out.append(match[0] if match else wanted[i] if i < len(wanted) else port.get_any_name())
-    return out
-
-
-def _tensor_bytes(tensor) -> int:
-    from onnx import helper
-
-    count = 1
-    for d in tensor.dims:
-        count *= d
-    try:
-        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except Exception:  # noqa: BLE001 - strings and unknown types: by their stored size
-        return tensor.ByteSize()
-    return count * itemsize
-
-
-def _external(tensor) -> bool:
-    from onnx import TensorProto
-
-    return tensor.data_location == TensorProto.EXTERNAL
-
-
-def _renamed(tensor, name: str):
-    if tensor.name == name:
-        return tensor
-    from onnx import TensorProto
-
-    copy = TensorProto()
-    copy.CopyFrom(tensor)
-    copy.name = name
-    return copy
-
-
-def _inferred_shapes(model) -> dict:
-    """Every value's TypeProto with its shape, from onnx's shape inference (all graphs)."""
-    from onnx import shape_inference
-
-    from rewriter.plugin import iter_scopes
-
-    try:
-        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:  # noqa: BLE001 - shapes are a help, not a requirement
-        return {}
-    out = {}
-    for scope in iter_scopes(inferred):
-        g = scope.graph
-        if g is None:
-            continue
-        for vi in (*g.input, *g.value_info, *g.output):
-            if vi.type.WhichOneof("value") is not None:
-                out.setdefault(vi.name, vi.type)
     return out
 
 
