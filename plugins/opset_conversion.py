@@ -2089,7 +2089,9 @@ class OpsetConversionPass(RewritePass):
             out.CopyFrom(result)
             self._model, self._facts = out, None
             return out
-        to = ceilings(ctx.targets) or self._older_opset_for_targets(model, ctx)
+        to = ceilings(ctx.targets)
+        for domain, older in self._older_opset_for_targets(model, ctx).items():
+            to[domain] = min(to.get(domain, older), older)  # a ceiling and an older version
         if not to:
             return None
         findings = find_unsupported(model, _CeilingTarget(to), keep_nodes=True)
