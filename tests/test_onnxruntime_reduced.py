@@ -11,11 +11,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from rewriter_plugins.onnxruntime_reduced import read_config
 
 import rewriter
-from rewriter.errors import TargetError, UnfixableError
 from rewriter.detect.targets import resolve_targets
-from rewriter_plugins.onnxruntime_reduced import read_config
+from rewriter.errors import TargetError, UnfixableError
 
 # The ops a basic reduced build keeps (at the model's opset 20): no LayerNormalization,
 # Gelu or Softmax, no contrib op.

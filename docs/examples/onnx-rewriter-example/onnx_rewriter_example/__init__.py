@@ -17,8 +17,8 @@ import onnx
 from onnx import helper
 
 from rewriter import hookimpl
-from rewriter.errors import TargetError
 from rewriter.detect.targets import Finding, NodeQuery, Target
+from rewriter.errors import TargetError
 
 NPU_NAME = "example-npu"
 MAX_OPSET = 13
