@@ -7,13 +7,34 @@ Exit codes: 0 ok (verified), 1 findings or mismatch, 2 bad input or usage, 3 unv
 
 from __future__ import annotations
 
+import math
+import os
+import signal
 import sys
 import traceback
 
 import click
 
-from rewriter.console import native_stdout_to_stderr
-from rewriter.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, RewriterError, one_line
+from rewriter.console import native_stdout_to_stderr, stop_on_signals
+from rewriter.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    RewriterError,
+    Terminated,
+    one_line,
+)
+
+EXIT_INTERRUPTED = 130  # as a shell reports SIGINT
+
+
+def _stopped(e: BaseException) -> int:
+    """Say why the run stopped (Ctrl-C, SIGTERM, SIGHUP); its exit code (128 + signal)."""
+    if isinstance(e, Terminated):
+        click.echo(f"terminated ({signal.Signals(e.signum).name})", err=True)
+        return 128 + e.signum
+    click.echo("interrupted", err=True)
+    return EXIT_INTERRUPTED
 
 
 class _Group(click.Group):
@@ -29,9 +50,22 @@ class _Group(click.Group):
             ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as e:  # Ctrl-C, and SIGTERM/SIGHUP (Terminated)
+            ctx.exit(_stopped(e))
+        except OSError as e:  # the OS said no (permissions, a full disk): not our bug
+            if _debug(ctx):
+                traceback.print_exc()
+            from rewriter.io.output import os_reason
+
+            where = f" ({e.filename})" if e.filename else ""
+            click.echo(f"error: {one_line(os_reason(e) + where)}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except MemoryError:
+            if _debug(ctx):
+                traceback.print_exc()
+            click.echo("error: out of memory in the tool's own process (the model or its "
+                       "inputs are too large for this machine)", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
         except Exception as e:  # noqa: BLE001 - last resort: no traceback unless --debug
             if _debug(ctx):
                 traceback.print_exc()
@@ -72,6 +106,43 @@ def _load_plugins(obj):
     return load_plugins(obj["plugins"])
 
 
+class _Seconds(click.ParamType):
+    """A finite, positive number of seconds (``nan`` and ``inf`` refused)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r}: give a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+class _Library(click.ParamType):
+    """``extensions`` (onnxruntime-extensions), or a shared library file that exists."""
+
+    name = "path|extensions"
+
+    def convert(self, value, param, ctx):
+        if value == "extensions":
+            return value
+        if not os.path.exists(value):
+            self.fail(f"{value!r}: no such file (a custom-op shared library, or "
+                      "'extensions')", param, ctx)
+        if not os.path.isfile(value):
+            self.fail(f"{value!r}: not a regular file (a custom-op shared library, or "
+                      "'extensions')", param, ctx)
+        return value
+
+
+SEED = click.IntRange(min=0, max=2**63 - 1)
+MEMORY_MIB = click.IntRange(min=1, max=2**43)
+LIBRARY = _Library()
+
+
 def _comparison_options(f):
     """The options of the numeric comparison, shared by ``compare`` and ``rewrite``."""
     options = [
@@ -83,7 +154,7 @@ def _comparison_options(f):
                      "instead of running it."),
         click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Generated input sets (seeds SEED, SEED+1, ...)."),
-        click.option("--seed", type=int, default=0, show_default=True, help="First seed."),
+        click.option("--seed", type=SEED, default=0, show_default=True, help="First seed."),
         click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
                      help="Value of a symbolic dimension for generated inputs (repeatable)."),
         click.option("--atol", "atol", multiple=True, metavar="[OUTPUT=]VALUE",
@@ -94,9 +165,9 @@ def _comparison_options(f):
                      help="Evaluate the original on this runtime only (default: the first "
                      "of onnxruntime, onnxruntime with plugin kernels, openvino, reference "
                      "that runs it)."),
-        click.option("--timeout", type=float, default=300.0, show_default=True,
+        click.option("--timeout", type=_Seconds(), default=300.0, show_default=True,
                      help="Seconds each run may take (in a child process)."),
-        click.option("--memory-limit", type=click.IntRange(min=1), metavar="MIB",
+        click.option("--memory-limit", type=MEMORY_MIB, metavar="MIB",
                      help="Address space each run may use, in MiB."),
         click.option("--save-inputs", type=click.Path(), metavar="PATH",
                      help="Write the inputs used (.npz for one set, else a test-data "
@@ -120,6 +191,16 @@ def _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol, original_
         "timeout": timeout, "memory_limit": memory_limit * 2**20 if memory_limit else None,
         "save_inputs": save_inputs,
     }
+
+
+def _paths_protected(model: str) -> list:
+    """The model file and its external data: what no output of this run may replace."""
+    from rewriter.io.model import input_files, load_model
+
+    try:
+        return input_files(load_model(model))
+    except RewriterError:
+        return [model]
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,6 +244,7 @@ def inspect(ctx, model, as_json, plugin_specs, debug):
 )
 @click.option(
     "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
+    type=LIBRARY,
     help="Register a custom-op shared library with onnxruntime ('extensions' for "
     "onnxruntime-extensions).",
 )
@@ -205,7 +287,7 @@ def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug)
 )
 @click.option(
     "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
-    help="Register a custom-op shared library with onnxruntime.",
+    type=LIBRARY, help="Register a custom-op shared library with onnxruntime.",
 )
 @click.option(
     "--prefer", type=click.Choice(["decompose", "kernel"]), default="decompose",
@@ -269,40 +351,54 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
 
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--inputs", "inputs_path", type=click.Path(),
+@click.option("--inputs", "inputs_path", type=click.Path(exists=True),
               help="Inputs: an .npz file or an ONNX test_data_set folder (default: seeded "
               "random inputs from the declared types and shapes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Write the outputs to this .npz file.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
               help="Value of a symbolic dimension for random inputs (repeatable).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random-input seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Random-input seed.")
 @click.option("--provider", "providers", multiple=True, metavar="NAME",
               help="onnxruntime execution provider (repeatable; default CPU).")
+@click.option("--timeout", type=_Seconds(), default=300.0, show_default=True,
+              help="Seconds the run may take (in a child process).")
+@click.option("--memory-limit", type=MEMORY_MIB, metavar="MIB",
+              help="Address space the run may use, in MiB.")
+@click.option("--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
+              type=LIBRARY, help="Register a custom-op shared library with onnxruntime.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context
-def run(ctx, model, inputs_path, output, dims, seed, providers, as_json, plugin_specs, debug):
-    """Run MODEL once in onnxruntime with every kernel it needs registered."""
+def run(ctx, model, inputs_path, output, dims, seed, providers, timeout, memory_limit,
+        libraries, as_json, plugin_specs, debug):
+    """Run MODEL once in onnxruntime with every kernel it needs registered (in a child
+    process: a crashing or hanging kernel is an error, not the end of the tool)."""
     obj = _state(ctx, plugin_specs, debug)
     from rewriter.comparison import runtime
     from rewriter.io.inputs import load_inputs, parse_dims
+    from rewriter.io.model import input_files, load_model
     from rewriter.report import render
 
     plugins = _load_plugins(obj)
+    loaded = load_model(model)
+    if output:  # refused before any work: never the model or its data
+        from rewriter.io.output import check_output_path
+
+        check_output_path(output, loaded.path, protected=input_files(loaded))
     inputs = None
     if inputs_path:
-        import onnx
-
-        sets = load_inputs([inputs_path], onnx.load(model, load_external_data=False))
+        sets = load_inputs([inputs_path], loaded.model)
         inputs = sets[0] if sets else {}
     providers = [p if p.endswith("ExecutionProvider") else f"{p}ExecutionProvider"
                  for p in providers] or None
     outputs, used, generated = runtime.run(
-        model, inputs, dims=parse_dims(dims), seed=seed, providers=providers, plugins=plugins,
+        loaded, inputs, dims=parse_dims(dims), seed=seed, providers=providers, plugins=plugins,
+        timeout=timeout, memory_limit=memory_limit * 2**20 if memory_limit else None,
+        custom_op_libraries=libraries,
     )
     if output:
-        runtime.save_outputs(output, outputs)
+        runtime.save_outputs(output, outputs, protected=input_files(loaded))
     rows = [runtime.describe(name, value) for name, value in outputs.items()]
     inputs_rows = [runtime.describe(name, value) for name, value in used.items()]
     if as_json:
@@ -329,7 +425,7 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, as_json, plugin_
               help="Do not look for the first diverging rewritten region on a mismatch.")
 @click.option(
     "--custom-ops-library", "libraries", multiple=True, metavar="PATH|extensions",
-    help="Register a custom-op shared library with onnxruntime.",
+    type=LIBRARY, help="Register a custom-op shared library with onnxruntime.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
@@ -414,13 +510,24 @@ def ops(ctx, as_json, markdown, plugin_specs, debug):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point."""
+    """Console-script entry point. Usage errors (a bad option value) are one line too;
+    SIGTERM and SIGHUP end the run as cleanly as Ctrl-C (exit 128 + the signal)."""
     try:
-        with native_stdout_to_stderr():
-            cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=True)
+        with native_stdout_to_stderr(), stop_on_signals():
+            rv = cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:
+        e.show()
+        return EXIT_BAD_INPUT
+    except click.ClickException as e:
+        click.echo(f"error: {one_line(e.format_message())}", err=True)
+        return e.exit_code
+    except click.exceptions.Abort as e:
+        return _stopped(e.__cause__ if isinstance(e.__cause__, Terminated) else e)
+    except KeyboardInterrupt as e:
+        return _stopped(e)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)
-    return EXIT_OK
+    return rv if isinstance(rv, int) else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
-"""The process's standard streams: keep stdout for what the tool prints."""
+"""The process: its standard streams (stdout kept for what the tool prints), the signals
+that stop it (SIGTERM and SIGHUP end it as cleanly as Ctrl-C), time limits on Python code,
+and child processes that die with it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
+import time
+from collections.abc import Iterator
 
 
 @contextlib.contextmanager
@@ -36,3 +42,127 @@ def native_stdout_to_stderr():
             sys.stdout = previous
         os.dup2(saved, 1)
         os.close(saved)
+
+
+# -- signals ----------------------------------------------------------------------------------
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """Meanwhile, SIGTERM and SIGHUP raise :class:`~rewriter.errors.Terminated` (a
+    KeyboardInterrupt) in the main thread, so the process unwinds as on Ctrl-C: temporary
+    files are removed, child processes stopped. Later ones are ignored while it unwinds."""
+    from rewriter.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for s in signals:
+            signal.signal(s, signal.SIG_IGN)  # let the clean-up finish
+        raise Terminated(signum)
+
+    previous = {}
+    for s in signals:
+        try:
+            previous[s] = signal.signal(s, stop)
+        except (OSError, ValueError):
+            pass
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None, what: str) -> Iterator[None]:
+    """Raise :class:`~rewriter.errors.TimeLimitError` ("WHAT took longer than Ns") in
+    Python code that runs past ``seconds`` (SIGALRM; main thread only, elsewhere no limit).
+    An earlier limit already set outside is left to fire first."""
+    from rewriter.errors import TimeLimitError
+
+    if (not seconds or seconds <= 0 or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if outer_delay and outer_delay <= seconds:
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeLimitError(f"{what} took longer than {seconds:g}s")
+
+    start = time.monotonic()
+    handler = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        if outer_delay:
+            left = max(outer_delay - (time.monotonic() - start), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
+
+
+# -- child processes --------------------------------------------------------------------------
+
+PARENT_ENV = "ONNX_REWRITER_PARENT"
+_PR_SET_PDEATHSIG = 1
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process that is to die with this one: names this
+    process (and whether the child may use the parent-death signal: only for a child
+    started by the main thread, since Linux sends it when the starting *thread* ends)."""
+    env = dict(os.environ if env is None else env)
+    main = threading.current_thread() is threading.main_thread()
+    env[PARENT_ENV] = f"{os.getpid()}:{'pdeathsig' if main else 'watch'}"
+    return env
+
+
+def die_with_parent(poll_seconds: float = 0.5) -> None:
+    """In a child process: end when the parent ends, even if the parent was killed
+    (SIGKILL) and even if the child hangs in a kernel. The parent is the one named by
+    :func:`child_env`, else the process that started this one (a child whose starter waits
+    for it, as ``subprocess.run`` does). Linux's parent-death signal where allowed, and a
+    thread watching the parent in any case; the child's own process group (its children)
+    is killed with it when it leads one."""
+    value = os.environ.pop(PARENT_ENV, "")  # not inherited by this process's children
+    pid_text, _, how = value.partition(":")
+    if not pid_text.isdigit():
+        pid_text, how = str(os.getppid()), "pdeathsig"
+    parent = int(pid_text)
+    if how == "pdeathsig" and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                try:
+                    if os.getpgrp() == os.getpid():
+                        os.killpg(os.getpid(), signal.SIGKILL)
+                finally:
+                    os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def die_with_parent_line() -> str:
+    """A line to put first in a ``python -c`` child's script: :func:`die_with_parent`."""
+    return "import rewriter.console as _c; _c.die_with_parent(); del _c\n"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from onnx import ModelProto
@@ -15,12 +16,13 @@ from onnx import ModelProto
 from rewriter.apply.splice import Region, apply_decompositions, apply_kernels, cleanup
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import Detection, detect, find_unsupported, recheck
-from rewriter.errors import EXIT_FINDINGS, UnfixableError
+from rewriter.errors import EXIT_FINDINGS, RewriterError, UnfixableError
 from rewriter.graph.opid import OpId
 from rewriter.graph.walk import op_counts
 from rewriter.manager import Plugins
-from rewriter.plan.passes import PassContext, instantiate
-from rewriter.plan.planner import LazyConstants, Planner, why_not
+from rewriter.plan.kinds import RemedyKind
+from rewriter.plan.passes import PassContext, RewritePass, ask_offers, instantiate, run_pass
+from rewriter.plan.planner import Candidate, LazyConstants, Planner, why_not
 from rewriter.verify.structure import verify, verify_regions
 
 MAX_ROUNDS = 8
@@ -200,8 +202,10 @@ def _rewrite_proto(
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
     counts_before = op_counts(work)
     report.before = ModelStats.from_counts(counts_before)
-    ctx = PassContext(targets, plugins.registry)
-    passes = instantiate(plugins.registry)
+    config = MappingProxyType({"targets": tuple(t.name for t in targets), "prefer": prefer,
+                               "partial": partial, "dry_run": dry_run})
+    ctx = PassContext(targets, plugins.registry, config)
+    passes = pipeline(plugins, targets, config)
     for p in passes:
         p.prepare(work, ctx)
     planner = Planner(targets, plugins, passes, ctx, prefer)
@@ -213,22 +217,17 @@ def _rewrite_proto(
     why: dict[int, str] = {}
     unfixable = []
     relevant_pass: set[int] = set()
+    explained: dict[tuple, dict] = {}
     for f in findings:
         candidates = planner.candidates(f, constants, declared)
         if explain:
-            report.explain.append({
-                "finding": f.as_dict(),
-                "candidates": [
-                    {"kind": c.kind, "plugin": c.plugin, "rule": c.rule,
-                     "accepted": c.accepted, "why": c.why}
-                    for c in candidates
-                ],
-            })
+            _explain(explained, f, candidates)
         if not any(c.accepted for c in candidates):
             unfixable.append(f)
             why[id(f)] = why_not(f, candidates)
-            if any(c.kind == "pass" and c.relevant for c in candidates):
+            if any(c.kind == RemedyKind.PASS and c.relevant for c in candidates):
                 relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
+    report.explain = list(explained.values())
     # A finding whose input types are unknown here (downstream of an op no schema types)
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
     # what is still left then fails the rewrite all the same (nothing is written)
@@ -268,8 +267,8 @@ def _rewrite_proto(
         changed = changed or bool(retargeted)
         ran = False
         for p in passes:
-            if any(p.offers(f, ctx)[0] for f in for_passes):
-                result = p.run(work, ctx)
+            if any(ask_offers(p, f, ctx)[0] for f in for_passes):
+                result = run_pass(p, work, ctx)
                 if result is not None:
                     work, changed, ran = result, True, True
         pass_ran = pass_ran or ran
@@ -310,6 +309,47 @@ def _rewrite_proto(
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
 
+def pipeline(plugins: Plugins, targets: Sequence[Target], config: Mapping[str, Any]
+             ) -> list[RewritePass]:
+    """The passes of one rewrite: every registered pass in phase order, then as each
+    plugin's ``modify_pipeline`` hook leaves the list (called plugin by plugin, by name;
+    a hook that fails or leaves something else than passes is named in the error)."""
+    passes = instantiate(plugins.registry)
+    caller = plugins.manager.hook.modify_pipeline
+    for impl in sorted(caller.get_hookimpls(), key=lambda i: i.plugin_name):
+        given = {"passes": passes, "targets": list(targets), "config": config}
+        try:
+            impl.function(**{name: given[name] for name in impl.argnames})
+        except RewriterError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the plugin's bug
+            text = (str(e).strip().splitlines() or [""])[0]
+            raise plugins.registry.plugin_error(
+                impl.plugin_name, f"modify_pipeline failed: {type(e).__name__}: {text}") from e
+        wrong = [p for p in passes if not isinstance(p, RewritePass)]
+        if not isinstance(passes, list) or wrong:
+            raise plugins.registry.plugin_error(
+                impl.plugin_name, f"modify_pipeline left {wrong[0]!r} in the pass list, not a "
+                "rewriter.plugin.RewritePass")
+    return passes
+
+
+def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candidate]) -> None:
+    """Add ``finding`` to the ``--explain`` groups: findings of one op whose remedies
+    answered alike are one entry (``count``, ``paths``), with every candidate's answer."""
+    answers = [{"kind": c.kind, "plugin": c.plugin, "rule": c.rule, "accepted": c.accepted,
+                "why": c.why} for c in candidates]
+    key = (finding.target, finding.op_label, finding.reason, finding.detail,
+           tuple(tuple(a.values()) for a in answers))
+    group = groups.get(key)
+    if group is None:
+        groups[key] = {"finding": finding.as_dict(), "count": 1, "paths": [finding.path],
+                       "candidates": answers}
+    else:
+        group["count"] += 1
+        group["paths"].append(finding.path)
+
+
 def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner):
     """The target re-check of round one from the plan (:func:`rewriter.detect.recheck`):
     (findings, conflicts, nodes checked), or None when the plan does not prove enough
@@ -320,7 +360,7 @@ def _recheck(work: ModelProto, targets, detections: list[Detection], findings, p
             if f.node is None or id(f) not in d.in_main:
                 continue  # a node in a subgraph: re-checked with its whole subgraph
             choice = planner.chosen(f, None)
-            if choice is None or choice.kind != "decomposition" or not choice.proven:
+            if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
                 return None
             inputs = tuple(f.node.input)
             for index, name in enumerate(f.node.output):
@@ -342,7 +382,7 @@ def _decomposed(f: Finding, planner: Planner) -> bool:
         return False
     plan = planner._by_finding.get(id(f))
     return (plan is not None and plan.choice is not None
-            and plan.choice.kind in ("decomposition", "kernel"))
+            and plan.choice.kind in (RemedyKind.DECOMPOSITION, RemedyKind.KERNEL))
 
 def _kernel_summary(model: ModelProto) -> dict[str, Any]:
     """What the rewritten model needs at run time (from its metadata), for the report."""

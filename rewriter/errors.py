@@ -48,6 +48,31 @@ class OutputError(RewriterError):
     """The output path is unsafe (would overwrite the input, not writable, ...)."""
 
 
+class WriteError(OutputError):
+    """The OS refused a write (no space left, read-only, permission denied); the message
+    names its reason and the file. ``errno``: the OS's error number."""
+
+    errno: int | None = None
+
+
+class LimitError(RewriterError):
+    """An input is past a limit the tool sets to protect its own process (an input set
+    too large to allocate, a compressed member that would decompress past it)."""
+
+
+class TimeLimitError(RewriterError):
+    """Python code (a plugin's builder) ran past its time limit."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM, SIGHUP); it unwinds as on Ctrl-C, so
+    temporary files are removed and child processes stopped. ``signum``: the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

@@ -3,7 +3,7 @@
 Registration hooks receive a registry object bound to the calling plugin, so each entry
 records who registered it (as tox's ``ToxEnvRegister`` and llm's ``register`` do)::
 
-    from rewriter import hookimpl
+    from rewriter.plugin import hookimpl
 
     @hookimpl
     def register_targets(registry):
@@ -15,6 +15,7 @@ Hookspecs carry no default argument values (pluggy >= 1.7 treats them differentl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -63,9 +64,10 @@ def register_kernels(registry: KernelRegistry) -> None:
     """Register custom kernels: what runs an op that cannot be decomposed.
 
     Args:
-        registry: call ``registry.add(domain, op_type, "module:attr", description=...)``
-            for a Python kernel (a :class:`rewriter.plan.kernels.Kernel`, made with
-            :func:`rewriter.plan.kernels.kernel`), imported only when a model needs it; or
+        registry: call ``registry.add(domain, op_type, kernel, description=...)`` for a
+            Python kernel (a :class:`rewriter.plugin.Kernel` made with ``@kernel``, defined
+            at module level, or its ``"module:attr"`` name, imported only when a model needs
+            it); or
             ``registry.add_native(domain, op_type, library="extensions", target=None,
             attributes=None)`` for an op a custom-op library implements natively with the
             same semantics. One kernel and one native mapping per op, across all plugins.
@@ -77,16 +79,25 @@ def register_passes(registry: PassRegistry) -> None:
     """Register extra rewrite passes in named phases.
 
     Args:
-        registry: call ``registry.add(name, pass_factory, phase=...)``.
+        registry: call ``registry.add(name, pass_factory, phase=...)``:
+            ``pass_factory()`` returns a :class:`rewriter.plugin.RewritePass`; ``phase``, one
+            of ``decompose``, ``legalize``, ``convert``, ``cleanup`` (default), orders the
+            passes of a round (they run after the round's kernels and decompositions).
     """
 
 
 @hookspec
-def modify_pipeline(passes: list[Any], target: Any, config: dict[str, Any]) -> None:
+def modify_pipeline(passes: list[Any], targets: list[Any], config: Mapping[str, Any]) -> None:
     """Insert, remove or reorder ``passes`` in place before a rewrite runs.
 
+    Called once per rewrite, plugin by plugin (by name), after every registered pass was
+    instantiated in phase order (``decompose``, ``legalize``, ``convert``, ``cleanup``).
+
     Args:
-        passes: the pass list, modified in place.
-        target: the target being rewritten for.
-        config: the run's options.
+        passes: the pass list (:class:`rewriter.plugin.RewritePass` instances), modified in
+            place; each round of the rewrite runs, in this order, the passes that offer to
+            remedy some finding.
+        targets: the targets being rewritten for (:class:`rewriter.plugin.Target`).
+        config: the run's options, read-only: ``targets`` (their names), ``prefer``,
+            ``partial``, ``dry_run`` (passes see it as ``PassContext.options``).
     """

@@ -156,7 +156,7 @@ def load_plugins(
         info = PluginInfo(ep.name, dist, version, builtin)
         try:
             module = ep.load()
-        except Exception as e:  # noqa: BLE001 - any import failure is the plugin's
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - sys.exit() at import too
             raise PluginError(ep.name, f"failed to import {ep.value!r}: {_one_line(e)}",
                               info.origin) from e
         _register(pm, registry, module, info)
@@ -172,7 +172,7 @@ def load_plugins(
             module = _import_spec(spec, name)
         except PluginError:
             raise
-        except Exception as e:  # noqa: BLE001 - any import failure is the plugin's
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - sys.exit() at import too
             raise PluginError(name, f"failed to import {spec!r}: {_one_line(e)}", _LOCAL) from e
         _register(pm, registry, module, PluginInfo(name))
 

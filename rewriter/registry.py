@@ -13,6 +13,10 @@ from rewriter.errors import PluginError
 from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain
 
+# The order passes run in within a round of a rewrite, after its kernels and decompositions
+# (``registry.add(name, factory, phase=...)`` of ``register_passes``).
+PHASES = ("decompose", "legalize", "convert", "cleanup")
+
 _TARGET_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 _LAZY_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -160,9 +164,10 @@ class DecompositionEntry:
 class KernelEntry:
     domain: str
     op_type: str
-    reference: str
+    reference: str  # "module:attr": how a rewritten model's metadata and a child process name it
     description: str
     plugin: str
+    kernel: Any = None  # the Kernel itself, when registered as an object (else imported lazily)
 
 
 @dataclass(frozen=True)
@@ -371,21 +376,60 @@ def _overlap(a: tuple[int, int | None], b: tuple[int, int | None]) -> bool:
 class KernelRegistry(_Bound):
     """Passed to ``register_kernels``."""
 
-    def add(self, domain: str, op_type: str, reference: str, *, description: str = "") -> None:
+    def add(self, domain: str, op_type: str, kernel: Any, *, description: str = "") -> None:
+        """Register the Python kernel of ``(domain, op_type)``: a
+        :class:`~rewriter.plan.kernels.Kernel` (made with ``@kernel(...)``), or its
+        ``"module:attr"`` name, imported only when a model needs it. A kernel given as an
+        object must be importable by that name too (defined at module level, not a lambda
+        or a local function): a rewritten model's metadata names it so, and the child
+        processes that verify a rewrite import it so."""
         if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
             raise self._fail(f"kernel key must be (domain, op_type) strings, got "
                              f"({domain!r}, {op_type!r})")
-        if not isinstance(reference, str) or not _LAZY_REF.match(reference):
-            raise self._fail(f"kernel {op_type!r}: {reference!r} is not a 'module:attr' string")
-        key = (normalize_domain(domain), op_type)
+        op = OpId(domain, op_type)
+        obj = None
+        if isinstance(kernel, str):
+            if not _LAZY_REF.match(kernel):
+                raise self._fail(f"kernel {op}: {kernel!r} is not a 'module:attr' string")
+            reference = kernel
+        else:
+            reference, obj = self._reference_of(op, kernel), kernel
+        key = op.key
         existing = self._registry.kernels.get(key)
         if existing:
-            raise self._fail(
-                f"kernel {domain}::{op_type} is already registered by plugin {existing.plugin!r}"
-            )
+            raise self._fail(f"kernel {op} is already registered by plugin {existing.plugin!r}")
         self._registry.kernels[key] = KernelEntry(
-            key[0], op_type, reference, description, self.plugin
+            key[0], op_type, reference, description, self.plugin, obj
         )
+
+    def _reference_of(self, op: OpId, kernel: Any) -> str:
+        """The ``"module:attr"`` a kernel object is importable by (a clear error when it is
+        not a Kernel, or cannot be imported by name)."""
+        import importlib
+
+        fn = getattr(kernel, "fn", None)
+        if not callable(kernel) or fn is None or not hasattr(kernel, "signatures"):
+            what = "a function" if callable(kernel) else repr(kernel)
+            raise self._fail(f"kernel {op}: {what} is not a Kernel; declare it with "
+                             "@rewriter.plugin.kernel(signatures=[...]) or give its "
+                             "'module:attr' name")
+        module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+        reference = f"{module}:{name}"
+        found = None
+        if module and _LAZY_REF.match(reference):
+            try:
+                found = importlib.import_module(module)
+                for part in name.split("."):
+                    found = getattr(found, part)
+            except (ImportError, AttributeError):
+                found = None
+        if found is not kernel:
+            raise self._fail(
+                f"kernel {op}: {name or kernel!r} of module {module} cannot be imported by "
+                f"name as {reference!r} (a lambda, a local function, or a kernel not bound "
+                "to its function's name); the runs that verify a rewrite import kernels by "
+                "name: define it at module level with @kernel, or give a 'module:attr' string")
+        return reference
 
     def add_native(
         self,
@@ -433,8 +477,15 @@ class PassRegistry(_Bound):
     """Passed to ``register_passes``."""
 
     def add(self, name: str, factory: Callable[..., Any], *, phase: str = "cleanup") -> None:
+        """Register a pass: ``factory()`` returns a :class:`rewriter.plugin.RewritePass`.
+        ``phase`` (one of :data:`PHASES`) orders it among the passes of a round."""
+        if not isinstance(name, str) or not _TARGET_NAME.match(name):
+            raise self._fail(f"invalid pass name {name!r} (lowercase letters, digits, -_.)")
         if not callable(factory):
             raise self._fail(f"pass {name!r}: factory is not callable")
+        if phase not in PHASES:
+            raise self._fail(f"pass {name!r}: unknown phase {phase!r} (phases, in the order "
+                             f"they run: {', '.join(PHASES)})")
         existing = self._registry.passes.get(name)
         if existing:
             raise self._fail(f"pass {name!r} is already registered by plugin {existing.plugin!r}")

@@ -250,4 +250,7 @@ def test_declining():
     def build(ctx):
         raise Declined("no")
 
-    assert build(None) is None and build.__name__ == "build"
+    # the marker changes nothing: Declined reaches the planner, which keeps its reason
+    assert build.__name__ == "build"
+    with pytest.raises(Declined, match="no"):
+        build(None)

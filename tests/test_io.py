@@ -25,7 +25,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rewriter.cli import main
-from rewriter.errors import ExternalDataError, ModelError, OutputError
+from rewriter.errors import ExternalDataError, ModelError, OutputError, WriteError
 from rewriter.io import model as rio
 
 OPSET = [helper.make_opsetid("", 17)]
@@ -800,15 +800,19 @@ def test_save_refuses_to_overwrite_input_external_data(h):
 
 
 def test_save_data_file_never_replaces_the_input_model(h):
-    """Input ``x.onnx.data`` saved as ``x.onnx``: the tool's data name is the input itself."""
+    """Input ``x.onnx.data`` saved as ``x.onnx``: the tool's usual data name is the input
+    itself, so the data takes the next free name and the input is untouched."""
     external_matmul(h.dir)
     src = h.dir / "x.onnx.data"
     os.rename(h.model, src)
     loaded = rio.load_model(src)
     before = snapshot(h.root)
-    with pytest.raises(OutputError):
-        rio.save_model(loaded.model, h.dir / "x.onnx", source=loaded)
-    assert snapshot(h.root) == before
+    out = rio.save_model(loaded.model, h.dir / "x.onnx", source=loaded)
+    after = snapshot(h.root)
+    assert {k: v for k, v in after.items() if k in before and k != "model"} == \
+        {k: v for k, v in before.items() if k != "model"}  # the folder's mtime changes
+    assert sorted(set(after) - set(before)) == ["model/x.onnx", "model/x.onnx.1.data"]
+    np.testing.assert_array_equal(run_ort(out), run_ort(src))
 
 
 def test_save_in_place(h):
@@ -872,14 +876,39 @@ def test_save_overwrites_a_previous_output_atomically(h):
     src = external_matmul(h.dir)
     loaded = rio.load_model(src)
     out = h.root / "out.onnx"
-    out.write_bytes(b"old output")
+    out.write_bytes(b"old output")  # not a model: its files are not the tool's to remove
     (h.root / "out.onnx.data").write_bytes(b"old data")
     old_inode = out.stat().st_ino
     rio.save_model(loaded.model, out, source=loaded)
     assert out.stat().st_ino != old_inode  # replaced by rename, not rewritten in place
-    assert (h.root / "out.onnx.data").read_bytes() == (h.dir / "weights.bin").read_bytes()
+    assert (h.root / "out.onnx.data").read_bytes() == b"old data"
+    assert locations(onnx.load(str(out), load_external_data=False)) == ["out.onnx.1.data"] * 2
+    assert (h.root / "out.onnx.1.data").read_bytes() == (h.dir / "weights.bin").read_bytes()
     np.testing.assert_array_equal(run_ort(out), run_ort(src))
     assert temp_leftovers(h.root) == []
+
+
+def test_save_replaces_model_and_data_as_one_unit(h):
+    """A second save writes its data under a new name, puts the model naming it in place,
+    then removes the data only the old model named: never the old model with new data."""
+    src = external_matmul(h.dir)
+    loaded = rio.load_model(src)
+    out = h.root / "out.onnx"
+    rio.save_model(loaded.model, out, source=loaded)
+    assert locations(onnx.load(str(out), load_external_data=False)) == ["out.onnx.data"] * 2
+    loaded.model.producer_name = "second"
+    rio.save_model(loaded.model, out, source=loaded)
+    second = onnx.load(str(out), load_external_data=False)
+    assert second.producer_name == "second"
+    assert locations(second) == ["out.onnx.1.data"] * 2
+    assert sorted(p.name for p in h.root.iterdir()) == [
+        "model", "out.onnx", "out.onnx.1.data", "outside"]
+    loaded.model.producer_name = "third"
+    rio.save_model(loaded.model, out, source=loaded)
+    assert locations(onnx.load(str(out), load_external_data=False)) == ["out.onnx.data"] * 2
+    assert sorted(p.name for p in h.root.iterdir()) == [
+        "model", "out.onnx", "out.onnx.data", "outside"]
+    np.testing.assert_array_equal(run_ort(out), run_ort(src))
 
 
 def test_save_failure_in_serialization_writes_nothing(h, monkeypatch):
@@ -911,7 +940,9 @@ def test_save_failure_while_copying_data_leaves_no_files(h, monkeypatch):
     out_dir = h.root / "out"
     out_dir.mkdir()
     calls = []
-    real_copy = rio._copy_into
+    from rewriter.io import output as rout
+
+    real_copy = rout._copy_into
 
     def failing_copy(src_path, f):
         calls.append(src_path)
@@ -920,9 +951,9 @@ def test_save_failure_while_copying_data_leaves_no_files(h, monkeypatch):
             raise OSError(28, "No space left on device")
         real_copy(src_path, f)
 
-    monkeypatch.setattr(rio, "_copy_into", failing_copy)
+    monkeypatch.setattr(rout, "_copy_into", failing_copy)
     before = snapshot(h.dir)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(WriteError, match=f"no space left on device writing {out_dir}"):
         rio.save_model(loaded.model, out_dir / "saved.onnx", source=loaded)
     assert len(calls) == 2
     assert list(out_dir.iterdir()) == []  # no temp file, no first data file, no model
@@ -939,7 +970,7 @@ def test_save_failure_while_writing_model_leaves_no_temp_file(h, monkeypatch):
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", no_fsync)
-    with pytest.raises(OSError, match="Input/output"):
+    with pytest.raises(WriteError, match=f"input/output error writing {out}"):
         rio.save_model(loaded.model, out, source=loaded)
     assert out.read_bytes() == b"previous output"
     assert temp_leftovers(h.root) == []

@@ -265,7 +265,7 @@ def test_every_registry_entry_records_its_plugin(tmp_path):
 
         @hookimpl
         def register_passes(registry):
-            registry.add("acme-fuse", lambda: None, phase="fusion")
+            registry.add("acme-fuse", lambda: None, phase="cleanup")
     """)
     registry = load_plugins([str(path)], autoload=False).registry
     assert registry.plugins["everything"].distribution is None
@@ -293,7 +293,7 @@ def test_every_registry_entry_records_its_plugin(tmp_path):
     assert row["distribution"] is None and row["version"] is None and not row["builtin"]
     assert row["registered"]["targets"] == ["acme-npu"]
     assert row["registered"]["kernels"] == ["com.acme::Bar"]
-    assert row["registered"]["passes"] == ["acme-fuse (fusion)"]
+    assert row["registered"]["passes"] == ["acme-fuse (cleanup)"]
     assert len(row["registered"]["decompositions"]) == 2
 
 
@@ -487,7 +487,7 @@ BROKEN = {
         @hookimpl
         def modify_pipeline(passes, model):
             pass
-    """, "modify_pipeline(passes, target, config)"),
+    """, "modify_pipeline(passes, targets, config)"),
     "wrapper": ("""
         @hookimpl(wrapper=True)
         def register_passes(registry):
@@ -570,15 +570,32 @@ def test_debug_shows_a_traceback(tmp_path):
 
 
 def test_modify_pipeline_is_called_with_the_plugin(tmp_path):
-    path = plugin_file(tmp_path, "reorder", """
+    """The engine calls the hook once per rewrite with the passes, the targets and the
+    options: a plugin that drops the opset conversion leaves an opset-18 model unfixable
+    for opset:13, which the conversion otherwise fixes."""
+    from rewriter import rewrite
+    from rewriter.errors import UnfixableError
+
+    path = plugin_file(tmp_path, "dropconv", """
+        seen = []
+
         @hookimpl
-        def modify_pipeline(passes, target, config):
-            passes.append(("reorder", target, config["level"]))
+        def modify_pipeline(passes, targets, config):
+            seen.append(([p.name for p in passes], [t.name for t in targets], config["partial"]))
+            passes[:] = [p for p in passes if p.name != "opset-conversion"]
     """)
-    plugins = load_plugins([str(path)], autoload=False)
-    passes: list = []
-    plugins.manager.hook.modify_pipeline(passes=passes, target="opset:13", config={"level": 2})
-    assert passes == [("reorder", "opset:13", 2)]
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert rewrite(model, ["opset:13"], confirm=False, verify=False).report.applied
+    plugins = load_plugins([str(path)])
+    with pytest.raises(UnfixableError):
+        rewrite(model, ["opset:13"], plugins=plugins, confirm=False, verify=False)
+    seen = plugins.manager.get_plugin("dropconv").seen
+    assert seen and "opset-conversion" in seen[0][0] and seen[0][1] == ["opset:13"]
+    assert seen[0][2] is False
 
 
 # -- every hook is documented and tested -------------------------------------------------------

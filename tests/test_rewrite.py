@@ -411,7 +411,7 @@ EXPLAIN_PLUGIN = '''
 """Decompositions that decline in every way the engine knows."""
 from onnx import parser
 
-from rewriter import hookimpl
+from rewriter.plugin import Declined, hookimpl
 
 USES_UNKNOWN = parser.parse_function("""
 <domain: "com.acme", opset_import: ["": 18, "com.acme": 1]>
@@ -425,8 +425,8 @@ def declines(ctx):
     return None
 
 
-def crashes(ctx):
-    raise ValueError("cannot handle this")
+def says_why(ctx):
+    raise Declined("axis must be a constant")
 
 
 @hookimpl
@@ -434,7 +434,7 @@ def register_decompositions(registry):
     registry.add("com.acme", "Mystery", declines, description="acme:declines")
     registry.add("com.acme", "Chain", USES_UNKNOWN, description="acme:chain")
     registry.add("com.acme", "Old", USES_UNKNOWN, opsets=(1, 12), description="acme:old")
-    registry.add("com.acme", "Broken", crashes, description="acme:broken")
+    registry.add("com.acme", "Reasoned", says_why, description="acme:reasoned")
 '''
 
 
@@ -449,7 +449,7 @@ def test_explain_lists_candidates_and_why_each_declined(tmp_path, capsys):
             b = com.acme.Mystery (x)
             c = com.acme.Chain (x)
             d = com.acme.Old (x)
-            e = com.acme.Broken (x)
+            e = com.acme.Reasoned (x)
             f = org.example.Gizmo (x)
         }"""))
     out = tmp_path / "out.onnx"
@@ -458,7 +458,7 @@ def test_explain_lists_candidates_and_why_each_declined(tmp_path, capsys):
     assert code == 1, err
     report = json.loads(stdout)
     why = {item["finding"]["op_type"]: item["candidates"] for item in report["explain"]}
-    assert set(why) == {"SwiGLU", "Mystery", "Chain", "Old", "Broken", "Gizmo"}
+    assert set(why) == {"SwiGLU", "Mystery", "Chain", "Old", "Reasoned", "Gizmo"}
 
     def only(op):
         """The one decomposition candidate (passes, when installed, are listed too)."""
@@ -472,11 +472,11 @@ def test_explain_lists_candidates_and_why_each_declined(tmp_path, capsys):
     assert only("SwiGLU")["accepted"] and only("SwiGLU")["plugin"] == "onnx-functions"
     assert only("Mystery") == {"kind": "decomposition", "plugin": "explainer",
                                "rule": "acme:declines", "accepted": False,
-                               "why": "declined this node (attributes or types)"}
+                               "why": "declined (its builder returned None, no reason given)"}
     assert not only("Chain")["accepted"]
     assert only("Chain")["why"].startswith("its body uses com.acme::Mystery")
     assert only("Old")["why"] == "valid for ai.onnx opsets 1..12; the model is at 28"
-    assert only("Broken")["why"] == "builder failed: ValueError: cannot handle this"
+    assert only("Reasoned")["why"] == "axis must be a constant"
     assert only("Gizmo")["why"] == "no installed plugin registers a decomposition for this op"
     assert not out.exists()
 

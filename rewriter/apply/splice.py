@@ -57,6 +57,8 @@ def apply_kernels(
         node.name = name
         node.input[:] = inputs
         node.output[:] = outputs
+        while node.input and not node.input[-1]:  # optional inputs left out: a kernel
+            node.input.pop()  # takes its inputs without gaps, and none beyond its own
     if not changed:
         return set()
     domains = {node.domain for node, _ in changed.values()}

@@ -29,14 +29,14 @@ import numpy as np
 
 from rewriter.comparison.isolation import DEFAULT_TIMEOUT_S, Job, RunResult, shared_runner
 from rewriter.errors import EXIT_BAD_INPUT, RewriterError
-from rewriter.verify.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED
+from rewriter.verify.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED, Status
 from rewriter.verify.verdicts import MISMATCH as MISMATCHED
 
 if TYPE_CHECKING:
     from rewriter.comparison.localize import Localization
     from rewriter.manager import Plugins
 
-EQUAL, MISMATCH, ERROR = "equal", "mismatch", "error"
+EQUAL, MISMATCH, ERROR = Status  # one target's outcome (verdicts.Status)
 EXPECTED = "expected"  # the oracle's name when outputs are given
 
 
@@ -636,7 +636,7 @@ def compare(
         generate_inputs,
         save_feed_sets,
     )
-    from rewriter.io.model import as_loaded
+    from rewriter.io.model import as_loaded, input_files
     from rewriter.manager import load_plugins
 
     start = time.perf_counter()
@@ -687,7 +687,9 @@ def compare(
                 order = {i.name: k for k, i in enumerate(source.graph.input)}
                 ordered = [dict(sorted(f.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
                            for f in feeds]
-                report.inputs["saved"] = str(save_feed_sets(save_inputs, ordered))
+                keep = [p for m in (original, subject) if m is not None for p in input_files(m)]
+                report.inputs["saved"] = str(save_feed_sets(save_inputs, ordered,
+                                                            protected=keep))
         except RewriterError as e:
             report.error = str(e)
             return report
@@ -973,7 +975,8 @@ def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
     still = {f.target for f in report.remaining}  # a target that refused the result too
     off_target = [spec for spec, t in zip(specs, resolved) if t.name in still]
     # named after the input so its external data resolves there (it is not written yet)
-    subject = LoadedModel(rewritten, Path(f"{loaded.path} (rewritten)"), rewritten.ByteSize())
+    subject = LoadedModel(rewritten, Path(f"{loaded.path} (rewritten)"), rewritten.ByteSize(),
+                          folder=loaded.base_dir)
     result = compare(loaded, subject, specs, plugins=plugins,
                      custom_op_libraries=custom_op_libraries, off_target=off_target, **options)
     if output is not None:

@@ -16,6 +16,7 @@ whose last line explains a crash.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import pickle
 import select
@@ -30,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rewriter.console import child_env, die_with_parent
 
 DEFAULT_TIMEOUT_S = 300.0
 STARTUP_TIMEOUT_S = 300.0  # a new worker's imports, not counted in a job's time limit
@@ -130,12 +133,13 @@ class Runner:
         self._cleanup()
         self._ready = False
         self._stderr = tempfile.TemporaryFile()
-        env = dict(os.environ)
+        env = child_env()  # the worker dies with this process, even if it is killed
         env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault leaves a line in stderr
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "rewriter.comparison.isolation"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             cwd=os.getcwd(), env=env, close_fds=True,
+            start_new_session=True,  # its own process group: killed as one, no terminal ^C
         )
         try:
             self._send(pickle.dumps(self.config))
@@ -162,7 +166,10 @@ class Runner:
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the worker and what it started
+            except OSError:
+                self._proc.kill()
             self._proc.wait()
 
     def _cleanup(self) -> None:
@@ -197,7 +204,7 @@ class Runner:
         start = time.perf_counter()
         try:  # the import path goes first: the job's kernel classes may need it to unpickle
             payload = pickle.dumps((job.sys_path or tuple(sys.path), job.plugin_specs,
-                                    job.autoload, pickle.dumps(job)))
+                                    job.autoload, pickle.dumps(job), timeout))
         except Exception as e:  # noqa: BLE001 - e.g. a kernel class defined in a function
             return RunResult("error", error=f"cannot send the job to the worker: {e}")
         self._start()
@@ -218,6 +225,12 @@ class Runner:
             else:
                 kind, message = self._death()
                 message = f"the worker failed to start: {message}"
+                limit = self.config.memory_limit
+                if limit:  # too little address space to import numpy and the runtimes
+                    kind = "oom"
+                    message = (f"the worker failed to start under a memory limit of "
+                               f"{limit / 2**20:g} MiB: too small to import the runtimes? "
+                               "(raise --memory-limit)")
             self._kill()
             self._cleanup()
             return RunResult(kind, error=message, seconds=time.perf_counter() - start)
@@ -458,8 +471,15 @@ def _write_message(stream, data: bytes) -> None:
     stream.flush()
 
 
+CHILD_GRACE_S = 30.0  # the child's own time limit: the parent's, and this much more
+
+
 def serve(argv: Sequence[str] | None = None) -> int:
-    """The worker's main loop (``python -m rewriter.comparison.isolation``)."""
+    """The worker's main loop (``python -m rewriter.comparison.isolation``). It dies with
+    its parent, and enforces each job's time limit itself too (SIGALRM, with no handler:
+    the kernel ends the process even in a hung native kernel), should the parent be gone."""
+    die_with_parent()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed to stdout from now on goes to stderr
     sys.stdout = sys.stderr
@@ -485,7 +505,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
             return 0
         try:
             # the import path and the plugins first: the job's kernel classes may live there
-            sys_path, specs, autoload, inner = pickle.loads(raw)
+            sys_path, specs, autoload, inner, limit = pickle.loads(raw)
             sys.path[:] = list(sys_path)
             try:
                 worker.plugins(specs, autoload)
@@ -496,10 +516,14 @@ def serve(argv: Sequence[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - e.g. a kernel class the worker cannot import
             result = RunResult("error", error=f"the worker cannot read the job: {_first_line(e)}")
         else:
+            if limit:
+                signal.alarm(max(1, math.ceil(limit + CHILD_GRACE_S)))
             try:
                 result = worker.handle(job)
             except MemoryError:
                 result = RunResult("oom", error="out of memory")
+            finally:
+                signal.alarm(0)
         try:
             data = pickle.dumps(result)
         except Exception as e:  # noqa: BLE001 - outputs numpy cannot pickle

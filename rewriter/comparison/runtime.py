@@ -134,11 +134,16 @@ def session(
 # Inputs are generated or loaded by rewriter.io.inputs (shared with compare).
 
 
-def save_outputs(path: str | os.PathLike, outputs: Mapping[str, np.ndarray]) -> None:
-    """Outputs to an .npz file (object string arrays stored as unicode arrays)."""
+def save_outputs(path: str | os.PathLike, outputs: Mapping[str, np.ndarray], *,
+                 protected: Sequence[str | os.PathLike] = ()) -> Path:
+    """Outputs to an .npz file (object string arrays stored as unicode arrays), written
+    through :mod:`rewriter.io.output`: atomic, never over a ``protected`` file (the model
+    and its data, by path, symlink or hard link)."""
+    from rewriter.io import output
+
     arrays = {k: (np.asarray(v).astype(str) if np.asarray(v).dtype == object else v)
               for k, v in outputs.items()}
-    np.savez(path, **arrays)
+    return output.write_file(path, lambda f: np.savez(f, **arrays), protected=protected)
 
 
 def run(
@@ -149,29 +154,67 @@ def run(
     seed: int = 0,
     providers: Sequence[str] | None = None,
     plugins: Any = None,
+    timeout: float | None = None,
+    memory_limit: int | None = None,
+    custom_op_libraries: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """Run ``model`` once: (outputs by name, the inputs used, whether they were generated).
     Without ``inputs``, seeded random ones are made from the declared types and shapes
-    (symbolic dimensions from ``dims``)."""
-    from rewriter.io.inputs import check_feeds, generate_inputs
+    (symbolic dimensions from ``dims``).
 
-    proto, _ = _load(model)
-    sess = session(proto if isinstance(model, ModelProto) else model, providers,
-                   plugins=plugins)
+    The model runs in the child process ``compare`` uses
+    (:mod:`rewriter.comparison.isolation`), with every kernel its metadata lists
+    registered: a kernel that crashes, hangs past ``timeout`` seconds or runs out of memory
+    (``memory_limit`` bytes of address space) is a :class:`RuntimeFailure`, never the end of
+    this process.
+
+    Raises:
+        RuntimeFailure: onnxruntime cannot load or run the model (its reason in one line).
+        InputError: the inputs do not fit the model.
+    """
+    from rewriter.comparison.isolation import DEFAULT_TIMEOUT_S, Job, shared_runner
+    from rewriter.io.inputs import check_feeds, generate_inputs
+    from rewriter.io.model import as_loaded
+    from rewriter.manager import Plugins, load_plugins
+
+    if not isinstance(plugins, Plugins):
+        plugins = load_plugins(tuple(plugins or ()))
+    loaded = as_loaded(model)
+    proto = loaded.model
     generated = inputs is None
     if generated:
         inputs = generate_inputs(proto, seed=seed, dims=dims)
     check_feeds(inputs, proto)
     feeds = {k: (v.astype(object) if isinstance(v, np.ndarray) and v.dtype.kind == "U" else v)
              for k, v in inputs.items()}
-    names = [o.name for o in sess.get_outputs()]
-    try:
-        results = sess.run(None, feeds)
-    except RewriterError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise RuntimeFailure(f"onnxruntime failed running {model}: {_first_line(e)}") from e
-    return dict(zip(names, results)), dict(inputs), generated
+    provider = (list(providers or []) or ["CPUExecutionProvider"])[0]
+    target = "onnxruntime" if provider == "CPUExecutionProvider" else f"onnxruntime:{provider}"
+    name = "the model" if isinstance(model, ModelProto) else str(model)
+    job = Job.make(target, proto, loaded.base_dir, [feeds], plugins=plugins,
+                   custom_op_libraries=custom_op_libraries)
+    runner = shared_runner(plugins, memory_limit=memory_limit)
+    result = runner.run(job, DEFAULT_TIMEOUT_S if timeout is None else timeout)
+    if result.ok:
+        return dict(result.outputs[0]), dict(inputs), generated
+    raise RuntimeFailure(_failure_text(result, name))
+
+
+_LOAD = "could not load the model: "
+
+
+def _failure_text(result, name: str) -> str:
+    """One line for a run that did not give outputs."""
+    error = result.error
+    if result.kind == "error" and error.startswith(_LOAD):
+        return (f"onnxruntime cannot load {name}: {error[len(_LOAD):]} (`onnx-rewriter check` "
+                "says why; `onnx-rewriter rewrite` fixes what it can)")
+    if result.kind == "error" and error.startswith("cannot create target"):
+        return f"cannot run {name}: {error}"
+    if result.kind == "error":
+        return f"onnxruntime failed running {name}: {error.removeprefix('failed: ')}"
+    if result.kind == "timeout":
+        return f"running {name} {error}"
+    return f"running {name} in a child process: {error}"
 
 
 class RuntimeFailure(RewriterError):
@@ -189,6 +232,10 @@ def confirm_child(provider: str, base_dir: str, specs: Sequence[str], autoload: 
                   libraries: Sequence[str], model_bytes: bytes) -> str | None:
     """Build a session for a model that needs kernels (run in the confirming child)."""
     import onnx
+
+    from rewriter.console import die_with_parent
+
+    die_with_parent()  # a parent killed meanwhile leaves no session being built
 
     from rewriter.manager import load_plugins
 

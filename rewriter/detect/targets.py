@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rewriter.console import die_with_parent_line
 from rewriter.graph.opid import domain_label
 
 if TYPE_CHECKING:  # onnx is imported where used: a confirming child runs without it
@@ -453,7 +454,8 @@ def confirm_in_child(target: Target, runtime: str, argv: list[str], payload: byt
     ``target.run_refuses`` its message; ``clean`` makes the runtime's message one readable
     line afterwards."""
     try:
-        proc = subprocess.run([sys.executable, "-c", *argv], input=payload,
+        script = die_with_parent_line() + argv[0]  # killed with this process, even by KILL
+        proc = subprocess.run([sys.executable, "-c", script, *argv[1:]], input=payload,
                               capture_output=True, timeout=timeout,
                               cwd=str(cwd) if cwd is not None else None)
         out, err, code = proc.stdout, proc.stderr, proc.returncode

@@ -25,6 +25,13 @@ import numpy as np
 from onnx import ModelProto, TensorProto, TypeProto, helper
 
 from rewriter.errors import RewriterError
+from rewriter.io.limits import (
+    STRING_ELEMENT_BYTES,
+    array_bytes,
+    check_input_bytes,
+    npz_member_bytes,
+    regular_file,
+)
 
 DEFAULT_DIM = 3
 FLOAT_RANGE = (-3.0, 3.0)
@@ -228,7 +235,10 @@ def generate_inputs(
         InputError: an input's type or rank is not declared, or is a kind (map) that cannot
             be generated.
     """
+    check_dim_names(dims or {}, [model, *also])
     dims = {**cache_dims(model, default_dim), **(dims or {})}
+    check_input_bytes(generated_bytes(model, dims, default_dim),
+                      f"generated inputs of {', '.join(dims_text(dims)) or 'the model'}")
     rng = np.random.default_rng(seed)
     ranges = value_ranges([model, *also])
     feeds = {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
@@ -239,6 +249,68 @@ def generate_inputs(
                 and value.dtype.kind in "biuf":
             feeds[name] = np.ones_like(value)
     return feeds
+
+
+def symbolic_dims(models: Sequence[ModelProto]) -> set[str]:
+    """The names of the symbolic dimensions of the models' inputs."""
+    names: set[str] = set()
+    for model in models:
+        for spec in input_specs(model):
+            names.update(d for d in _symbols(spec.type))
+    return names
+
+
+def _symbols(tp: TypeProto) -> list[str]:
+    kind = tp.WhichOneof("value")
+    if kind in ("sequence_type", "optional_type"):
+        return _symbols(getattr(tp, kind).elem_type)
+    return [d for d in (_shape_of(tp) or []) if isinstance(d, str)]
+
+
+def check_dim_names(dims: Mapping[str, int], models: Sequence[ModelProto]) -> None:
+    """An InputError naming each ``--dim`` no input of the models has (a misspelt name
+    would otherwise be ignored)."""
+    known = symbolic_dims(models)
+    unknown = [name for name in dims if name not in known]
+    if unknown:
+        listed = ", ".join(sorted(known)) if known else "none"
+        raise InputError(f"--dim {', '.join(unknown)}: the model has no symbolic dimension "
+                         f"of that name (its inputs' symbolic dimensions: {listed})")
+
+
+def dims_text(dims: Mapping[str, int]) -> list[str]:
+    return [f"{k}={v}" for k, v in dims.items()]
+
+
+def generated_bytes(model: ModelProto, dims: Mapping[str, int],
+                    default_dim: int = DEFAULT_DIM) -> int:
+    """Bytes :func:`generate_inputs` would allocate (computed, nothing allocated)."""
+    total = 0
+    for spec in input_specs(model):
+        total += _type_bytes(spec.type, dims, default_dim)
+    return total
+
+
+def _type_bytes(tp: TypeProto, dims, default_dim) -> int:
+    kind = tp.WhichOneof("value")
+    if kind == "sequence_type":
+        return 2 * _type_bytes(tp.sequence_type.elem_type, dims, default_dim)
+    if kind == "optional_type":
+        return _type_bytes(tp.optional_type.elem_type, dims, default_dim)
+    if kind != "tensor_type":
+        return 0
+    shape = _shape_of(tp) or []
+    concrete = [d if isinstance(d, int) else dims.get(d, default_dim) if isinstance(d, str)
+                else default_dim for d in shape]
+    elem = tp.tensor_type.elem_type
+    if elem == TensorProto.STRING:
+        itemsize = STRING_ELEMENT_BYTES
+    else:
+        try:
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
+        except (KeyError, ValueError, TypeError):
+            itemsize = 8
+    return array_bytes(concrete, max(itemsize, 8) if elem == TensorProto.BOOL else itemsize)
 
 
 def _generate(name, tp: TypeProto, rng, dims, default_dim, value_range):
@@ -312,6 +384,8 @@ def _load(paths, model: ModelProto, kind: str) -> list[dict[str, Any]]:
     loose: list[Path] = []
     for raw in paths:
         path = Path(raw)
+        if path.exists() and not path.is_dir():
+            regular_file(path, f"{kind}s")
         if path.is_dir():
             own = sorted(p for p in path.iterdir() if _matches(p, kind))
             nested = sorted(p for p in path.iterdir() if p.is_dir()
@@ -374,6 +448,7 @@ def _read_loose(files: list[Path], declared, kind: str) -> dict[str, Any]:
 
 
 def _proto_name(path: Path) -> str:
+    check_input_bytes(regular_file(path).st_size, str(path))
     tensor = TensorProto()
     try:
         tensor.ParseFromString(path.read_bytes())
@@ -385,6 +460,7 @@ def _proto_name(path: Path) -> str:
 def _read_pb(path: Path, tp: TypeProto | None) -> Any:
     from onnx import MapProto, OptionalProto, SequenceProto, numpy_helper
 
+    check_input_bytes(regular_file(path).st_size, str(path))
     data = path.read_bytes()
     kind = tp.WhichOneof("value") if tp is not None else "tensor_type"
     try:
@@ -408,6 +484,14 @@ def _read_pb(path: Path, tp: TypeProto | None) -> Any:
 
 
 def _read_npz(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    regular_file(path)
+    try:
+        sizes = npz_member_bytes(path)
+    except Exception as e:  # noqa: BLE001 - not a zip file
+        raise InputError(f"{path}: cannot read it as .npz: {e}") from e
+    check_input_bytes(sum(sizes.values()), f"{path} (decompressed)")
     try:
         with np.load(path, allow_pickle=False) as data:
             # strings are stored as fixed-width unicode; ONNX string tensors are objects
@@ -498,15 +582,16 @@ def feed_sets(value, model: ModelProto, what: str = "inputs") -> list[dict[str, 
 # -- saving --------------------------------------------------------------------------------
 
 
-def save_feed_sets(path: str | os.PathLike, sets: Sequence[Mapping[str, Any]]) -> Path:
+def save_feed_sets(path: str | os.PathLike, sets: Sequence[Mapping[str, Any]], *,
+                   protected: Sequence[str | os.PathLike] = ()) -> Path:
     """Write input sets so ``--inputs PATH`` reads them back: one set of tensors to a
     ``.npz`` file, anything else (several sets, sequences, optionals) to an ONNX test-data
-    folder (``test_data_set_N/input_K.pb``, in the order given). Written atomically; an
-    existing file or folder is replaced only as a whole."""
-    import shutil
-    import tempfile
-
+    folder (``test_data_set_N/input_K.pb``, in the order given). Written through
+    :mod:`rewriter.io.output` (atomic; an existing file or folder is replaced only as a
+    whole; never one of the ``protected`` files: the model and its data)."""
     from onnx import numpy_helper
+
+    from rewriter.io import output
 
     target = Path(path)
     tensors_only = all(isinstance(v, np.ndarray) for s in sets for v in s.values())
@@ -516,22 +601,12 @@ def save_feed_sets(path: str | os.PathLike, sets: Sequence[Mapping[str, Any]]) -
                              "name to save several input sets or sequences")
         arrays = {name: (v.astype(str) if v.dtype == object else v)
                   for name, v in sets[0].items()}
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".npz",
-                                   dir=target.parent if str(target.parent) else ".")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        return output.write_file(target, lambda f: np.savez(f, **arrays), protected=protected)
     if target.exists() and not target.is_dir():
         raise InputError(f"{target}: exists and is not a folder (name a .npz file, or a "
                          "folder for test data)")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent
-                                if str(target.parent) else "."))
-    try:
+
+    def fill(tmp: Path) -> None:
         for i, feeds in enumerate(sets):
             folder = tmp / f"test_data_set_{i}"
             folder.mkdir()
@@ -543,14 +618,5 @@ def save_feed_sets(path: str | os.PathLike, sets: Sequence[Mapping[str, Any]]) -
                 else:
                     proto = numpy_helper.from_optional(value, name)
                 (folder / f"input_{k}.pb").write_bytes(proto.SerializeToString())
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+
+    return output.write_folder(target, fill, protected=protected)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +19,15 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto, helper
 
 from rewriter.errors import ExternalDataError, ModelError, OutputError
-from rewriter.graph.walk import iter_scopes, iter_tensor_sites, node_label, tensor_location
+from rewriter.graph.walk import (
+    iter_scopes,
+    iter_tensor_sites,
+    node_label,
+    normalize_domain,
+    opset_map,
+    tensor_location,
+)
+from rewriter.io import output as output_io
 
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse or serialize a message this large
 
@@ -45,10 +51,11 @@ class LoadedModel:
     path: Path
     file_size: int
     external_files: dict[str, ExternalFile] = field(default_factory=dict)
+    folder: Path | None = None  # where external data lives, when not the file's folder
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        return self.folder if self.folder is not None else self.path.parent
 
 
 def _open_regular_file(path: Path) -> tuple[int, os.stat_result]:
@@ -118,12 +125,50 @@ def load_model(path: str | os.PathLike, *, validate: bool = True) -> LoadedModel
         raise ModelError(str(path), "not an ONNX model (no opset imports; truncated file?)")
     loaded = LoadedModel(model=model, path=path, file_size=st.st_size)
     if validate:
-        scopes = list(iter_scopes(model))  # one walk for both checks
-        validate_structure(model, str(path), scopes=scopes)
-        loaded.external_files = validate_external_data(
-            model, path.parent, str(path), scopes=scopes
-        )
+        _validate(loaded, str(path), path.parent)
     return loaded
+
+
+def _validate(loaded: LoadedModel, where: str, base_dir: Path) -> None:
+    """Structure, external data and opset imports: the checks every model goes through,
+    from a file or given in memory."""
+    scopes = list(iter_scopes(loaded.model))  # one walk for every check
+    validate_structure(loaded.model, where, scopes=scopes)
+    loaded.external_files = validate_external_data(loaded.model, base_dir, where,
+                                                   scopes=scopes)
+
+
+def missing_imports(model: ModelProto, scopes: list | None = None) -> list[tuple[str, object]]:
+    """(domain, function or None for the model) for each domain other than the standard one
+    that a node uses and its model (or function) does not import (``check`` reports them as
+    findings; :func:`save_model` writes the import, so what it writes passes the checker)."""
+    missing: dict[tuple[str, int], tuple[str, object]] = {}
+    imported_model = opset_map(model.opset_import)
+    for scope in iter_scopes(model) if scopes is None else scopes:
+        root = scope
+        while root.parent is not None:
+            root = root.parent
+        function = root.function if root.function is not None and \
+            root.function.opset_import else None
+        imported = opset_map(function.opset_import) if function is not None else imported_model
+        for node in scope.nodes:
+            domain = normalize_domain(node.domain)
+            if domain in imported or domain == "":  # no version to guess for ai.onnx
+                continue
+            missing.setdefault((domain, id(function)), (domain, function))
+    return list(missing.values())
+
+
+def add_imports(model: ModelProto, missing: list[tuple[str, object]]) -> list:
+    """Import each missing domain at version 1 where it is used; return the (repeated
+    field, entry) pairs added, for a caller that undoes them."""
+    added = []
+    for domain, function in missing:
+        target = function.opset_import if function is not None else model.opset_import
+        if domain not in opset_map(target):
+            target.append(helper.make_opsetid(domain, 1))
+            added.append((target, target[len(target) - 1]))
+    return added
 
 
 # ----------------------------------------------------------------------------- structure
@@ -141,8 +186,14 @@ def validate_structure(model: ModelProto, where: str, *, scopes: list | None = N
         if scope.graph is not None:
             g = scope.graph
             names = {v.name for v in g.input}
-            names.update([t.name for t in g.initializer])
-            names.update([s.values.name for s in g.sparse_initializer])
+            stored = [t.name for t in g.initializer]
+            stored += [s.values.name for s in g.sparse_initializer]
+            names.update(stored)
+            if len(set(stored)) < len(stored):
+                seen: set[str] = set()
+                twice = sorted({n for n in stored if n in seen or seen.add(n)})
+                problems.append(f"{scope.path}: {len(stored) - len(set(stored))} initializer(s) "
+                                f"share a name with another: {', '.join(map(repr, twice[:5]))}")
         else:
             names = set(scope.function.input)
         # names visible from enclosing graphs, innermost first (sets, never copied)
@@ -411,55 +462,27 @@ def read_external_tensor(loaded: LoadedModel, tensor: TensorProto) -> np.ndarray
 
 
 # ----------------------------------------------------------------------------- save
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
+# The writing itself (atomic, locked, model and data as one unit) is rewriter.io.output's.
 
 
 def check_output_path(output: str | os.PathLike, source: Path | None, *, in_place: bool,
-                      folder_ok: bool = False) -> Path:
-    """Refuse an output that would overwrite the input (unless in_place) or is not a file
-    (``folder_ok``: or a folder)."""
-    out = Path(os.path.abspath(os.fspath(output)))
-    if source is not None and out.exists() and _same_file(out, source) and not in_place:
-        raise OutputError(
-            f"{out}: is the input model; refusing to overwrite it (pass --in-place to allow)"
-        )
-    if out.exists() and not out.is_file() and not (folder_ok and out.is_dir()):
-        raise OutputError(f"{out}: exists and is not a regular file")
-    if out.is_symlink():
-        raise OutputError(f"{out}: is a symlink; refusing to write through it")
-    if not out.parent.is_dir():
-        raise OutputError(f"{out}: folder {str(out.parent)!r} does not exist")
-    return out
-
-
-def _atomic_write(target: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+                      folder_ok: bool = False, protected=()) -> Path:
+    """Refuse an output that would overwrite the input (unless in_place) or its data, or is
+    not a file (``folder_ok``: or a folder); see :func:`rewriter.io.output.check_output_path`."""
+    return output_io.check_output_path(output, source, in_place=in_place,
+                                       folder_ok=folder_ok, protected=protected)
 
 
 def data_file_names(output: Path, count: int) -> list[str]:
-    """Names the tool chooses for external data written next to ``output``."""
-    if count == 1:
-        return [f"{output.name}.data"]
-    return [f"{output.name}.{i}.data" for i in range(count)]
+    """Names the tool gives external data written next to ``output`` in a fresh folder."""
+    return output_io.data_file_names(output, count)
+
+
+def input_files(loaded: LoadedModel | None) -> list[Path]:
+    """The files an output must never replace: the input model and its external data."""
+    if loaded is None or not loaded.path.is_absolute() or not loaded.path.exists():
+        return []
+    return [loaded.path, *(ext.path for ext in loaded.external_files.values())]
 
 
 def save_model(
@@ -469,69 +492,58 @@ def save_model(
     source: LoadedModel | None = None,
     in_place: bool = False,
 ) -> Path:
-    """Write ``model`` to ``output`` atomically; copy external data next to it.
+    """Write ``model`` to ``output`` with its external data, as one unit
+    (:func:`rewriter.io.output.write_model`).
 
     External tensors that still point into ``source``'s folder are copied (streamed, never
-    loaded) to files named after the output, and their ``location`` fields are updated.
+    loaded) to files named after the output (names no file has yet), and their ``location``
+    fields are updated; the caller's model is left as it was.
     """
-    out = check_output_path(output, source.path if source else None, in_place=in_place)
-    # every external tensor's location entry, found in one walk (renamed in place below)
-    entries = _location_entries(model)
+    data_paths = [ext.path for ext in source.external_files.values()] if source else []
+    out = check_output_path(output, source.path if source else None, in_place=in_place,
+                            protected=data_paths)
+    entries = _location_entries(model)  # every external tensor's location, in one walk
     locations = sorted({entry.value for entry in entries})
     if locations and source is None:
         raise OutputError(f"{out}: model refers to external data but its source folder is unknown")
-    # The input's external data is never written, nor its model (unless in_place).
-    protected = [ext.path for ext in source.external_files.values()] if source else []
-    if out.exists() and any(_same_file(out, p) for p in protected):
-        raise OutputError(f"{out}: is the input's external data; refusing to overwrite it")
+    protected = list(data_paths)
     if source is not None and not in_place:
         protected.append(source.path)
-    renames: dict[str, str] = {}
-    copies: list[tuple[Path, Path]] = []
+    copies: dict[str, Path] = {}
+    keep: list[str] = []
     if locations:
-        same_dir = _same_file(out.parent, source.base_dir)
-        if in_place and same_dir:
-            renames = {loc: loc for loc in locations}
+        if in_place and _same_file(out.parent, source.base_dir):
+            keep = locations
         else:
-            names = data_file_names(out, len(locations))
-            for loc, name in zip(locations, names, strict=True):
+            for loc in locations:
                 ext = source.external_files.get(loc)
                 if ext is None:
                     raise OutputError(f"{out}: external data {loc!r} was not validated on load")
-                dest = out.parent / name
-                if dest.exists() and (dest.is_symlink() or not dest.is_file()):
-                    raise OutputError(f"{dest}: exists and is not a regular file")
-                if dest.exists() and any(_same_file(dest, p) for p in protected + [out]):
-                    raise OutputError(f"{dest}: is one of the input's files; refusing to overwrite")
-                copies.append((ext.path, dest))
-                renames[loc] = name
-    # the model is serialized with its locations renamed in place, then restored: no copy
-    restore: list = []
-    try:
-        if renames and any(k != v for k, v in renames.items()):
-            model = _with_locations(model, _Renames(renames, entries, restore))
-        payload = model.SerializeToString()  # before writing anything: this fails on size
-    finally:
-        for entry, old in restore:
-            entry.value = old
-    created: list[Path] = []
-    try:
-        for src, dest in copies:
-            existed = dest.exists()
-            _atomic_write(dest, lambda f, p=src: _copy_into(p, f))
-            if not existed:
-                created.append(dest)
-        _atomic_write(out, lambda f: f.write(payload))
-    except BaseException:
-        for p in created:  # a failed save leaves no half set of new files
-            p.unlink(missing_ok=True)
-        raise
-    return out
+                copies[loc] = ext.path
+
+    def serialize(renames) -> bytes:
+        # the locations are renamed in place, serialized, then restored: no copy of the model
+        restore: list = []
+        added = add_imports(model, missing_imports(model))  # what is written passes the checker
+        try:
+            renamed = model
+            if renames:
+                renamed = _with_locations(model, _Renames(dict(renames), entries, restore))
+            return renamed.SerializeToString()
+        finally:
+            for entry, old in restore:
+                entry.value = old
+            for field_, entry in added:
+                field_.remove(entry)
+
+    return output_io.write_model(out, serialize, copies, protected=protected, keep=keep)
 
 
-def _copy_into(src: Path, f) -> None:
-    with open(src, "rb") as s:
-        shutil.copyfileobj(s, f, length=1 << 24)
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _location_entries(model: ModelProto) -> list:
@@ -583,12 +595,22 @@ def external_locations(tensors: Iterable[TensorProto]) -> set[str]:
     return {external_data_fields(t).get("location", "") for t in tensors if uses_external_data(t)}
 
 
+IN_MEMORY = "<in-memory model>"
+
+
 def as_loaded(model) -> LoadedModel:
-    """A LoadedModel from a path (safely loaded), a ModelProto or a LoadedModel."""
+    """A LoadedModel from a path (safely loaded), a ModelProto or a LoadedModel.
+
+    A ``ModelProto`` goes through the same validation as a file (structure, every
+    external-data reference, opset imports), its external data resolved against the
+    current directory, as onnx and onnxruntime resolve it for a model in memory; the
+    caller's proto is never changed (a repair is made on a copy)."""
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, ModelProto):
-        from pathlib import Path
-
-        return LoadedModel(model=model, path=Path("<in-memory model>"), file_size=model.ByteSize())
+        folder = Path(os.getcwd())
+        loaded = LoadedModel(model=model, path=Path(IN_MEMORY), file_size=model.ByteSize(),
+                             folder=folder)
+        _validate(loaded, IN_MEMORY, folder)
+        return loaded
     return load_model(model)

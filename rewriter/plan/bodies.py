@@ -56,24 +56,25 @@ CASTLIKE = 15
 
 
 class Declined(Exception):
-    """Raised while building a body for a node form it cannot express; a builder wrapped
-    with :func:`declining` then returns None (the node is left alone)."""
+    """How a builder, a kernel's ``accepts`` predicate or a pass's ``offers`` says "not this
+    node", with the reason ``--explain`` shows: ``raise Declined("axis must be constant")``.
+
+    Any other exception a builder raises is a bug of its plugin: the rewrite stops with an
+    error naming the plugin, the op and the node."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason or "declined (no reason given)"
 
 
 def declining(builder: Callable[[Any], FunctionProto | None]
               ) -> Callable[[Any], FunctionProto | None]:
-    """Wrap a decomposition builder so that :class:`Declined` raised inside means None."""
-
-    def wrapper(ctx) -> FunctionProto | None:
-        try:
-            return builder(ctx)
-        except Declined:
-            return None
-
-    wrapper.__name__ = builder.__name__
-    wrapper.__qualname__ = builder.__qualname__
-    wrapper.__doc__ = builder.__doc__
-    return wrapper
+    """Mark a builder that declines with :class:`Declined` (the planner catches it and keeps
+    the reason; kept for API 1.0 compatibility: a builder needs no marker)."""
+    return builder
 
 
 def present(names, index: int) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from onnx import FunctionProto, ModelProto, NodeProto, TypeProto
 
+from rewriter.console import time_limit
 from rewriter.graph.walk import normalize_domain, opset_map
 
 REMEDY_DOMAIN = "rewriter.remedy"
@@ -91,8 +92,13 @@ def resolve_reference(ref: str) -> Any:
     return obj
 
 
+BUILDER_TIME_LIMIT_S = 60.0  # a builder past this declines (rewriter.console.time_limit)
+
+
 def build_function(builder: Any, ctx: DecompositionContext) -> FunctionProto | None:
-    """Turn a registered builder into a FunctionProto for this node (None: declines)."""
+    """Turn a registered builder into a FunctionProto for this node (None, or
+    :class:`~rewriter.plan.bodies.Declined` raised: it declines). A callable builder may
+    return a FunctionProto or an onnxscript function."""
     if isinstance(builder, str):
         builder = resolve_reference(builder)
     if isinstance(builder, FunctionProto):
@@ -103,7 +109,8 @@ def build_function(builder: Any, ctx: DecompositionContext) -> FunctionProto | N
     if to_proto is not None:  # an onnxscript OnnxFunction
         return to_proto()
     if callable(builder):
-        result = builder(ctx)
+        with time_limit(BUILDER_TIME_LIMIT_S, "the decomposition builder"):  # never hangs
+            result = builder(ctx)
         if result is None:
             return None
         if isinstance(result, FunctionProto):
@@ -162,10 +169,15 @@ def _stamp(nodes, plugin: str, rule: str, op: str = "") -> None:
 
 
 def retarget(node: NodeProto, fn: FunctionProto) -> None:
-    """Point ``node`` at the remedy function (attributes bind to the function's)."""
+    """Point ``node`` at the remedy function (attributes bind to the function's). Optional
+    inputs and outputs the node leaves empty at the end (``""``) are dropped: the inliner
+    binds arguments by position and takes no more than the function declares."""
     node.domain = fn.domain
     node.op_type = fn.name
     node.overload = fn.overload
+    for names in (node.input, node.output):
+        while names and not names[-1]:
+            names.pop()
     declared = set(fn.attribute) | {a.name for a in fn.attribute_proto}
     kept = [a for a in node.attribute if a.name in declared]
     if len(kept) != len(node.attribute):

@@ -231,7 +231,8 @@ class Kernel:
     attributes: Mapping[str, Attribute] = field(default_factory=dict)
     requires: tuple[str, ...] = ()  # importable modules it needs (checked before use)
     description: str = ""
-    # accepts(node) -> None (the kernel takes this node) or a reason to decline it
+    # accepts(node) -> None (the kernel takes this node); a reason to decline it: a string
+    # returned, or Declined("why") raised
     accepts: Callable[[NodeProto], str | None] | None = None
 
     def __call__(self, *arrays, **attributes):
@@ -266,10 +267,14 @@ class Kernel:
     def declines(self, node: NodeProto) -> str | None:
         """Why :attr:`accepts` declines ``node`` (None: it takes it, or there is no
         predicate). A predicate that raises or returns something else declines too."""
+        from rewriter.plan.bodies import Declined
+
         if self.accepts is None:
             return None
         try:
             verdict = self.accepts(node)
+        except Declined as e:
+            return f"the kernel declines this node: {e}"
         except Exception as e:  # noqa: BLE001 - a plugin's predicate failing is its bug
             return f"the kernel's accepts() failed: {type(e).__name__}: {e}"
         if verdict is None:
@@ -300,8 +305,9 @@ def kernel(
             ``(float, 1)``). The function receives lists as Python lists.
         requires: modules the kernel imports (a clear error names them when absent).
         accepts: ``accepts(node)`` is asked at planning time for each node the kernel
-            could take: None to take it, or a reason (shown by ``--explain``) to decline,
-            e.g. for an attribute value the kernel does not implement.
+            could take: None to take it; to decline (e.g. an attribute value the kernel
+            does not implement), ``raise Declined("why")`` or return the reason (shown by
+            ``--explain``).
     """
     parsed = tuple(Signature.parse(s) for s in signatures)
     if not parsed:
@@ -468,7 +474,7 @@ def load_kernel(entry: KernelEntry, registry: Registry | None = None) -> Kernel:
         return KernelError(f"plugin {entry.plugin!r}: {message}")
 
     try:
-        obj = resolve_reference(entry.reference)
+        obj = entry.kernel if entry.kernel is not None else resolve_reference(entry.reference)
     except Exception as e:  # noqa: BLE001 - any import failure is the plugin's
         raise fail(f"kernel {OpId(entry.domain, entry.op_type)}: cannot import "
                    f"{entry.reference!r}: {type(e).__name__}: {e}") from e
@@ -742,6 +748,8 @@ def retarget_node(node: NodeProto, use: KernelUse, k: Kernel) -> None:
     values = k.with_defaults({n: _attr_value(v) for n, v in given.items()
                               if n in k.attributes})
     node.domain, node.op_type = CONTRIB_DOMAIN, use.op_name
+    while node.input and not node.input[-1]:  # optional inputs left out: not passed
+        node.input.pop()
     del node.attribute[:]
     for name in sorted(k.attributes):
         value = values[name]
@@ -810,6 +818,13 @@ def _op_run_class(op_type: str, domain: str, run: Callable[..., tuple], note: st
 
 def _python_runner(k: Kernel, fixed: Signature | None = None):
     def run(node, *inputs, **attributes):
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:  # optional inputs left out at the end
+            inputs.pop()
+        if any(x is None for x in inputs):
+            gap = next(i for i, x in enumerate(inputs) if x is None)
+            raise KernelError(f"node {node.name or node.op_type!r} leaves input {gap} empty "
+                              "before a given one; a kernel takes its inputs without gaps")
         arrays = _prepare_inputs(inputs)
         signature = fixed or k.match([_element_of(a) for a in arrays])
         if signature is None:

@@ -15,11 +15,12 @@ from typing import Any
 from onnx import FunctionProto, ModelProto, NodeProto
 
 from rewriter.detect.targets import Finding, NodeQuery, Target
-from rewriter.errors import RewriterError
+from rewriter.errors import PluginError, RewriterError
 from rewriter.graph.opid import OpId
 from rewriter.graph.typeinfer import infer_node_outputs
 from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
 from rewriter.manager import Plugins
+from rewriter.plan.bodies import Declined
 from rewriter.plan.functions import (
     REMEDY_DOMAIN,
     DecompositionContext,
@@ -28,7 +29,8 @@ from rewriter.plan.functions import (
     retarget,
     specialise,
 )
-from rewriter.plan.passes import RewritePass
+from rewriter.plan.kinds import RemedyKind
+from rewriter.plan.passes import RewritePass, ask_offers
 from rewriter.registry import DecompositionEntry
 
 PREFER = ("decompose", "kernel")  # --prefer: which remedy wins when both exist
@@ -43,7 +45,7 @@ MAX_DEPTH = 4
 class Candidate:
     """One remedy a plugin offers (or declines) for one finding."""
 
-    kind: str
+    kind: RemedyKind
     plugin: str
     rule: str
     accepted: bool
@@ -120,9 +122,9 @@ class Planner:
             # the ONNX spec is the exporter's to fix
             if not _has_onnx_schema(finding):
                 plan = self.plan(finding, constants, declared)
-                if plan.choice is not None and plan.choice.kind == "decomposition":
+                if plan.choice is not None and plan.choice.kind == RemedyKind.DECOMPOSITION:
                     return plan.candidates
-            return [Candidate("decomposition", "-", "-", False,
+            return [Candidate(RemedyKind.DECOMPOSITION, "-", "-", False,
                               f"the node itself is invalid ({finding.detail}); fix the export")]
         plan = self.plan(finding, constants, declared)
         if plan.choice is None:
@@ -179,7 +181,7 @@ class Planner:
         the plan does not prove it)."""
         plan = self._by_finding.get(id(finding))
         choice = plan.choice if plan else None
-        if choice is None or choice.kind != "decomposition" or not choice.proven:
+        if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
             return None
         if tuple(input_types) == tuple(finding.input_types):
             return choice.output_types
@@ -196,8 +198,8 @@ class Planner:
     def _pass_candidates(self, finding: Finding) -> list[Candidate]:
         out = []
         for p in self.passes:
-            offers, why = p.offers(finding, self.pass_ctx)
-            out.append(Candidate("pass", p.plugin, p.name, offers, why, rewrite_pass=p,
+            offers, why = ask_offers(p, finding, self.pass_ctx)
+            out.append(Candidate(RemedyKind.PASS, p.plugin, p.name, offers, why, rewrite_pass=p,
                                  relevant=p.handles(finding, self.pass_ctx)))
         return out
 
@@ -213,10 +215,10 @@ class Planner:
         first = kinds[0](finding, opsets, constants, depth, declared)
         if any(c.accepted for c in first):
             if self.prefer == "decompose" and has_kernel:
-                first.append(Candidate("kernel", "-", "-", False,
+                first.append(Candidate(RemedyKind.KERNEL, "-", "-", False,
                                        "not tried: a decomposition applies (--prefer decompose)"))
             elif self.prefer == "kernel" and key in self._by_op:
-                first.append(Candidate("decomposition", "-", "-", False,
+                first.append(Candidate(RemedyKind.DECOMPOSITION, "-", "-", False,
                                        "not tried: a kernel applies (--prefer kernel)"))
             return first
         return first + kinds[1](finding, opsets, constants, depth, declared)
@@ -267,7 +269,7 @@ class Planner:
                 if native.attributes:
                     attrs = resolve_reference(native.attributes)(node)
                     if attrs is None:
-                        raise RewriterError("declined this node (attributes or types)")
+                        raise Declined("its attribute mapping returned None (no reason given)")
                 new = NodeProto()
                 new.CopyFrom(node)
                 new.domain, new.op_type = t_domain, t_op
@@ -282,10 +284,15 @@ class Planner:
                 remedy = KernelRemedy("native", new, use, None, tuple(finding.input_types),
                                       {**opsets, t_domain: opsets.get(t_domain, 1)})
                 why = ask(remedy)
+            except (Declined, RewriterError) as e:
+                why, remedy = str(e), None
             except Exception as e:  # noqa: BLE001 - a plugin's mapping failing is its bug
-                why, remedy = (str(e) if isinstance(e, RewriterError)
-                               else f"mapping failed: {type(e).__name__}: {e}"), None
-            out.append(Candidate("kernel", native.plugin, rule, not why, why, kernel=remedy))
+                raise self.registry.plugin_error(
+                    native.plugin, f"native kernel {label}: its attribute mapping "
+                    f"{native.attributes} raised {_one_line(e)} on node "
+                    f"{node.name or finding.path!r}") from e
+            out.append(Candidate(RemedyKind.KERNEL, native.plugin, rule, not why, why,
+                                 kernel=remedy))
             if not why:
                 return out
         entry = self.registry.kernels.get((domain, op_type))
@@ -295,9 +302,10 @@ class Planner:
             why, remedy = "", None
             try:
                 k = load_kernel(entry, self.registry)
-                types = [element_type(t) for t in finding.input_types]
+                types = [element_type(t) for t in
+                         finding.input_types[:len(present_inputs(node))]]
                 signature = k.match(types)
-                if any(not n for n in node.input):
+                if any(not n for n in present_inputs(node)):
                     why = "the node leaves an optional input empty (kernels take no gaps)"
                 elif signature is None:
                     shown = ", ".join(t or "?" for t in types)
@@ -317,9 +325,10 @@ class Planner:
                     why = ask(remedy)
             except RewriterError as e:
                 why = str(e)
-            out.append(Candidate("kernel", entry.plugin, rule, not why, why, kernel=remedy))
+            out.append(Candidate(RemedyKind.KERNEL, entry.plugin, rule, not why, why,
+                                 kernel=remedy))
         if not out:
-            out.append(Candidate("kernel", "-", "-", False,
+            out.append(Candidate(RemedyKind.KERNEL, "-", "-", False,
                                  "no installed plugin registers a kernel for this op"))
         return out
 
@@ -337,7 +346,7 @@ class Planner:
             rule = entry.description or f"{entry.op_type}"
             if not entry.covers(model_opset):
                 lo, hi = entry.opsets
-                out.append(Candidate("decomposition", entry.plugin, rule, False,
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
                                      f"valid for ai.onnx opsets {lo}..{hi or ''}; the model "
                                      f"is at {model_opset}"))
                 continue
@@ -346,17 +355,27 @@ class Planner:
                                        constants=constants)
             try:
                 fn = build_function(entry.builder, ctx)
-            except Exception as e:  # noqa: BLE001 - a plugin's builder failing is its bug
-                out.append(Candidate("decomposition", entry.plugin, rule, False,
-                                     f"builder failed: {type(e).__name__}: {e}"))
+            except Declined as e:
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, str(e)))
                 continue
+            except Exception as e:  # noqa: BLE001 - anything but Declined is the plugin's bug
+                raise self._plugin_bug(entry, finding, f"its builder raised {_one_line(e)} "
+                                       "(a builder declines a node with Declined('why'))") from e
             if fn is None:
-                out.append(Candidate("decomposition", entry.plugin, rule, False,
-                                     "declined this node (attributes or types)"))
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
+                                     "declined (its builder returned None, no reason given)"))
+                continue
+            defect = body_defect(fn, node, self._output_arity(finding))
+            if defect:
+                raise self._plugin_bug(entry, finding, defect)
+            problem = arity_problem(fn, node)
+            if problem:
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
+                                     problem))
                 continue
             problem, nested, types = self._body_problem(fn, finding, opsets, constants, depth)
             if problem:
-                out.append(Candidate("decomposition", entry.plugin, rule, False, problem))
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, problem))
                 continue
             inner = []
             if nested:
@@ -369,14 +388,35 @@ class Planner:
                 problem, again, types = self._body_problem(fn, finding, opsets, {}, depth)
                 proven = proven and not problem and not again
             out.append(Candidate(
-                "decomposition", entry.plugin, rule, True, "", fn, nested=inner,
+                RemedyKind.DECOMPOSITION, entry.plugin, rule, True, "", fn, nested=inner,
                 output_types=tuple(types.get(o) for o in fn.output), proven=proven,
             ))
             break
         if not entries:
-            out.append(Candidate("decomposition", "-", "-", False,
+            out.append(Candidate(RemedyKind.DECOMPOSITION, "-", "-", False,
                                  "no installed plugin registers a decomposition for this op"))
         return out
+
+    def _plugin_bug(self, entry: DecompositionEntry, finding: Finding, what: str
+                    ) -> PluginError:
+        """The error for a decomposition that is wrong (not declining): it names the plugin
+        and its distribution, the op, the node and what is wrong."""
+        op = OpId(finding.domain, finding.op_type)
+        node = f"node {finding.node_name!r}" if finding.node_name else finding.path
+        return self.registry.plugin_error(
+            entry.plugin, f"decomposition of {op} ({entry.description or 'no description'}) "
+            f"on {node}: {what}")
+
+    def _output_arity(self, finding: Finding) -> int | None:
+        """How many outputs the op has at most, where its schema says (None: unknown, or
+        variadic): a body must not give more."""
+        domain = normalize_domain(finding.domain)
+        opsets = dict(finding.scope_opsets or {})
+        schema = target_schema(self.targets, domain, finding.op_type,
+                               opsets.get(domain) or finding.version)
+        if schema is None or not schema.outputs or schema.outputs[-1].option == "variadic":
+            return None
+        return len(schema.outputs)
 
     def _body_problem(self, fn: FunctionProto, finding: Finding, opsets, constants, depth):
         """(None, nested, types) if every node of the body runs on every target or has a
@@ -431,7 +471,8 @@ class Planner:
         model's own opset import is then above the ceiling too, so that pass runs)."""
         if finding.reason != "opset-too-new":
             return False
-        return any(p.offers(finding, self.pass_ctx)[0] for p in self.passes)
+        return any(ask_offers(p, finding, self.pass_ctx)[0]
+                   for p in self.passes)
 
     def _lower_nested(self, fn: FunctionProto, nested, opsets) -> FunctionProto:
         """Inline the chosen remedies of body nodes into ``fn`` itself, so a whole chain of
@@ -573,7 +614,78 @@ def _constant_outputs(nodes) -> dict:
 def why_not(finding: Finding, candidates: list[Candidate]) -> str:
     """Why no remedy applies to ``finding``: the reason of a pass the finding is about, else
     a plugin's own reason (it beats the placeholder of a kind nobody registered)."""
-    declined = ([c.why for c in candidates if c.why and c.plugin != "-" and c.kind != "pass"]
-                or [c.why for c in candidates if c.why])
-    own = [c.why for c in candidates if c.why and c.relevant]
+    def said(c: Candidate) -> str:
+        return c.why if c.plugin == "-" else f"{c.why} ({c.kind} of plugin {c.plugin!r})"
+
+    declined = ([said(c) for c in candidates
+                 if c.why and c.plugin != "-" and c.kind != RemedyKind.PASS]
+                or [said(c) for c in candidates if c.why])
+    own = [said(c) for c in candidates if c.why and c.relevant]
     return (own or declined or [finding.detail])[0]
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def present_inputs(node: NodeProto) -> list[str]:
+    """The node's inputs without the trailing empty ones (``""``: an optional input left
+    out, the same as not listing it)."""
+    inputs = list(node.input)
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return inputs
+
+
+def _read_names(nodes) -> set[str]:
+    """Every value name the nodes (and their subgraphs) read."""
+    from rewriter.graph.walk import subgraphs
+
+    names: set[str] = set()
+    for node in nodes:
+        names.update(node.input)
+        for _, graph in subgraphs(node):
+            names |= _read_names(graph.node)
+    return names
+
+
+def body_defect(fn: FunctionProto, node: NodeProto, arity: int | None = None) -> str | None:
+    """What is wrong with a decomposition's body for ``node`` (None: nothing): an output
+    the node uses that no body node computes, a name declared twice, more outputs than the
+    op has. (A body may leave an output the node does not use uncomputed, as the ONNX
+    spec's context-dependent bodies do.)"""
+    produced = {o for n in fn.node for o in n.output if o}
+    used = {i for i, name in enumerate(node.output) if name}
+    for i, name in enumerate(fn.output):
+        if not name:
+            return "its body declares an output with an empty name"
+        if i in used and name not in produced and name not in fn.input:
+            return f"its body never computes its output {i} ({name!r}), which the node uses"
+    for kind, names in (("input", fn.input), ("output", fn.output)):
+        twice = sorted({n for n in names if list(names).count(n) > 1})
+        if twice:
+            return f"its body declares {kind} {twice[0]!r} twice"
+    if arity is not None and len(fn.output) > arity:
+        return (f"its body gives {len(fn.output)} outputs ({', '.join(fn.output)}); the op "
+                f"has {arity}")
+    return None
+
+
+def arity_problem(fn: FunctionProto, node: NodeProto) -> str | None:
+    """Why ``fn`` does not fit this node's inputs and outputs (None: it does): the node
+    gives an input or uses an output beyond the body's, or the body reads an input the node
+    leaves empty (``""`` or not given: an optional input)."""
+    inputs = present_inputs(node)
+    if len(inputs) > len(fn.input):
+        return (f"its body takes {len(fn.input)} input(s) ({', '.join(fn.input)}); the node "
+                f"gives {len(inputs)}")
+    outputs = [i for i, name in enumerate(node.output) if name]
+    if outputs and outputs[-1] >= len(fn.output):
+        return (f"its body gives {len(fn.output)} output(s) ({', '.join(fn.output)}); the "
+                f"node uses output {outputs[-1]}")
+    read = _read_names(fn.node) | set(fn.output)
+    for i, formal in enumerate(fn.input):
+        if formal in read and (i >= len(inputs) or not inputs[i]):
+            return f"its body reads input {i} ({formal!r}), which the node leaves empty"
+    return None

@@ -212,8 +212,9 @@ def print_rewrite(report, stream=None) -> None:
     if not report.dry_run:
         console.print(verdict_line(report))
     for item in report.explain:
-        f = item["finding"]
-        console.print(f"explain {escape(f['path'])} {escape(f['op_type'])} ({f['target']}):")
+        f, count = item["finding"], item.get("count", 1)
+        where = f['path'] + (f" and {count - 1} more like it" if count > 1 else "")
+        console.print(f"explain {escape(where)} {escape(f['op_type'])} ({f['target']}):")
         for c in item["candidates"]:
             verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
             console.print(f"    {escape(c['kind'])} {escape(c['rule'])} "

@@ -5,34 +5,47 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 
 from onnx import ModelProto
 
 from rewriter.apply.splice import Region
 from rewriter.graph.walk import normalize_domain
 
-_CWD_LOCK = threading.Lock()
 
 @contextlib.contextmanager
-def _external_data_folder(model: ModelProto, base_dir):
-    """onnx's checker resolves external-data locations of an in-memory model against the
-    current directory: run it from the model's folder (reading no weights; it only checks
-    that the files are there)."""
+def _checkable(model: ModelProto, base_dir) -> Iterator[ModelProto | str]:
+    """What to give onnx's checker for ``model``: the model itself, or, when it has external
+    data, the path of a copy in a temporary folder beside empty stand-ins for its data files.
+    onnx's checker resolves the locations of an in-memory model against the current
+    directory and of a file against the file's folder; the data itself has been validated
+    on load (:func:`rewriter.io.model.validate_external_data`) and is never read here. No
+    process-wide state (the working directory) is touched."""
     from rewriter.graph.walk import iter_tensors
-    from rewriter.io.model import uses_external_data
+    from rewriter.io.model import external_data_fields, uses_external_data
 
-    if base_dir is None or not any(uses_external_data(t) for _, t in iter_tensors(model)):
-        yield
+    locations = {external_data_fields(t).get("location", "") for _, t in iter_tensors(model)
+                 if uses_external_data(t)}
+    if base_dir is None or not locations:
+        yield model
         return
-    with _CWD_LOCK:
-        previous = os.getcwd()
-        os.chdir(base_dir)
-        try:
-            yield
-        finally:
-            os.chdir(previous)
+    with tempfile.TemporaryDirectory(prefix="onnx-rewriter-check-") as folder:
+        for location in locations:
+            if not location or os.path.isabs(location) or ".." in location.replace(
+                    "\\", "/").split("/"):
+                continue  # left missing: the checker says why
+            real = os.path.join(base_dir, location)
+            if not os.path.isfile(real):
+                continue
+            stand_in = os.path.join(folder, location)
+            os.makedirs(os.path.dirname(stand_in), exist_ok=True)
+            with open(stand_in, "wb") as f:
+                f.truncate(os.path.getsize(real))  # sparse: no bytes written
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        yield path
 
 def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, str]:
     """The full checker and strict, type-checking shape inference; a failure the original
@@ -48,10 +61,10 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, 
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
     def run(m: ModelProto) -> dict[str, str]:
-        with _external_data_folder(m, base_dir):
-            return check(m)
+        with _checkable(m, base_dir) as checkable:
+            return check(checkable)
 
-    def check(m: ModelProto) -> dict[str, str]:
+    def check(m: ModelProto | str) -> dict[str, str]:
         try:
             onnx.checker.check_model(m, full_check=True)
             return {"checker": "ok", "shape_inference": "ok"}
@@ -88,9 +101,9 @@ def verify_regions(
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
     def basic(m: ModelProto) -> str:
-        with _external_data_folder(m, base_dir):
+        with _checkable(m, base_dir) as checkable:
             try:
-                onnx.checker.check_model(m, full_check=False)
+                onnx.checker.check_model(checkable, full_check=False)
             except Exception as e:  # noqa: BLE001 - onnx raises several kinds
                 return first_line(e)
         return "ok"

@@ -15,9 +15,33 @@ verification off.
 from __future__ import annotations
 
 from rewriter.errors import EXIT_FINDINGS, EXIT_OK, EXIT_UNVERIFIED
+from rewriter.graph.textenum import TextEnum
 
-VERIFIED, MISMATCH, UNVERIFIED, UNCHANGED = "verified", "mismatch", "unverified", "unchanged"
-VERDICTS = (VERIFIED, MISMATCH, UNVERIFIED, UNCHANGED)
+
+class Verdict(TextEnum):
+    """A string enum: ``Verdict.VERIFIED == "verified"``, and JSON holds the value."""
+
+    VERIFIED = "verified"
+    MISMATCH = "mismatch"
+    UNVERIFIED = "unverified"
+    UNCHANGED = "unchanged"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self]
+
+
+VERIFIED, MISMATCH, UNVERIFIED, UNCHANGED = Verdict
+
+
+class Status(TextEnum):
+    """How one target's run of the rewritten model compared with the original's."""
+
+    EQUAL = "equal"  # every output within tolerance
+    MISMATCH = "mismatch"  # some output differs
+    ERROR = "error"  # it could not be run or compared (the report says why)
+
+VERDICTS = tuple(Verdict)
 NOT_VERIFIED = "verification turned off (--no-verify)"
 
 EXIT_CODES = {VERIFIED: EXIT_OK, UNCHANGED: EXIT_OK, MISMATCH: EXIT_FINDINGS,

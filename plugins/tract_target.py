@@ -1,0 +1,457 @@
+"""Target ``tract``: Sonos' tract inference engine (the ``tract`` package), an optional
+dependency (``pip install 'onnx-graph-rewriter[tract]'``).
+
+tract declares no operator table: its ONNX loader turns an op it has no translator for into
+``Unimplemented(Op)``, and typing or optimizing the model is where it refuses what it cannot
+run (an attribute value, a shape input it needs constant, an element type it has no datum
+type for). So capability is tract's own answer: the whole model is loaded, typed
+(``into_model``) and optimized for the CPU (``into_runnable``) in process when small enough;
+otherwise one probe per distinct node signature (the node, its inputs' types and shapes,
+its small constant inputs with their values), cached per process. ``confirm`` does the same
+with the whole model in a child process and runs it once on generated inputs; ``prepare``
+runs it (``compare``, inside the isolation worker), with the inputs' shapes set from the
+feeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import re
+from functools import cache
+
+from rewriter_plugins.probe_models import (
+    PROBE_CONSTANT_LIMIT,
+    SMALL_CONSTANT_BYTES,
+    VALUE_TYPES,
+    external,
+    inferred_shapes,
+    model_constants,
+    renamed,
+    shape_key,
+    tensor_bytes,
+    zeros_like,
+)
+
+from rewriter.plugin import (
+    RUN_BY_DEFAULT_BELOW,
+    Confirmation,
+    Finding,
+    NodeQuery,
+    Target,
+    TargetError,
+    TargetOptions,
+    child_says,
+    confirm_in_child,
+    generated_feeds,
+    hookimpl,
+    model_size,
+    run_sets,
+)
+
+NOT_INSTALLED = "tract is not installed: pip install 'onnx-graph-rewriter[tract]'"
+CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
+CONFIRM_TIMEOUT_S = 300
+# The whole model is typed and optimized first (one answer for every node) up to this size.
+_WHOLE_MODEL_MAX_NODES = 500
+_SHAPE_INFERENCE_MAX_NODES = 20_000
+# Ranks tried, in order, for a node input whose rank is unknown (tract types nothing without
+# a rank): images, matrices, sequences, vectors, scalars.
+_GUESSED_RANKS = (4, 2, 3, 1, 0, 5)
+_SHAPE_WORDS = re.compile(r"\b(rank|shape|dimension|fact|symbol)", re.IGNORECASE)
+_TYPE_WORDS = re.compile(r"DatumType|datum type|element type|not supported for type|"
+                         r"Unsupported type|type mismatch", re.IGNORECASE)
+# tract's datum type names for numpy's dtypes (input facts set from feeds)
+_FACT_TYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int8": "i8",
+               "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
+               "uint32": "u32", "uint64": "u64", "bool": "bool"}
+
+# probe key -> None (runs) or (reason, detail): one cache per process
+_VERDICTS: dict[tuple, tuple[str, str] | None] = {}
+
+
+@cache
+def _tract():
+    try:
+        import tract
+    except ImportError:
+        raise TargetError(NOT_INSTALLED) from None
+    return tract
+
+
+def version() -> str:
+    return _tract().version()
+
+
+def clean_message(text: str) -> str:
+    """tract's error (a chain of causes, then a stack backtrace) as one line."""
+    text = text.split("Stack backtrace:")[0]
+    parts = [re.sub(r"^\d+: ", "", line.strip()) for line in text.splitlines()]
+    parts = [p for p in parts if p and p != "Caused by:"]
+    return ": ".join(dict.fromkeys(parts)) or "tract failed"
+
+
+def load(model_bytes: bytes):
+    """tract's ONNX loader on serialized bytes: an ``InferenceModel``."""
+    import ctypes
+
+    tract = _tract()
+    from tract.bindings import check, lib
+    from tract.inference_model import InferenceModel
+
+    onnx = tract.onnx()
+    ptr = ctypes.c_void_p()
+    check(lib.tract_onnx_load_buffer(onnx.ptr, model_bytes, ctypes.c_size_t(len(model_bytes)),
+                                     ctypes.byref(ptr)))
+    return InferenceModel(ptr)
+
+
+def runnable(model_bytes: bytes, feeds=None):
+    """Load, type and optimize (tract's CPU runtime); with ``feeds``, each input's fact is
+    set from its value's shape and type first. Raises tract's error, said by stage:
+    "load: ...", "typing: ...", "optimizing: ..."."""
+    stage = "load"
+    try:
+        model = load(model_bytes)
+        stage = "typing"
+        if feeds is not None:
+            for i in range(model.input_count()):
+                value = feeds.get(model.input_name(i))
+                kind = None if value is None else _FACT_TYPES.get(value.dtype.name)
+                if kind is not None:
+                    model.set_input_fact(i, ",".join([*map(str, value.shape), kind]))
+        typed = model.into_model()
+        stage = "optimizing"
+        return typed.into_runnable()
+    except Exception as e:  # noqa: BLE001 - tract's TractError, said with its stage
+        raise RuntimeError(f"{stage}: {clean_message(str(e))}") from None
+
+
+def probe(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
+    """What tract says about a small model: None if it loads, types and optimizes; else
+    (reason, detail)."""
+    try:
+        runnable(model_bytes)
+    except RuntimeError as e:
+        stage, _, message = str(e).partition(": ")
+    else:
+        return None
+    missing = re.search(r"Unimplemented\(([\w.]+)\)", message)
+    if missing:
+        return ("no-kernel", f"tract has no ONNX operator {missing.group(1)} (it loads "
+                f"{op_label} as Unimplemented)")
+    if _TYPE_WORDS.search(message):
+        return ("type-binding", f"tract cannot {_STAGES[stage]} it: {message}")
+    if stage == "load":
+        return ("invalid-node", f"tract's ONNX loader cannot load it: {message}")
+    return ("runtime-refused", f"tract cannot {_STAGES[stage]} it: {message}")
+
+
+_STAGES = {"load": "load", "typing": "type", "optimizing": "optimize"}
+
+
+def _named(message: str, producers: dict[str, str]) -> str:
+    """tract names a node by its name (an unnamed node by its first output): say it the way
+    rewriter.detect.targets.refused_node reads ("node with name 'N'", "the node of output
+    'y'")."""
+    m = re.search(r'node #\d+ "([^"]*)"', message)
+    if not m:
+        return message
+    name = m.group(1)
+    if name in producers.values() and name:
+        return f"{message} (node with name '{name}')"
+    if name in producers:
+        return f"{message} (the node of output '{name}')"
+    return message
+
+
+class TractTarget(Target):
+    """tract's ONNX loader and its CPU runtime."""
+
+    def __init__(self, options: TargetOptions | None = None) -> None:
+        options = options or TargetOptions()
+        self.name = "tract"
+        self.description = f"tract {version()} (CPU)"
+        self.confirm_option = options.confirm
+        self.plugins = options.plugins
+        self._constants: dict = {}
+        self._shapes: dict = {}
+        self._model_runs = False
+        self._confirmations: dict[tuple, Confirmation] = {}
+
+    # -- model-level --------------------------------------------------------------------------
+
+    def check_model(self, model) -> list[Finding]:
+        """Remember the model's constants and shapes for the node probes; type and optimize
+        the whole model when it is small (then no node needs a probe)."""
+        self._constants = model_constants(model)
+        self._shapes = {}
+        self._model_runs = self._whole_model_runs(model)
+        if not self._model_runs and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
+            self._shapes = inferred_shapes(model)
+        return []
+
+    def _whole_model_runs(self, model) -> bool:
+        from rewriter.plugin import iter_tensors
+
+        if len(model.graph.node) > _WHOLE_MODEL_MAX_NODES:
+            return False
+        if model.ByteSize() > CONFIRM_BY_DEFAULT_BELOW:
+            return False
+        if any(external(t) for _, t in iter_tensors(model)):
+            return False
+        data = model.SerializeToString()
+        key = ("model", hashlib.sha256(data).digest())
+        if key not in _VERDICTS:
+            _VERDICTS[key] = probe(data, "the model")
+        return _VERDICTS[key] is None
+
+    # -- per node -----------------------------------------------------------------------------
+
+    def check_node(self, query: NodeQuery) -> Finding | None:
+        node = query.node
+        in_body = "/<body>/" in query.path  # the planner asking about a decomposition body
+        if self._model_runs and not in_body:
+            return None
+        label = f"{query.domain or 'ai.onnx'}::{node.op_type}"
+        build, key, unranked = self._probe_model(query, in_body)
+        if key not in _VERDICTS:
+            verdict = probe(build(None).SerializeToString(), label)
+            if verdict is not None and unranked and verdict[0] != "no-kernel":
+                verdict = self._with_guessed_ranks(build, label, verdict, in_body)
+            _VERDICTS[key] = verdict
+        verdict = _VERDICTS[key]
+        if verdict is None:
+            return None
+        return self.finding(query, verdict[0], verdict[1])
+
+    def _with_guessed_ranks(self, build, label: str, verdict, in_body: bool):
+        """An input of unknown rank: the node runs if tract types it with some common rank;
+        in a decomposition body (the planner knows no shapes), a refusal that is only about
+        shapes is not held against it (the rewritten model is checked as a whole)."""
+        shape_bound = _SHAPE_WORDS.search(verdict[1]) is not None
+        for rank in _GUESSED_RANKS:
+            answer = probe(build(rank).SerializeToString(), label)
+            if answer is None or answer[0] == "no-kernel":
+                return answer  # it runs; or, typed at last, tract has no such op
+            shape_bound = shape_bound or _SHAPE_WORDS.search(answer[1]) is not None
+        return None if shape_bound and in_body else verdict
+
+    def _input_proto(self, name: str, query: NodeQuery, in_body: bool):
+        from rewriter.plugin import type_proto
+
+        candidates = [query.declared.get(name)]
+        if not in_body:
+            candidates.append(self._shapes.get(name))
+        known = [p for p in candidates if p is not None and p.WhichOneof("value") is not None]
+        shaped = next((p for p in known if shape_key(p) is not None), None)
+        return shaped or (known[0] if known else type_proto(query.types.get(name)))
+
+    def _probe_model(self, query: NodeQuery, in_body: bool):
+        """(a function building the one-node model, given a rank for inputs of unknown rank;
+        the verdict's key; whether some input's rank is unknown)."""
+        from onnx import TensorProto, TypeProto, helper
+
+        from rewriter.plugin import outer_references
+
+        node = query.node
+        constants = dict(query.constants) if in_body else self._constants
+        parts, key_inputs, seen, unranked = [], [], set(), False
+        names = [n for n in query.inputs if n]
+        if node.attribute:
+            names += outer_references(node)
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            tensor = constants.get(name)
+            if tensor is not None and not external(tensor):
+                size = tensor_bytes(tensor)
+                if size <= SMALL_CONSTANT_BYTES:
+                    parts.append((name, tensor, False))
+                    key_inputs.append(("const", tensor.SerializeToString())
+                                      if tensor.data_type in VALUE_TYPES else
+                                      ("weight", tensor.data_type, tuple(tensor.dims)))
+                    continue
+                if size <= PROBE_CONSTANT_LIMIT:
+                    parts.append((name, tensor, True))
+                    key_inputs.append(("weight", tensor.data_type, tuple(tensor.dims)))
+                    continue
+            proto = self._input_proto(name, query, in_body)
+            if proto is None:
+                proto = helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+            shape = shape_key(proto)
+            unranked = unranked or (shape is None and proto.WhichOneof("value") == "tensor_type")
+            parts.append((name, proto, None))
+            key_inputs.append((query.types.get(name), shape))
+        versions = dict(query.opsets)
+        if query.opset is not None:
+            versions[query.domain] = query.opset
+        versions.setdefault("", 21)
+        attributes = hashlib.sha256(b"".join(
+            a.SerializeToString(deterministic=True) for a in node.attribute)).digest()
+        key = (query.domain, node.op_type, query.opset, tuple(sorted(versions.items())),
+               tuple(key_inputs), attributes, tuple(bool(o) for o in query.outputs),
+               tuple(bool(i) for i in query.inputs))
+
+        def build(rank: int | None):
+            inputs, initializers = [], []
+            for name, value, zeros in parts:
+                if zeros is None:
+                    inputs.append(helper.make_value_info(name, _symbolic(value, name, rank)))
+                else:
+                    tensor = renamed(value, name)
+                    initializers.append(zeros_like(tensor) if zeros else tensor)
+            outputs = [helper.make_value_info(o, TypeProto()) for o in query.outputs if o]
+            graph = helper.make_graph([node], "probe", inputs, outputs, initializers)
+            opsets = [helper.make_opsetid(d, v) for d, v in versions.items()]
+            model = helper.make_model(graph, opset_imports=opsets)
+            model.ir_version = max(
+                helper.find_min_ir_version_for(opsets, ignore_unknown=True), 8)
+            return model
+
+        return build, key, unranked
+
+    # -- confirmation and runs ----------------------------------------------------------------
+
+    def kernel_problem(self, remedy) -> str | None:
+        return "tract runs no Python or onnxruntime custom-op kernels"
+
+    def wants_confirm(self, loaded) -> bool:
+        return self.confirm_by_size(self.confirm_option, loaded, CONFIRM_BY_DEFAULT_BELOW)
+
+    def confirm(self, model, base_dir) -> str | None:
+        return self.confirmation(model, base_dir).refusal
+
+    def confirmation(self, model, base_dir) -> Confirmation:
+        """Load, type and optimize the whole model in a child process and, for models up
+        to RUN_BY_DEFAULT_BELOW bytes, run it once there on generated inputs (their shapes
+        set as the inputs' facts). Cached per model bytes and folder."""
+        from rewriter.plugin import iter_nodes
+
+        try:
+            data = _with_weights(model, base_dir).SerializeToString()
+        except (OSError, ValueError) as e:
+            return Confirmation(f"cannot read the model's external data: {e}", "load")
+        key = (hashlib.sha256(data).digest(), str(base_dir))
+        if key in self._confirmations:
+            return self._confirmations[key]
+        feeds, note = None, f"not run: larger than {RUN_BY_DEFAULT_BELOW // 2**20} MiB"
+        if self.confirm_by_size(None, model_size(model, base_dir), RUN_BY_DEFAULT_BELOW):
+            feeds, note = generated_feeds(model)
+        producers = {o: site.node.name for site in iter_nodes(model)
+                     for o in site.node.output if o}
+        payload = pickle.dumps({"model": data, "feeds": feeds, "producers": producers})
+        script = "from rewriter_plugins.tract_target import confirm_child\nconfirm_child()\n"
+        result = confirm_in_child(self, "tract", [script], payload, base_dir,
+                                  CONFIRM_TIMEOUT_S)
+        if note and result.refusal is None and not result.note:
+            result = Confirmation(note=note)
+        self._confirmations[key] = result
+        return result
+
+    def prepare(self, model, base_dir):
+        """A run function: feeds by input name -> outputs by the model's output names. The
+        model is typed and optimized for the shapes of the first feeds of each shape."""
+        data = _with_weights(model, base_dir).SerializeToString()
+        outputs = [o.name for o in model.graph.output]
+        probe_model = load(data)
+        inputs = [probe_model.input_name(i) for i in range(probe_model.input_count())]
+        del probe_model
+        runnables: dict[tuple, object] = {}
+
+        def run(feeds):
+            import numpy as np
+
+            missing = [name for name in inputs if name not in feeds]
+            if missing:
+                raise RuntimeError(f"no value given for input(s) {', '.join(missing)}")
+            given = {name: np.asarray(feeds[name]) for name in inputs}
+            key = tuple((v.shape, v.dtype.str) for v in given.values())
+            if key not in runnables:
+                runnables[key] = runnable(data, given)
+            try:
+                values = runnables[key].run([given[name] for name in inputs])
+            except Exception as e:  # noqa: BLE001
+                raise RuntimeError(f"tract failed running the model: "
+                                   f"{clean_message(str(e))}") from None
+            return {name: np.array(v.to_numpy(), copy=True)
+                    for name, v in zip(outputs, values)}
+
+        return run
+
+
+def _symbolic(proto, name: str, rank: int | None):
+    """``proto`` with every unknown dimension a symbol of its own (tract types symbols, not
+    unknowns); with ``rank``, an input of unknown rank gets that many symbols."""
+    from onnx import TypeProto, helper
+
+    if proto.WhichOneof("value") != "tensor_type":
+        return proto
+    shape = shape_key(proto)
+    if shape is None and rank is None:
+        return proto
+    dims = [f"{name}_d{i}" if d == "?" else d for i, d in enumerate(shape or ("?",) * rank)]
+    out = TypeProto()
+    out.CopyFrom(helper.make_tensor_type_proto(proto.tensor_type.elem_type, dims))
+    return out
+
+
+def _with_weights(model, base_dir):
+    """``model`` with its external data read in (tract is given bytes, not files)."""
+    from rewriter.plugin import iter_tensors
+
+    if not any(external(t) for _, t in iter_tensors(model)):
+        return model
+    from onnx import ModelProto
+    from onnx.external_data_helper import load_external_data_for_model
+
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    load_external_data_for_model(copy, str(base_dir or "."))
+    return copy
+
+
+def confirm_child() -> None:
+    """The confirming child (``TractTarget.confirmation``): stdin a pickle of {"model":
+    bytes, "feeds": [input sets] or None, "producers": {value: node name}}; loads, types
+    and optimizes, then runs the input sets until one runs."""
+    import sys
+
+    job = pickle.load(sys.stdin.buffer)
+    data, sets = job["model"], job["feeds"]
+    try:
+        model = runnable(data, sets[0] if sets else None)
+    except RuntimeError as e:
+        child_says("load", _named(str(e), job["producers"]))
+        return
+    child_says("loaded")
+    if sets is None:
+        return
+    names = []
+    loaded = load(data)
+    names = [loaded.input_name(i) for i in range(loaded.input_count())]
+
+    def run(feeds):
+        try:
+            model.run([feeds[n] for n in names])
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(clean_message(str(e))) from None
+
+    error, values = run_sets(run, sets)
+    if error is None:
+        child_says("ran")
+    else:
+        child_says("run", _named(error, job["producers"]), None, values)
+
+
+def _make(argument: str | None, options: TargetOptions | None = None) -> TractTarget:
+    if argument:
+        raise TargetError(f"target 'tract' takes no argument (got {argument!r})")
+    _tract()
+    return TractTarget(options)
+
+
+@hookimpl
+def register_targets(registry):
+    registry.add("tract", _make, description="tract (Sonos' inference engine for the edge)")
