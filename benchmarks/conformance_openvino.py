@@ -28,31 +28,32 @@ restricts either measure to some cases; ``--json`` prints the result as JSON.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
-import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _common  # noqa: E402
+from _common import (  # noqa: E402
+    Actual,
+    Rescue,
+    TargetRunner,
+    all_cases,
+)
+from _common import load_plugins as _plugins  # noqa: E402
+from _common import select as _select  # noqa: E402
 from conformance import (  # noqa: E402
     Confirmed,
-    _as_array,
-    _same_nodes,
-    _short,
-    compare_outputs,
     confirmed_agreement,
     node_testcases,
     print_confirmed,
-    rewrite_case,
-    verification_problem,
 )
 
-RUN_TIMEOUT_S = 120
+RUN_TIMEOUT_S = _common.RUN_TIMEOUT_S
 TARGET = "openvino"
 
 # What `rescue` reached (onnx 1.23, OpenVINO 2026.4, the plugins of this tree): the cases
@@ -133,85 +134,14 @@ RUNNING_SAMPLE = frozenset({
 })
 
 
-def _feeds(model, data_sets) -> list[dict]:
-    initializers = {t.name for t in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in initializers]
-    return [dict(zip(names, (_as_array(v) for v in inputs))) for inputs, _ in data_sets]
-
-
-@dataclass
-class Actual:
-    """What OpenVINO did with one model: ``compiles``, ``runs`` (every data set ran), and
-    ``problem`` (why not, or how the outputs differ from the expected ones; None if they
-    match)."""
-
-    compiles: bool
-    runs: bool
-    problem: str | None
-    outputs: list | None = None
-
-
-class OpenVINORunner:
+class OpenVINORunner(TargetRunner):
     """Runs models on OpenVINO in the isolation worker."""
 
     def __init__(self, plugins) -> None:
-        from rewriter.comparison.isolation import Runner
-
-        self.plugins = plugins
-        self.runner = Runner(plugins, timeout=RUN_TIMEOUT_S)
-        self.base_dir = tempfile.mkdtemp(prefix="conformance-openvino-")
-
-    def run(self, model, feeds: list[dict]):
-        from rewriter.comparison.isolation import Job
-
-        return self.runner.run(Job.make(TARGET, model, self.base_dir, feeds,
-                                        plugins=self.plugins))
-
-    def actual(self, model, case) -> Actual:
-        """Compile and run ``model`` on ``case``'s inputs; compare with its expected
-        outputs."""
-        result = self.run(model, _feeds(model, case.data_sets))
-        if not result.ok:
-            compiles = result.kind == "error" and not result.error.startswith(
-                "could not load the model")
-            what = result.error if result.kind == "error" else f"{result.kind}: {result.error}"
-            return Actual(compiles, False, _short(what, 240))
-        names = [o.name for o in model.graph.output]
-        for i, ((_, expected), got) in enumerate(zip(case.data_sets, result.outputs)):
-            actual = [got.get(n) for n in names]
-            if len(expected) != len(actual):
-                return Actual(True, True, f"{len(actual)} outputs, expected {len(expected)}",
-                              result.outputs)
-            for j, (e, a) in enumerate(zip(expected, actual)):
-                problem = compare_outputs(_as_array(e), a, case.rtol, case.atol, f" {j}")
-                if problem:
-                    where = f" (data set {i})" if len(case.data_sets) > 1 else ""
-                    return Actual(True, True, f"mismatch{where}: {_short(problem, 200)}",
-                                  result.outputs)
-        return Actual(True, True, None, result.outputs)
-
-    def close(self) -> None:
-        self.runner.close()
+        super().__init__(TARGET, plugins, RUN_TIMEOUT_S)
 
 
-def _plugins():
-    from rewriter.manager import load_plugins
-
-    return load_plugins(autoload=False)
-
-
-@functools.cache
-def all_cases() -> tuple:
-    """Every backend node case (collected once per process: it takes seconds)."""
-    return tuple(node_testcases())
-
-
-def _select(only) -> list:
-    cases = list(all_cases())
-    if only:
-        wanted = set(only)
-        cases = [c for c in cases if c.name in wanted]
-    return cases
+__all__ = ["Actual", "OpenVINORunner", "Rescue", "all_cases", "measure_rescue"]
 
 
 # -- check: does the static answer predict OpenVINO? ------------------------------------------
@@ -317,141 +247,23 @@ def print_agreement(result: Agreement) -> None:
 
 # -- rescue: rewrite what OpenVINO refuses, leave alone what it runs -------------------------
 
-@dataclass
-class Rescue:
-    total: int = 0
-    refused: list[str] = field(default_factory=list)  # fails to convert, compile or run
-    refused_why: dict[str, list[str]] = field(default_factory=dict)
-    rescued: list[str] = field(default_factory=list)
-    failed: dict[str, list[str]] = field(default_factory=dict)  # reason -> refused cases
-    running: list[str] = field(default_factory=list)  # runs and matches its expected outputs
-    wrong: list[str] = field(default_factory=list)  # runs, outputs differ from the expected
-    rewritten_running: list[str] = field(default_factory=list)  # changed, outputs still ok
-    changed: dict[str, list[str]] = field(default_factory=dict)  # reason -> regressions
-    seconds: float = 0.0
-
-    @property
-    def unchanged(self) -> int:
-        return len(self.running) - len(self.rewritten_running) - sum(
-            len(v) for v in self.changed.values())
-
-    def as_dict(self) -> dict:
-        return {
-            "total": self.total, "refused": len(self.refused), "rescued": len(self.rescued),
-            "still_failing": sum(len(v) for v in self.failed.values()),
-            "running": len(self.running), "running_unchanged": self.unchanged,
-            "running_rewritten_still_matching": self.rewritten_running,
-            "wrong_outputs": self.wrong, "rescued_cases": self.rescued,
-            "failed": self.failed, "changed": self.changed, "refused_why": self.refused_why,
-            "seconds": self.seconds,
-        }
-
-
 def measure_rescue(cases=None, *, verify: bool = True, progress=None) -> Rescue:
-    """Rewrite every case OpenVINO refuses and check the result on OpenVINO against the
-    case's expected outputs; check that the cases it runs are left alone.
-
-    Args:
-        cases: onnx backend TestCases (default: every node case).
-        verify: let ``rewrite`` run its own verification (compare against the original on
-            the reference evaluator) too, as it does by default.
-        progress: called with each case's name before it is handled.
-    """
-    plugins = _plugins()
-    cases = cases if cases is not None else node_testcases()
-    out = Rescue(total=len(cases))
-    runner = OpenVINORunner(plugins)
-    start = time.perf_counter()
-
-    def note(table: dict, reason: str, name: str) -> None:
-        table.setdefault(reason, []).append(name)
-
-    try:
-        for case in cases:
-            if progress:
-                progress(case.name)
-            before = runner.actual(case.model, case)
-            if before.runs and before.problem is not None:
-                out.wrong.append(case.name)
-                continue
-            if not before.runs:
-                out.refused.append(case.name)
-                note(out.refused_why, _short(before.problem or "", 120), case.name)
-                model, report = rewrite_case(case.model, plugins, TARGET, verify)
-                if model is None:
-                    note(out.failed, report, case.name)
-                    continue
-                problem = verification_problem(report)
-                if problem is None and not report.applied:
-                    problem = "nothing to rewrite: check finds no problem, but OpenVINO " \
-                              f"fails: {_short(before.problem or '', 120)}"
-                if problem is None:
-                    after = runner.actual(model, case)
-                    problem = after.problem
-                if problem is None:
-                    out.rescued.append(case.name)
-                else:
-                    note(out.failed, problem, case.name)
-                continue
-            out.running.append(case.name)
-            model, report = rewrite_case(case.model, plugins, TARGET, verify)
-            if model is None:
-                note(out.changed, report, case.name)
-                continue
-            if not report.applied and _same_nodes(model, case.model):
-                continue
-            after = runner.actual(model, case)
-            if after.problem is None:
-                out.rewritten_running.append(case.name)
-            else:
-                note(out.changed, f"rewritten although it runs, and now: {after.problem}",
-                     case.name)
-    finally:
-        runner.close()
-    out.seconds = time.perf_counter() - start
-    return out
+    """``rewrite --target openvino`` on every case OpenVINO refuses, checked on OpenVINO
+    against the case's expected outputs; the cases it runs must be left alone
+    (:func:`_common.measure_rescue`)."""
+    return _common.measure_rescue(TARGET, cases, verify=verify, progress=progress,
+                                  plugins=_plugins())
 
 
 def refused_sample(cases, size: int, seed: int = 0) -> list:
     """``size`` of the cases OpenVINO refuses (fails to convert, compile or run), drawn with
     ``random.Random(seed).sample`` from their sorted names: a fixed sample to follow the
     rescue count on (``rescue --refused-sample 120 --seed 0``)."""
-    import random
-
-    plugins = _plugins()
-    runner = OpenVINORunner(plugins)
-    try:
-        refused = sorted(c.name for c in cases if not runner.actual(c.model, c).runs)
-    finally:
-        runner.close()
-    chosen = set(random.Random(seed).sample(refused, min(size, len(refused))))
-    return [c for c in cases if c.name in chosen]
+    return _common.refused_sample(TARGET, cases, size, seed)
 
 
 def print_rescue(result: Rescue) -> None:
-    failing = sum(len(v) for v in result.failed.values())
-    print(f"cases: {result.total}   ({result.seconds:.1f}s)")
-    print(f"OpenVINO refuses {len(result.refused)} (fails to convert, compile or run them); "
-          f"runs {len(result.running) + len(result.wrong)}, of which {len(result.wrong)} "
-          "with outputs that differ from the expected ones (not attempted)")
-    for reason, names in sorted(result.refused_why.items(), key=lambda kv: -len(kv[1]))[:25]:
-        print(f"  {len(names):>4}  {reason}")
-    print(f"\nrescued by rewrite --target openvino: {len(result.rescued)} of "
-          f"{len(result.refused)}; still failing: {failing}")
-    for reason, names in sorted(result.failed.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        print(f"  {len(names):>4}  {reason}")
-        print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
-    print(f"\nOpenVINO runs {len(result.running)} correctly: unchanged by rewrite "
-          f"{result.unchanged}, rewritten with outputs still matching "
-          f"{len(result.rewritten_running)}, regressions "
-          f"{sum(len(v) for v in result.changed.values())}")
-    for name in result.rewritten_running:
-        print(f"        rewritten, still matching: {name}")
-    for reason, names in sorted(result.changed.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        print(f"  {len(names):>4}  {reason}")
-        print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
-    if result.rescued:
-        print("\nrescued: " + ", ".join(result.rescued))
+    _common.print_rescue(result, "OpenVINO", TARGET)
 
 
 def main(argv=None) -> int:

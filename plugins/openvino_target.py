@@ -39,7 +39,7 @@ from rewriter_plugins.probe_models import SMALL_CONSTANT_BYTES as _SMALL_CONSTAN
 from rewriter_plugins.probe_models import VALUE_TYPES as _VALUE_TYPES
 from rewriter_plugins.probe_models import external as _external
 from rewriter_plugins.probe_models import inferred_shapes as _inferred_shapes
-from rewriter_plugins.probe_models import model_constants
+from rewriter_plugins.probe_models import model_constants, onnxruntime_runs
 from rewriter_plugins.probe_models import renamed as _renamed
 from rewriter_plugins.probe_models import shape_key as _shape_key
 from rewriter_plugins.probe_models import tensor_bytes as _tensor_bytes
@@ -581,7 +581,7 @@ def confirm_child() -> None:
         return
     error = error.removeprefix("OpenVINO failed running the model: ")
     error += _owner(compiled, error, job["producers"])
-    elsewhere = not values and _onnxruntime_runs(data, job["feeds"][0])
+    elsewhere = not values and onnxruntime_runs(data, job["feeds"][0])
     child_says("run", error, "onnxruntime" if elsewhere else None, values)
 
 
@@ -619,23 +619,6 @@ def _owner(compiled, error: str, producers: dict) -> str:
                     seen.add(following.get_friendly_name())
                     queue.append(following)
     return ""
-
-
-def _onnxruntime_runs(data: bytes, feeds: dict) -> bool:
-    """Whether onnxruntime (CPU) runs the model on the same inputs: then OpenVINO's failure
-    is not the inputs' fault. False when it cannot load the model either (ops it lacks)."""
-    try:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.log_severity_level = 4
-        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                    os.getcwd())
-        session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-        session.run(None, feeds)
-    except Exception:  # noqa: BLE001 - any failure: it cannot vouch for the inputs
-        return False
-    return True
 
 
 # OpenVINO element types numpy has no dtype for (its arrays show their raw bits, 4-bit

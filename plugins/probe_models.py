@@ -105,3 +105,23 @@ def inferred_shapes(model) -> dict:
             if vi.type.WhichOneof("value") is not None:
                 out.setdefault(vi.name, vi.type)
     return out
+
+
+def onnxruntime_runs(data: bytes, feeds: dict) -> bool:
+    """Whether onnxruntime (CPU) runs the model on the same inputs: then another runtime's
+    failure on them is not the inputs' fault. False when it cannot load the model either
+    (ops it lacks). External data is read from the working directory."""
+    import os
+
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    os.getcwd())
+        session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        session.run(None, feeds)
+    except Exception:  # noqa: BLE001 - any failure: it cannot vouch for the inputs
+        return False
+    return True

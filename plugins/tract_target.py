@@ -27,6 +27,7 @@ from rewriter_plugins.probe_models import (
     external,
     inferred_shapes,
     model_constants,
+    onnxruntime_runs,
     renamed,
     shape_key,
     tensor_bytes,
@@ -129,7 +130,16 @@ def runnable(model_bytes: bytes, feeds=None):
 
 def probe(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
     """What tract says about a small model: None if it loads, types and optimizes; else
-    (reason, detail)."""
+    (reason, detail). Asked in the probe worker (:class:`_ProbeWorker`): tract panics on
+    some models, and a panic across its C API aborts the process."""
+    global _WORKER
+    if _WORKER is None:
+        _WORKER = _ProbeWorker()
+    return _WORKER.ask(model_bytes, op_label)
+
+
+def probe_here(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
+    """:func:`probe` in this process."""
     try:
         runnable(model_bytes)
     except RuntimeError as e:
@@ -148,6 +158,95 @@ def probe(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
 
 
 _STAGES = {"load": "load", "typing": "type", "optimizing": "optimize"}
+PROBE_TIMEOUT_S = 60
+_WORKER: _ProbeWorker | None = None
+
+
+class _ProbeWorker:
+    """A child process answering :func:`probe_here` questions, one at a time (pickles on
+    its stdin and stdout). When tract crashes it (a Rust panic aborts) or takes longer
+    than PROBE_TIMEOUT_S, that is the verdict on the model asked about, and the next
+    question starts a new child."""
+
+    def __init__(self) -> None:
+        self.proc = None
+        self.stderr = None
+
+    def _start(self) -> None:
+        import os
+        import subprocess
+        import sys
+        import tempfile
+
+        self.stderr = tempfile.TemporaryFile()
+        env = dict(os.environ, RUST_BACKTRACE="0", RUST_LIB_BACKTRACE="0")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from rewriter_plugins.tract_target import probe_server\n"
+             "probe_server()\n"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.stderr, env=env)
+
+    def ask(self, model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
+        import select
+        import struct
+
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        request = pickle.dumps((model_bytes, op_label))
+        ready = [self.proc.stdout]  # an error writing: the child is gone, not slow
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(request)) + request)
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], PROBE_TIMEOUT_S)
+            header = self.proc.stdout.read(8) if ready else b""
+            if len(header) == 8:
+                return pickle.loads(self.proc.stdout.read(struct.unpack("<Q", header)[0]))
+        except (BrokenPipeError, OSError, EOFError, pickle.UnpicklingError):
+            pass
+        return self._failed(bool(ready))
+
+    def _failed(self, answered: bool) -> tuple[str, str]:
+        """The child died (or hung: it is killed): tract's last words as the verdict."""
+        self.proc.kill()
+        self.proc.wait()
+        self.stderr.seek(0)
+        lines = [ln.strip() for ln in self.stderr.read().decode(errors="replace").splitlines()
+                 if ln.strip()]
+        self.stderr.close()
+        self.proc = None
+        if not answered:
+            return ("runtime-refused", f"tract took longer than {PROBE_TIMEOUT_S}s to load, "
+                    "type and optimize it")
+        panic = next((ln for ln in lines if "panicked at" in ln), None)
+        index = lines.index(panic) if panic else -1
+        said = lines[index + 1] if panic and index + 1 < len(lines) else (
+            lines[-1] if lines else "no message")
+        return ("runtime-refused", f"tract crashed loading, typing or optimizing it "
+                f"({'a panic: ' if panic else ''}{said})")
+
+
+def probe_server() -> None:
+    """The probe worker's loop (:class:`_ProbeWorker`): a question per pickle on stdin, an
+    answer per pickle on stdout; ends at the end of stdin (its parent is gone)."""
+    import struct
+    import sys
+
+    try:  # Linux: killed with the parent, even when tract hangs
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write on the answers' channel
+    while True:
+        header = stdin.read(8)
+        if len(header) < 8:
+            return
+        model_bytes, op_label = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
+        answer = pickle.dumps(probe_here(model_bytes, op_label))
+        stdout.write(struct.pack("<Q", len(answer)) + answer)
+        stdout.flush()
 
 
 def _named(message: str, producers: dict[str, str]) -> str:
@@ -178,6 +277,14 @@ class TractTarget(Target):
         self._shapes: dict = {}
         self._model_runs = False
         self._confirmations: dict[tuple, Confirmation] = {}
+
+    @property
+    def schemas(self):
+        """onnxruntime's schema registry: onnx's plus the contrib domains (com.microsoft),
+        whose output types the walk then knows (a probe needs its inputs' types)."""
+        from rewriter.plugin import onnxruntime_schemas
+
+        return onnxruntime_schemas()
 
     # -- model-level --------------------------------------------------------------------------
 
@@ -226,16 +333,20 @@ class TractTarget(Target):
         return self.finding(query, verdict[0], verdict[1])
 
     def _with_guessed_ranks(self, build, label: str, verdict, in_body: bool):
-        """An input of unknown rank: the node runs if tract types it with some common rank;
-        in a decomposition body (the planner knows no shapes), a refusal that is only about
-        shapes is not held against it (the rewritten model is checked as a whole)."""
+        """An input of unknown rank: the node runs if tract types it with some common rank
+        (each dimension a symbol). When every refusal is about shapes, the node is given the
+        benefit of the doubt: tract checks a reshape's volume or a broadcast against the
+        dimensions it is given, and the real ones are unknown here (a decomposition body's,
+        or a value shape inference could not follow). The whole model is loaded and run
+        afterwards (``confirm``; after a rewrite, the verification), with its real
+        shapes."""
         shape_bound = _SHAPE_WORDS.search(verdict[1]) is not None
         for rank in _GUESSED_RANKS:
             answer = probe(build(rank).SerializeToString(), label)
             if answer is None or answer[0] == "no-kernel":
                 return answer  # it runs; or, typed at last, tract has no such op
             shape_bound = shape_bound or _SHAPE_WORDS.search(answer[1]) is not None
-        return None if shape_bound and in_body else verdict
+        return None if shape_bound else verdict
 
     def _input_proto(self, name: str, query: NodeQuery, in_body: bool):
         from rewriter.plugin import type_proto
@@ -441,8 +552,10 @@ def confirm_child() -> None:
     error, values = run_sets(run, sets)
     if error is None:
         child_says("ran")
-    else:
-        child_says("run", _named(error, job["producers"]), None, values)
+        return
+    elsewhere = not values and onnxruntime_runs(data, sets[0])
+    child_says("run", _named(error, job["producers"]), "onnxruntime" if elsewhere else None,
+               values)
 
 
 def _make(argument: str | None, options: TargetOptions | None = None) -> TractTarget:

@@ -1,0 +1,282 @@
+"""What the conformance benchmarks of one runtime target share (``conformance_openvino.py``,
+``conformance_tract.py``): running the ONNX backend node cases on the target in the
+isolation worker, and the rescue measure (``rewrite --target T`` on the cases the runtime
+refuses; the cases it runs left alone)."""
+
+from __future__ import annotations
+
+import functools
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from conformance import (  # noqa: E402
+    _as_array,
+    _same_nodes,
+    _short,
+    compare_outputs,
+    node_testcases,
+    rewrite_case,
+    verification_problem,
+)
+
+RUN_TIMEOUT_S = 120
+
+
+def feeds_of(model, data_sets) -> list[dict]:
+    """A case's data sets as feeds by input name (initializers are not inputs)."""
+    initializers = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in initializers]
+    return [dict(zip(names, (_as_array(v) for v in inputs))) for inputs, _ in data_sets]
+
+
+def load_plugins():
+    from rewriter.manager import load_plugins
+
+    return load_plugins(autoload=False)
+
+
+@functools.cache
+def all_cases() -> tuple:
+    """Every backend node case (collected once per process: it takes seconds)."""
+    return tuple(node_testcases())
+
+
+def select(only) -> list:
+    cases = list(all_cases())
+    if only:
+        wanted = set(only)
+        cases = [c for c in cases if c.name in wanted]
+    return cases
+
+
+@dataclass
+class Actual:
+    """What the runtime did with one model: ``compiles`` (it loaded it), ``runs`` (every
+    data set ran), and ``problem`` (why not, or how the outputs differ from the expected
+    ones; None if they match)."""
+
+    compiles: bool
+    runs: bool
+    problem: str | None
+    outputs: list | None = None
+
+
+class TargetRunner:
+    """Runs models on one target in the isolation worker (a crash or a hang is a verdict)."""
+
+    def __init__(self, target: str, plugins, timeout: float = RUN_TIMEOUT_S) -> None:
+        from rewriter.comparison.isolation import Runner
+
+        self.target = target
+        self.plugins = plugins
+        self.runner = Runner(plugins, timeout=timeout)
+        self.base_dir = tempfile.mkdtemp(prefix=f"conformance-{target.replace(':', '-')}-")
+
+    def run(self, model, feeds: list[dict]):
+        from rewriter.comparison.isolation import Job
+
+        return self.runner.run(Job.make(self.target, model, self.base_dir, feeds,
+                                        plugins=self.plugins))
+
+    def actual(self, model, case) -> Actual:
+        """Load and run ``model`` on ``case``'s inputs; compare with its expected outputs."""
+        result = self.run(model, feeds_of(model, case.data_sets))
+        if not result.ok:
+            compiles = result.kind == "error" and not result.error.startswith(
+                "could not load the model")
+            what = result.error if result.kind == "error" else f"{result.kind}: {result.error}"
+            return Actual(compiles, False, _short(what, 240))
+        names = [o.name for o in model.graph.output]
+        for i, ((_, expected), got) in enumerate(zip(case.data_sets, result.outputs)):
+            actual = [got.get(n) for n in names]
+            if len(expected) != len(actual):
+                return Actual(True, True, f"{len(actual)} outputs, expected {len(expected)}",
+                              result.outputs)
+            for j, (e, a) in enumerate(zip(expected, actual)):
+                problem = compare_outputs(_as_array(e), a, case.rtol, case.atol, f" {j}")
+                if problem:
+                    where = f" (data set {i})" if len(case.data_sets) > 1 else ""
+                    return Actual(True, True, f"mismatch{where}: {_short(problem, 200)}",
+                                  result.outputs)
+        return Actual(True, True, None, result.outputs)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+# -- rescue: rewrite what the runtime refuses, leave alone what it runs ----------------------
+
+UNFIXABLE = "unfixable: "  # rewrite_case's reason when some finding has no remedy
+
+
+@dataclass
+class Rescue:
+    total: int = 0
+    refused: list[str] = field(default_factory=list)  # fails to load or run
+    refused_why: dict[str, list[str]] = field(default_factory=dict)
+    rescued: list[str] = field(default_factory=list)
+    failed: dict[str, list[str]] = field(default_factory=dict)  # reason -> refused cases
+    running: list[str] = field(default_factory=list)  # runs and matches its expected outputs
+    wrong: list[str] = field(default_factory=list)  # runs, outputs differ from the expected
+    rewritten_running: list[str] = field(default_factory=list)  # changed, outputs still ok
+    changed: dict[str, list[str]] = field(default_factory=dict)  # reason -> regressions
+    seconds: float = 0.0
+
+    @property
+    def unchanged(self) -> int:
+        return len(self.running) - len(self.rewritten_running) - sum(
+            len(v) for v in self.changed.values())
+
+    @property
+    def no_remedy(self) -> list[str]:
+        """Refused cases with a finding no installed plugin has a remedy for."""
+        return [n for reason, names in self.failed.items() if reason.startswith(UNFIXABLE)
+                for n in names]
+
+    @property
+    def with_remedy(self) -> int:
+        """Refused cases whose ops all have a remedy (or that no finding explains)."""
+        return len(self.refused) - len(self.no_remedy)
+
+    def as_dict(self) -> dict:
+        return {
+            "total": self.total, "refused": len(self.refused), "rescued": len(self.rescued),
+            "refused_with_remedy": self.with_remedy, "refused_no_remedy": len(self.no_remedy),
+            "still_failing": sum(len(v) for v in self.failed.values()),
+            "running": len(self.running), "running_unchanged": self.unchanged,
+            "running_rewritten_still_matching": self.rewritten_running,
+            "wrong_outputs": self.wrong, "rescued_cases": self.rescued,
+            "failed": self.failed, "changed": self.changed, "refused_why": self.refused_why,
+            "seconds": self.seconds,
+        }
+
+
+def measure_rescue(target: str, cases=None, *, verify: bool = True, progress=None,
+                   plugins=None) -> Rescue:
+    """Rewrite every case ``target`` refuses and check the result on it against the case's
+    expected outputs; check that the cases it runs are left alone.
+
+    Args:
+        target: the target's name (``openvino``, ``tract``).
+        cases: onnx backend TestCases (default: every node case).
+        verify: let ``rewrite`` run its own verification (compare against the original on
+            the reference evaluator) too, as it does by default.
+        progress: called with each case's name before it is handled.
+    """
+    plugins = plugins or load_plugins()
+    cases = cases if cases is not None else all_cases()
+    out = Rescue(total=len(cases))
+    runner = TargetRunner(target, plugins)
+    start = time.perf_counter()
+
+    def note(table: dict, reason: str, name: str) -> None:
+        table.setdefault(reason, []).append(name)
+
+    try:
+        for case in cases:
+            if progress:
+                progress(case.name)
+            before = runner.actual(case.model, case)
+            if before.runs and before.problem is not None:
+                out.wrong.append(case.name)
+                continue
+            if not before.runs:
+                out.refused.append(case.name)
+                note(out.refused_why, _short(before.problem or "", 120), case.name)
+                model, report = rewrite_case(case.model, plugins, target, verify)
+                if model is None:
+                    note(out.failed, report, case.name)
+                    continue
+                problem = verification_problem(report)
+                if problem is None and not report.applied:
+                    problem = f"nothing to rewrite: check finds no problem, but {target} " \
+                              f"fails: {_short(before.problem or '', 120)}"
+                if problem is None:
+                    after = runner.actual(model, case)
+                    problem = after.problem
+                if problem is None:
+                    out.rescued.append(case.name)
+                else:
+                    note(out.failed, problem, case.name)
+                continue
+            out.running.append(case.name)
+            model, report = rewrite_case(case.model, plugins, target, verify)
+            if model is None:
+                note(out.changed, report, case.name)
+                continue
+            if not report.applied and _same_nodes(model, case.model):
+                continue
+            after = runner.actual(model, case)
+            if after.problem is None:
+                out.rewritten_running.append(case.name)
+            else:
+                note(out.changed, f"rewritten although it runs, and now: {after.problem}",
+                     case.name)
+    finally:
+        runner.close()
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def split_by_runs(target: str, cases, plugins=None) -> tuple[list, list]:
+    """(the cases ``target`` refuses: fails to load or run them, the cases it runs)."""
+    plugins = plugins or load_plugins()
+    runner = TargetRunner(target, plugins)
+    refused, running = [], []
+    try:
+        for case in cases:
+            (running if runner.actual(case.model, case).runs else refused).append(case)
+    finally:
+        runner.close()
+    return refused, running
+
+
+def seeded(cases, size: int | None, seed: int = 0) -> list:
+    """``size`` of ``cases``, drawn with ``random.Random(seed).sample`` from their sorted
+    names (all of them when ``size`` is None), in their order."""
+    if size is None:
+        return list(cases)
+    names = sorted(c.name for c in cases)
+    chosen = set(random.Random(seed).sample(names, min(size, len(names))))
+    return [c for c in cases if c.name in chosen]
+
+
+def refused_sample(target: str, cases, size: int, seed: int = 0) -> list:
+    """``size`` of the cases ``target`` refuses, seeded: a fixed sample to follow the
+    rescue count on."""
+    return seeded(split_by_runs(target, cases)[0], size, seed)
+
+
+def print_rescue(result: Rescue, runtime: str, target: str) -> None:
+    failing = sum(len(v) for v in result.failed.values())
+    print(f"cases: {result.total}   ({result.seconds:.1f}s)")
+    print(f"{runtime} refuses {len(result.refused)} (fails to load or run them); "
+          f"runs {len(result.running) + len(result.wrong)}, of which {len(result.wrong)} "
+          "with outputs that differ from the expected ones (not attempted)")
+    for reason, names in sorted(result.refused_why.items(), key=lambda kv: -len(kv[1]))[:25]:
+        print(f"  {len(names):>4}  {reason}")
+    share = len(result.rescued) / result.with_remedy if result.with_remedy else 0.0
+    print(f"\nrescued by rewrite --target {target}: {len(result.rescued)} of "
+          f"{len(result.refused)}; of the {result.with_remedy} whose ops all have a remedy: "
+          f"{share:.1%}; no remedy for some op: {len(result.no_remedy)}; still failing: "
+          f"{failing}")
+    for reason, names in sorted(result.failed.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        print(f"  {len(names):>4}  {reason}")
+        print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
+    print(f"\n{runtime} runs {len(result.running)} correctly: unchanged by rewrite "
+          f"{result.unchanged}, rewritten with outputs still matching "
+          f"{len(result.rewritten_running)}, regressions "
+          f"{sum(len(v) for v in result.changed.values())}")
+    for name in result.rewritten_running:
+        print(f"        rewritten, still matching: {name}")
+    for reason, names in sorted(result.changed.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        print(f"  {len(names):>4}  {reason}")
+        print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
+    if result.rescued:
+        print("\nrescued: " + ", ".join(result.rescued))
