@@ -202,6 +202,15 @@ def _register(pm: pluggy.PluginManager, registry: Registry, module, info: Plugin
             f"a plugin of this name is already loaded (from {other.origin if other else '?'})",
             info.origin,
         )
+    loaded_as = pm.get_name(module) if pm.is_registered(module) else None
+    if loaded_as is not None:
+        other = registry.plugins.get(loaded_as)
+        raise PluginError(
+            info.name,
+            f"module {module.__name__!r} is already loaded as plugin {loaded_as!r} (from "
+            f"{other.origin if other else '?'}): -p it by that name, or not at all",
+            info.origin,
+        )
     _check_hookimpls(pm, module, info)
     registry.plugins[info.name] = info
     try:

@@ -145,7 +145,7 @@ def example_venv(tmp_path_factory) -> Venv:
 
 def _rows(proc) -> dict[str, dict]:
     assert proc.returncode == 0, proc.stderr
-    return {row["name"]: row for row in json.loads(proc.stdout)}
+    return {row["name"]: row for row in json.loads(proc.stdout)["rows"]}
 
 
 def test_example_distribution_is_discovered_in_a_venv(example_venv, tmp_path):
@@ -289,7 +289,7 @@ def test_every_registry_entry_records_its_plugin(tmp_path):
 
     result = run_cli("plugins", "-p", str(path), "--json")
     assert result.exit_code == 0, result.output
-    row = {r["name"]: r for r in json.loads(result.stdout)}["everything"]
+    row = {r["name"]: r for r in json.loads(result.stdout)["rows"]}["everything"]
     assert row["distribution"] is None and row["version"] is None and not row["builtin"]
     assert row["registered"]["targets"] == ["acme-npu"]
     assert row["registered"]["kernels"] == ["com.acme::Bar"]
@@ -305,14 +305,14 @@ def test_dash_p_adds_a_plugin_for_one_run(tmp_path):
     """)
     result = run_cli("plugins", "-p", str(path), "--json")
     assert result.exit_code == 0, result.output
-    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    rows = {r["name"]: r for r in json.loads(result.stdout)["rows"]}
     assert rows["acme"]["distribution"] is None
     assert rows["acme"]["registered"]["targets"] == ["acme-npu"]
     # -p also works before the command; and without it the plugin is gone
     result = run_cli("-p", str(path), "plugins", "--json")
-    assert "acme" in {r["name"] for r in json.loads(result.stdout)}
+    assert "acme" in {r["name"] for r in json.loads(result.stdout)["rows"]}
     result = run_cli("plugins", "--json")
-    assert "acme" not in {r["name"] for r in json.loads(result.stdout)}
+    assert "acme" not in {r["name"] for r in json.loads(result.stdout)["rows"]}
 
 
 def test_dash_p_package_init_is_named_after_its_folder():
@@ -323,7 +323,7 @@ def test_dash_p_package_init_is_named_after_its_folder():
 def test_no_blocks_a_builtin(tmp_path):
     result = run_cli("-p", "no:opset", "plugins", "--json")
     assert result.exit_code == 0, result.output
-    assert sorted(r["name"] for r in json.loads(result.stdout)) == [
+    assert sorted(r["name"] for r in json.loads(result.stdout)["rows"]) == [
         b for b in BUILTINS if b != "opset"
     ]
     model = npu_model(tmp_path / "m.onnx")
@@ -508,6 +508,131 @@ def test_broken_plugin_is_one_line(tmp_path, name):
     line = one_error_line(run_cli("plugins", "-p", str(path)), f"plugin {name!r}", expected)
     assert line.startswith("error: ")
     assert "-p (this run only)" in line
+
+
+# -- one readable error per broken decomposition, through `rewrite` ---------------------------
+
+# com.acme::Op(x, b) = x + b; its kernel (the oracle that runs the original) when asked for
+DECOMPOSITION_HEAD = """
+from onnx import parser
+
+from rewriter.plugin import kernel
+
+
+def body(text):
+    return parser.parse_function(
+        '<domain: "com.acme", opset_import: ["": 18]>\\n' + text)
+
+
+@kernel(signatures=["float, float -> float"])
+def op(x, b):
+    return (x + b).astype(x.dtype)
+
+
+def raises(ctx):
+    raise KeyError("boom")
+"""
+
+BROKEN_DECOMPOSITIONS = {
+    # case: (decomposition, with the kernel, exit code, what the error says)
+    "wrong_arity": ("body('Op (x) => (y) { y = Relu (x) }')", False, 1,
+                    "its body takes 1 input(s) (x)"),
+    "missing_output": ("body('Op (x, b) => (y) { z = Add (x, b) }')", True, 2,
+                       "its body never computes its output 0 ('y')"),
+    "extra_outputs": ("body('Op (x, b) => (y, z) { y = Add (x, b)\\n z = Neg (x) }')", True,
+                      2, "its body gives 2 outputs (y, z)"),
+    "builder_exception": ("raises", True, 2, "its builder raised KeyError: 'boom'"),
+}
+
+
+def one_error(result, code: int, *needles: str) -> str:
+    """Exit ``code``, one error on stderr (a line ``error: ...``, its detail indented below
+    it when the console splits a long one), no traceback; the error's text (its lines
+    joined) holds every needle."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[0].startswith("error: "), result.stderr
+    assert all(line.startswith(" ") for line in lines[1:]), result.stderr
+    assert "Traceback" not in result.output
+    text = " ".join(line.strip() for line in lines)
+    for needle in needles:
+        assert needle in text, text
+    return text
+
+
+def acme_op_model(path: Path) -> Path:
+    """y = com.acme::Op(x, b), opset 18."""
+    x, b, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "xby")
+    node = helper.make_node("Op", ["x", "b"], ["y"], domain="com.acme", name="op1")
+    model = helper.make_model(helper.make_graph([node], "g", [x, b], [y]), opset_imports=[
+        helper.make_opsetid("", 18), helper.make_opsetid("com.acme", 1)])
+    model.ir_version = 10
+    save(model, str(path))
+    return path
+
+
+def broken_decomposition(tmp_path: Path, case: str, builder: str, with_kernel: bool) -> Path:
+    kernels = ('\n@hookimpl\ndef register_kernels(registry):\n'
+               '    registry.add("com.acme", "Op", op)\n') if with_kernel else ""
+    return plugin_file(tmp_path, f"acme_{case}", DECOMPOSITION_HEAD + f"""
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "Op", {builder}, description="acme:{case}")
+""" + kernels)
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_DECOMPOSITIONS))
+def test_broken_decomposition_is_one_error_naming_plugin_and_op(tmp_path, case):
+    builder, with_kernel, code, expected = BROKEN_DECOMPOSITIONS[case]
+    path = broken_decomposition(tmp_path, case, builder, with_kernel)
+    model = acme_op_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    result = run_cli("rewrite", "-p", str(path), str(model), "-o", str(out),
+                     "--target", "onnxruntime")
+    one_error(result, code, f"plugin 'acme_{case}'", "com.acme::Op", expected)
+    assert not out.exists()
+
+
+def test_broken_plugin_import_in_rewrite_is_one_error(tmp_path):
+    path = plugin_file(tmp_path, "acme_sdk_missing", "import acme_sdk_xyz\n")
+    model = acme_op_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    result = run_cli("rewrite", "-p", str(path), str(model), "-o", str(out),
+                     "--target", "onnxruntime")
+    one_error(result, 2, "plugin 'acme_sdk_missing'", "ModuleNotFoundError", "acme_sdk_xyz")
+    assert not out.exists()
+
+
+def test_wrong_math_is_a_mismatch_naming_plugin_and_rule(tmp_path):
+    """A decomposition computing x + x where the op (and its kernel, the oracle) computes
+    x + b: the verdict is mismatch, names the plugin and the rule, nothing is written."""
+    path = broken_decomposition(tmp_path, "wrong_math",
+                                "body('Op (x, b) => (y) { y = Add (x, x) }')", True)
+    model = acme_op_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    args = ["rewrite", "-p", str(path), str(model), "-o", str(out), "--target", "onnxruntime"]
+    result = run_cli(*args)
+    assert result.exit_code == 1, result.output
+    verdict = " ".join(result.stdout.split("mismatch: ", 1)[1].split())  # unwrapped
+    assert "rule 'acme:wrong_math' of plugin 'acme_wrong_math'" in verdict
+    assert "(com.acme::Op)" in verdict
+    assert not out.exists()
+    result = run_cli(*args, "--json")
+    assert result.exit_code == 1
+    assert "plugin 'acme_wrong_math'" in result.stdout
+    assert not out.exists()
+
+
+def test_dash_p_on_an_installed_plugin_is_one_error(tmp_path):
+    """``-p MODULE`` of a plugin already loaded under its entry-point name: one line saying
+    so, not pluggy's ValueError."""
+    result = run_cli("plugins", "-p", "rewriter_plugins.onnx_standard")
+    text = one_error(result, 2, "plugin 'rewriter_plugins.onnx_standard'",
+                     "already loaded as plugin 'onnx-standard'")
+    assert "ValueError" not in text
+    # the entry-point name is fine (it is loaded once), twice as well
+    assert run_cli("plugins", "-p", "onnx-standard", "-p", "onnx-standard").exit_code == 0
 
 
 def test_several_plugins_may_offer_the_same_op(tmp_path):

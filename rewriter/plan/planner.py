@@ -408,15 +408,28 @@ class Planner:
             f"on {node}: {what}")
 
     def _output_arity(self, finding: Finding) -> int | None:
-        """How many outputs the op has at most, where its schema says (None: unknown, or
-        variadic): a body must not give more."""
+        """How many outputs the op has at most, where its schema says, else where a Python
+        kernel registered for it says (None: unknown, or variadic): a body must not give
+        more."""
+        from rewriter.errors import RewriterError
+        from rewriter.plan.kernels import load_kernel
+
         domain = normalize_domain(finding.domain)
         opsets = dict(finding.scope_opsets or {})
         schema = target_schema(self.targets, domain, finding.op_type,
                                opsets.get(domain) or finding.version)
-        if schema is None or not schema.outputs or schema.outputs[-1].option == "variadic":
+        if schema is not None:
+            if not schema.outputs or schema.outputs[-1].option == "variadic":
+                return None
+            return len(schema.outputs)
+        entry = self.registry.kernels.get((domain, finding.op_type))
+        if entry is None:
             return None
-        return len(schema.outputs)
+        try:
+            counts = {len(s.outputs) for s in load_kernel(entry, self.registry).signatures}
+        except RewriterError:
+            return None  # the kernel's own problem is reported where it is a candidate
+        return max(counts) if counts else None
 
     def _body_problem(self, fn: FunctionProto, finding: Finding, opsets, constants, depth):
         """(None, nested, types) if every node of the body runs on every target or has a
