@@ -448,6 +448,8 @@ def write_model(out: Path, serialize: Callable[[Mapping[str, str]], bytes],
         payload = serialize(renames)  # before writing anything: this fails on size
         mode = file_mode()
         created: list[Path] = []
+        placed: tuple[int, int] | None = None
+        model_tmp: Path | None = None
         try:
             for location, name in renames.items():
                 source = data[location]
@@ -455,10 +457,17 @@ def write_model(out: Path, serialize: Callable[[Mapping[str, str]], bytes],
                 tmp = _write_new(out.parent, lambda f, s=source: _copy_into(s, f), mode)
                 _replace(tmp, dest)
                 created.append(dest)
-            _replace(_write_new(out.parent, lambda f: f.write(payload), mode), out)
+            model_tmp = _write_new(out.parent, lambda f: f.write(payload), mode)
+            placed = _identity(model_tmp)
+            _replace(model_tmp, out)
         except BaseException:
-            for p in created:  # a failed save leaves no half set of new files
-                p.unlink(missing_ok=True)
+            if model_tmp is not None:  # renamed away already, or left by an interruption
+                model_tmp.unlink(missing_ok=True)
+            # a failed save leaves no half set of new files; but once the model is in place
+            # (a signal raised just after the rename) its data stays: it is the new pair
+            if not created or placed is None or _identity(out) != placed:
+                for p in created:
+                    p.unlink(missing_ok=True)
             raise
         # the new pair is in place: the files only the old model named go
         for name in current_names - set(names) - set(keep):
@@ -468,6 +477,15 @@ def write_model(out: Path, serialize: Callable[[Mapping[str, str]], bytes],
                 path.unlink(missing_ok=True)
         _fsync_folder(out.parent)
     return out
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, None when it cannot be read."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _copy_into(src: Path, f: IO[bytes]) -> None:
