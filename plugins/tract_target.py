@@ -502,7 +502,8 @@ def _symbolic(proto, name: str, rank: int | None):
     shape = shape_key(proto)
     if shape is None and rank is None:
         return proto
-    dims = [f"{name}_d{i}" if d == "?" else d for i, d in enumerate(shape or ("?",) * rank)]
+    dims = [f"{name}_d{i}" if d == "?" else d for i, d in enumerate(
+        shape if shape is not None else ("?",) * rank)]
     out = TypeProto()
     out.CopyFrom(helper.make_tensor_type_proto(proto.tensor_type.elem_type, dims))
     return out

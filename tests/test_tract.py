@@ -1,0 +1,183 @@
+"""The ``tract`` target (plugins/tract_target.py) against the real tract package: capability
+from what tract loads, types and optimizes, a tract crash as a verdict, confirmation by a
+run in a child, rewrites verified on tract's own outputs, a clean refusal when tract is
+absent, and the conformance rescue (benchmarks/conformance_tract.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.conftest import model_from_text
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_INSTALLED = "error: tract is not installed: pip install 'onnx-graph-rewriter[tract]'"
+
+
+def _relu_model() -> onnx.ModelProto:
+    return model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) { y = Relu(x) }
+    """)
+
+
+# -- tract absent: one line, exit 2 (no tract import needed) -----------------------------------
+
+@pytest.mark.parametrize("command", ["check", "rewrite"])
+def test_missing_tract_is_one_line_and_exit_2(tmp_path, command):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_relu_model().SerializeToString())
+    argv = {"check": ["check", str(model)],
+            "rewrite": ["rewrite", str(model), "-o", str(tmp_path / "out.onnx")]}[command]
+    argv += ["--target", "tract"]
+    wrapper = ("import sys; sys.modules['tract'] = None\n"  # as if not installed
+               "from rewriter.cli import cli\n"
+               f"sys.argv = ['onnx-rewriter', *{argv!r}]\n"
+               "cli()\n")
+    proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == NOT_INSTALLED
+    assert not (tmp_path / "out.onnx").exists()
+
+
+# -- everything below needs tract ---------------------------------------------------------------
+
+tract = pytest.importorskip("tract")
+
+from rewriter_plugins import tract_target  # noqa: E402
+
+from rewriter.api import check, resolve_targets, rewrite  # noqa: E402
+from rewriter.comparison.compare import compare  # noqa: E402
+from rewriter.detect.walker import find_unsupported  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def target(plugins):
+    (t,) = resolve_targets(plugins, ["tract"])
+    return t
+
+
+def test_description_names_the_installed_tract(target):
+    assert target.description == f"tract {tract.version()} (CPU)"
+
+
+def test_findings_carry_tracts_reasons(target):
+    # SwiGLU (opset 28) is loaded as Unimplemented; CumSum wants its axis constant; Relu and
+    # Swish run
+    model = model_from_text("""
+        <ir_version: 11, opset_import: ["" : 28]>
+        g (float[2, 8] x, float[2, 4] z, int64 axis) => (float[2, 4] y, float[2, 4] c,
+                                                         float[2, 4] r) {
+            h = SwiGLU(x)
+            y = Relu(h)
+            c = CumSum(z, axis)
+            r = Swish(z)
+        }
+    """)
+    findings = {f.op_type: f for f in find_unsupported(model, target)}
+    assert set(findings) == {"SwiGLU", "CumSum"}
+    assert findings["SwiGLU"].reason == "no-kernel"
+    assert "Unimplemented" in findings["SwiGLU"].detail
+    assert findings["CumSum"].reason == "runtime-refused"
+    assert "Axis expected to be a const" in findings["CumSum"].detail
+    assert all(f.target == "tract" for f in findings.values())
+
+
+def test_a_tract_panic_is_a_verdict_and_the_next_probe_still_runs():
+    # tract 0.23.9 panics (an assertion in its shape code, across its C API: the process
+    # aborts) on a Squeeze of a scalar with axes it does not have
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
+    axes = numpy_helper.from_array(np.array([-2, -1], np.int64), "axes")
+    graph = helper.make_graph([helper.make_node("Squeeze", ["x", "axes"], ["y"])], "g", [x],
+                              [helper.make_value_info("y", onnx.TypeProto())], [axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    verdict = tract_target.probe(model.SerializeToString(), "ai.onnx::Squeeze")
+    if verdict is None:
+        pytest.skip("this tract no longer panics on it")
+    assert verdict[0] == "runtime-refused"
+    assert "tract crashed" in verdict[1]
+    assert tract_target.probe(_relu_model().SerializeToString(), "ai.onnx::Relu") is None
+
+
+def test_unknown_shapes_are_not_held_against_a_node(target):
+    # the Reshape's input comes from a contrib op: its shape is unknown, and tract cannot
+    # check a [2, 32] reshape against symbols; the Reshape itself is not a finding
+    model = onnx.load(ROOT / "examples" / "failing_export.onnx")
+    findings = find_unsupported(model, target)
+    assert sorted(f.op_type for f in findings) == ["ATen", "GemmFastGelu", "NhwcConv"]
+
+
+def test_scalar_inputs_are_probed(target):
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float x, float z) => (float y) { y = Add(x, z) }
+    """)
+    assert find_unsupported(model, target) == []
+
+
+def test_check_confirms_by_loading_and_running(plugins):
+    report = check(_relu_model(), ["tract"], plugins=plugins, confirm=True)
+    assert report.ok and report.results[0].confirmed is True
+    assert report.results[0].confirmation == "loaded and ran once on generated inputs"
+
+
+def test_readme_example_is_rewritten_and_verified_on_tract(plugins):
+    original = onnx.load(ROOT / "examples" / "new_opset_export.onnx")
+    result = rewrite(original, ["tract"], plugins=plugins)
+    assert result.report.verification["compare"] == "ok"
+    assert not result.report.remaining
+    assert {o.op_type for o in result.model.graph.node}.isdisjoint({"SwiGLU"})
+    # tract's outputs of the rewritten model against the reference evaluator running the
+    # original, on inputs of another seed
+    compared = compare(original, result.model, ["tract"], original_target="reference",
+                       plugins=plugins, seed=7, runs=2)
+    assert compared.status == "equal", compared.summary()
+    assert compared.targets[0].target == "tract"
+
+
+def test_vendor_ops_are_rewritten_and_run_on_tract(plugins, target):
+    original = onnx.load(ROOT / "examples" / "failing_export.onnx")
+    result = rewrite(original, ["tract"], plugins=plugins)
+    assert result.report.verification["compare"] == "ok", result.report.verdict_reason
+    assert find_unsupported(result.model, target) == []
+    assert result.report.comparison.oracle == "onnxruntime with plugin kernels"
+
+
+def test_runs_on_feeds_of_other_shapes(plugins, target):
+    # a symbolic batch: each shape of feeds gets its own typed and optimized model
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 3] x) => (float[N, 3] y) { y = Softmax <axis = -1> (x) }
+    """)
+    run = target.prepare(model, None)
+    for n in (1, 4):
+        x = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        np.testing.assert_allclose(run({"x": x})["y"], e / e.sum(-1, keepdims=True),
+                                   rtol=1e-5, atol=1e-6)
+
+
+# -- conformance: the rescue count may not drop ------------------------------------------------
+
+def test_conformance_rescue_on_tract():
+    import conformance_tract as bench
+
+    wanted = set(sorted(bench.RESCUED)[::4]) | bench.RUNNING_SAMPLE
+    cases = [c for c in bench._common.all_cases() if c.name in wanted]
+    assert len(cases) == len(wanted), "a case left the onnx package"
+    result = bench.measure_rescue(cases, verify=False)
+    lost = sorted((bench.RESCUED & wanted) - set(result.rescued))
+    failures = "\n".join(f"{len(v)} × {k}: {', '.join(v[:4])}" for k, v in result.failed.items())
+    assert not lost, f"no longer rescued: {lost}\n{failures}"
+    assert set(result.running) == bench.RUNNING_SAMPLE
+    assert not result.changed and not result.rewritten_running, result.changed
