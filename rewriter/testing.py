@@ -16,6 +16,11 @@ a function it expands), ``reference`` only where the reference evaluator impleme
 the op (at most :data:`SPEC_CASES` per op, distinct input types first) and their expected
 outputs. ``tests/test_oracles.py`` runs every built-in registration; a third-party plugin
 can run its own the same way.
+
+For plugin authors' own suites (and this repository's tests): :func:`one_node_model` and
+:func:`make_model` build models, :func:`rewritten` rewrites one asserting nothing is left,
+:func:`run_on` and :func:`assert_rewrite_runs_everywhere` run original and rewritten on every
+installed runtime, and :func:`check_plugin` is the contract test any plugin can run.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import ModelProto, TensorProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
 
 from rewriter.detect.targets import Finding, NodeQuery, Target
 from rewriter.graph.opid import OpId
@@ -650,3 +655,198 @@ def without_oracle(registry: Registry, plugins: Sequence[str] | None = None) -> 
             out.append(f"{label(entry)}: oracle {entry.oracle!r} but no sample in its opsets "
                        "and dtypes")
     return out
+
+
+# -- for plugin authors: one-node models, runs on every runtime, the contract test -----------
+
+RUNTIMES = ("onnxruntime", "reference", "openvino")  # the runtimes a rewrite is run on
+
+
+def value_info(name: str, elem: int | str, shape: Sequence[int | str | None] | None = None
+               ) -> ValueInfoProto:
+    """A tensor's declaration: ``value_info("x", "float", [2, 3])`` (or ``TensorProto.FLOAT``)."""
+    if isinstance(elem, str):
+        elem = _elem(elem, None)
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def make_model(nodes: Sequence[NodeProto], inputs: Sequence[ValueInfoProto],
+               outputs: Sequence[ValueInfoProto], *, opset: int = 18,
+               domains: Mapping[str, int] | Sequence[str] = (),
+               initializers: Sequence[TensorProto] = (),
+               ir_version: int | None = None) -> ModelProto:
+    """A model of ``nodes`` importing ai.onnx ``opset``, ``domains`` (at version 1 when
+    given as names) and every other domain its nodes use (at 1); ``ir_version`` default:
+    the lowest that opset allows, at least 8."""
+    versions = dict(domains) if isinstance(domains, Mapping) else dict.fromkeys(domains, 1)
+    for node in nodes:
+        if normalize_domain(node.domain):
+            versions.setdefault(node.domain, 1)
+    graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs),
+                              initializer=list(initializers))
+    imports = [helper.make_opsetid("", opset)]
+    imports += [helper.make_opsetid(d, v) for d, v in versions.items()]
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = ir_version if ir_version is not None else max(8, _ir_version(opset))
+    return model
+
+
+def one_node_model(op_type: str, inputs: Sequence[ValueInfoProto | None],
+                   outputs: Sequence[ValueInfoProto], *, domain: str = "", opset: int = 18,
+                   attributes: Mapping[str, Any] | None = None, **kwargs: Any) -> ModelProto:
+    """A model of one ``domain::op_type`` node reading ``inputs`` (None: an optional input
+    left empty) and giving ``outputs``; ``kwargs`` as :func:`make_model`."""
+    node = helper.make_node(op_type, [i.name if i is not None else "" for i in inputs],
+                            [o.name for o in outputs], domain=domain, name=op_type.lower(),
+                            **dict(attributes or {}))
+    return make_model([node], [i for i in inputs if i is not None], outputs, opset=opset,
+                      **kwargs)
+
+
+def installed_runtimes(plugins: Plugins | None = None) -> list[str]:
+    """The runtimes of :data:`RUNTIMES` that are installed (targets that load)."""
+    from rewriter.comparison.oracles import _openvino_installed
+
+    return [r for r in RUNTIMES if r != "openvino" or _openvino_installed()]
+
+
+def run_on(runtime: str, model: ModelProto, feeds: Mapping[str, Any],
+           plugins: Plugins | None = None) -> list[Any]:
+    """``model``'s outputs (in order) run in this process by the target ``runtime``
+    (``onnxruntime``, ``reference``, ``openvino``, or any target that runs models)."""
+    from rewriter.detect.targets import resolve_targets
+    from rewriter.manager import load_plugins
+
+    (target,) = resolve_targets(plugins or load_plugins(autoload=False), [runtime])
+    out = target.run(model, None, dict(feeds))
+    return [out[o.name] for o in model.graph.output]
+
+
+def rewritten(model: ModelProto, targets: str | Sequence[str] = "onnxruntime",
+              plugins: Plugins | None = None, *, standard_only: bool = False,
+              verify: bool = False, **kwargs: Any) -> ModelProto:
+    """``model`` rewritten for ``targets`` (no confirmation; verified only with ``verify``),
+    asserting nothing is left unfixed; with ``standard_only`` also that only ai.onnx nodes
+    remain (in subgraphs too)."""
+    from rewriter.api import rewrite
+    from rewriter.graph.walk import iter_nodes
+
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    result = rewrite(model, targets, plugins=plugins, confirm=False, verify=verify, **kwargs)
+    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
+    if standard_only:
+        left = {str(OpId(s.domain, s.node.op_type)) for s in iter_nodes(result.model)
+                if s.domain}
+        assert not left, f"non-standard ops remain: {sorted(left)}"
+    return result.model
+
+
+def assert_close(expected: Sequence[Any], got: Sequence[Any], rtol: float = 1e-4,
+                 atol: float = 1e-5, where: str = "") -> None:
+    """Same number of outputs, each of the same dtype and shape and close in value (exactly
+    equal for integers and bool)."""
+    assert len(expected) == len(got), f"{where}{len(got)} outputs, expected {len(expected)}"
+    for i, (e, g) in enumerate(zip(expected, got)):
+        e, g = np.asarray(e), np.asarray(g)
+        name = f"{where}output {i}"
+        assert e.dtype == g.dtype, f"{name}: dtype {g.dtype}, expected {e.dtype}"
+        assert e.shape == g.shape, f"{name}: shape {g.shape}, expected {e.shape}"
+        if e.dtype.kind in "fc":
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, equal_nan=True,
+                                       err_msg=name)
+        else:
+            np.testing.assert_array_equal(g, e, err_msg=name)
+
+
+def assert_rewrite_runs_everywhere(original: ModelProto, rewritten_model: ModelProto,
+                                   feeds: Mapping[str, Any], expected: Sequence[Any] | None = None,
+                                   runtimes: Sequence[str] | None = None,
+                                   plugins: Plugins | None = None, **tolerance: float
+                                   ) -> dict[str, list[Any]]:
+    """Run ``rewritten_model`` on every installed runtime (or ``runtimes``) and compare each
+    result with ``expected`` (default: the original run by the first runtime of
+    :data:`RUNTIMES` that runs it). Returns the outputs by runtime."""
+    runtimes = list(runtimes or installed_runtimes(plugins))
+    if expected is None:
+        refusals = []
+        for runtime in RUNTIMES:
+            try:
+                expected = run_on(runtime, original, feeds, plugins)
+                break
+            except Exception as e:  # noqa: BLE001 - a runtime that lacks the op: the next
+                refusals.append(f"{runtime}: {(str(e).strip().splitlines() or [''])[0]}")
+        assert expected is not None, "no runtime runs the original: " + "; ".join(refusals)
+    got = {}
+    for runtime in runtimes:
+        got[runtime] = run_on(runtime, rewritten_model, feeds, plugins)
+        assert_close(expected, got[runtime], where=f"{runtime}: ", **tolerance)
+    return got
+
+
+@dataclass
+class PluginCheck:
+    """What :func:`check_plugin` checked, for a test to assert on."""
+
+    plugin: str
+    checked: list[str] = field(default_factory=list)  # every check's label, in order
+    problems: list[str] = field(default_factory=list)
+
+
+def plugin_problems(plugin: str) -> PluginCheck:
+    """The contract test of a plugin (a module name, an entry-point name or a .py file, as
+    ``-p`` takes it), without raising: it loads (with the built-ins only); every
+    decomposition it registers declares an oracle and agrees with it on each of its samples
+    at each dtype and opset (:func:`check_one`); where it also registers the op's Python
+    kernel, the kernel's declared output types are the decomposition's on some sample; every
+    kernel it registers loads."""
+    from rewriter.errors import RewriterError
+    from rewriter.manager import _entry_points, _spec_name
+    from rewriter.plan.kernels import load_kernel
+
+    entry_names = {ep.name for ep in _entry_points()}
+    name = plugin if plugin in entry_names else _spec_name(plugin)
+    result = PluginCheck(name)
+    try:
+        plugins = oracle_plugins([plugin])
+    except RewriterError as e:
+        result.problems.append(f"does not load: {e}")
+        return result
+    registry = plugins.registry
+    if name not in registry.plugins:
+        result.problems.append(f"no plugin {name!r} was loaded from {plugin!r}")
+        return result
+    result.problems += without_oracle(registry, [name])
+    result.problems += kernels_never_type_checked(registry, [name])
+    for entry in registry.decompositions:
+        if entry.plugin != name or entry.oracle is None and not entry.samples:
+            continue
+        for check in checks(entry):
+            result.checked.append(check.label)
+            try:
+                result.problems += [f"{check.label}: {p}" for p in check_one(check, plugins)]
+            except AssertionError as e:
+                result.problems.append(str(e))
+    for (domain, op_type), entry in registry.kernels.items():
+        if entry.plugin != name:
+            continue
+        result.checked.append(f"{name}:kernel {OpId(domain, op_type)}")
+        try:
+            load_kernel(entry, registry)
+        except RewriterError as e:
+            result.problems.append(f"kernel {OpId(domain, op_type)}: {e}")
+    return result
+
+
+def check_plugin(plugin: str) -> PluginCheck:
+    """Assert the plugin keeps the API's contract (:func:`plugin_problems`), for any
+    plugin's own test suite::
+
+        def test_contract():
+            rewriter.testing.check_plugin("acme_onnx_ops")
+
+    Raises AssertionError listing every problem; returns what was checked."""
+    result = plugin_problems(plugin)
+    assert not result.problems, (f"plugin {result.plugin!r} breaks the contract:\n"
+                                 + "\n".join(result.problems))
+    assert result.checked, f"plugin {result.plugin!r} registers nothing to check"
+    return result

@@ -1,7 +1,14 @@
-"""Shared fixtures: a fresh plugin manager (third-party autoload off), model builders."""
+"""Shared fixtures: a fresh plugin manager (third-party autoload off), model builders.
+
+The suite loads only the plugins a test names: third-party plugin autoload is off for the
+whole session (``ONNX_REWRITER_DISABLE_PLUGIN_AUTOLOAD``, inherited by the CLI and the child
+processes the tests start), so a plugin the user installed cannot change a result. A test
+about autoload asks for the :func:`autoload` fixture.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import onnx
@@ -77,6 +84,20 @@ def register_kernels(registry):
 '''
 
 
+def pytest_configure(config) -> None:
+    from rewriter.manager import DISABLE_AUTOLOAD_ENV
+
+    os.environ[DISABLE_AUTOLOAD_ENV] = "1"
+
+
+@pytest.fixture
+def autoload(monkeypatch) -> None:
+    """Third-party plugins autoload in this test (as for a user: the suite turns it off)."""
+    from rewriter.manager import DISABLE_AUTOLOAD_ENV
+
+    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
+
+
 @pytest.fixture(scope="session")
 def plugins():
     from rewriter.manager import load_plugins
@@ -99,3 +120,72 @@ def model_from_text(text: str) -> onnx.ModelProto:
 def write_model(path: Path, model: onnx.ModelProto) -> Path:
     path.write_bytes(model.SerializeToString())
     return path
+
+
+# -- virtual environments holding test distributions ------------------------------------------
+
+
+class Venv:
+    """A venv that sees everything the running interpreter sees (its site-packages are
+    added as site dirs, so editable installs and the dev tools' setuptools and wheel come
+    along, whether pytest runs in the base interpreter or in a venv of its own) and has
+    test distributions pip-installed, found through their entry-point metadata."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.python = root / "bin" / "python"
+
+    @classmethod
+    def create(cls, root: Path) -> Venv:
+        import site
+        import sysconfig
+        import venv
+
+        venv.EnvBuilder(with_pip=False).create(root)
+        made = cls(root)
+        parents = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+        if site.ENABLE_USER_SITE:
+            parents.append(site.getusersitepackages())
+        own = made.run_python("import sysconfig; print(sysconfig.get_paths()['purelib'])")
+        lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(parents)]
+        (Path(own.stdout.strip()) / "_parent_env.pth").write_text("\n".join(lines) + "\n")
+        return made
+
+    def env(self, **extra: str) -> dict[str, str]:
+        from rewriter.manager import DISABLE_AUTOLOAD_ENV
+
+        env = {k: v for k, v in os.environ.items()
+               if k not in (DISABLE_AUTOLOAD_ENV, "PYTHONPATH", "PYTHONHOME")}
+        env.update(extra)
+        return env
+
+    def run_python(self, *args: str, cwd: Path | None = None, timeout: float = 300,
+                   **env: str):
+        """``python -c CODE`` (one argument) or ``python ARGS`` with the venv's
+        interpreter."""
+        import subprocess
+
+        argv = ["-c", args[0]] if len(args) == 1 else list(args)
+        return subprocess.run([str(self.python), *argv], capture_output=True, text=True,
+                              cwd=cwd or self.root, env=self.env(**env), timeout=timeout)
+
+    def rewriter(self, *args: str, **env: str):
+        """``onnx-rewriter ARGS`` with the venv's interpreter. The system's console script
+        runs the system interpreter, which would not see the venv's distributions."""
+        return self.run_python("-m", "rewriter.cli", *args, timeout=120, **env)
+
+    def install(self, source: Path, tmp: Path) -> None:
+        """pip-install the distribution at ``source`` (a copy of it: setuptools writes
+        build/ and *.egg-info in-tree), offline. Without build isolation where the venv
+        sees setuptools and wheel (the dev tools); else with it."""
+        import shutil
+
+        copy = tmp / source.name
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+        has_tools = self.run_python("import setuptools, wheel").returncode == 0
+        isolation = ["--no-build-isolation"] if has_tools else []
+        proc = self.run_python("-m", "pip", "install", "--quiet", "--no-deps", *isolation,
+                               "--no-index", str(copy), PIP_DISABLE_PIP_VERSION_CHECK="1")
+        assert proc.returncode == 0, (f"pip could not install {source.name} (offline, "
+                                      f"{'without' if has_tools else 'with'} build isolation):"
+                                      f"\n{proc.stdout}{proc.stderr}")

@@ -91,11 +91,6 @@ def one_error_line(result, *needles: str) -> str:
     return lines[0]
 
 
-@pytest.fixture(autouse=True)
-def _autoload_default(monkeypatch):
-    monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
-
-
 # -- a real third-party distribution, installed in a venv ------------------------------------
 
 
@@ -387,7 +382,7 @@ class _FakeEntryPoint:
         return importlib.import_module(self.value)
 
 
-def test_entry_point_name_clash_between_distributions(tmp_path, monkeypatch):
+def test_entry_point_name_clash_between_distributions(tmp_path, monkeypatch, autoload):
     from rewriter import manager
 
     for module in ("acme_one_plugin", "acme_two_plugin"):
