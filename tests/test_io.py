@@ -1004,3 +1004,175 @@ def test_external_tensor_with_negative_dimension_is_refused(tmp_path, capsys):
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "negative dimension" in err and "'W'" in err
+
+
+# ----------------------------------------------------------------------------- 64 generated
+# The hostile models of issue 15's probe, generated: every one given to `rewrite -o OUT` is
+# either refused (one `error:` line naming the file, exit 2, no traceback, nothing written,
+# the input untouched) or, for a domain used but not imported, repaired (the import added:
+# the output passes onnx's full checker).
+
+
+def _duplicate_initializers(h: Hostile, where: str) -> tuple[Path, list[str]]:
+    """Two initializers of one name (``where``: in which graph, and of which kinds)."""
+    model = matmul_model()
+    g = model.graph
+    if where == "top":
+        g.initializer.append(numpy_helper.from_array(np.zeros(3, np.float32), "B"))
+    elif where == "three-copies":
+        for value in (0.0, 1.0):
+            g.initializer.append(numpy_helper.from_array(np.full(3, value, np.float32), "B"))
+    elif where == "two-names":
+        g.initializer.append(numpy_helper.from_array(np.zeros(3, np.float32), "B"))
+        g.initializer.append(numpy_helper.from_array(np.zeros((2, 3), np.float32), "W"))
+    elif where == "dense-and-sparse":
+        values = numpy_helper.from_array(np.array([1.0], np.float32), "B")
+        indices = numpy_helper.from_array(np.array([0], np.int64), "B_indices")
+        g.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [3]))
+    elif where in ("if-branch", "loop-body"):
+        model, _ = _site_if_branch()
+        then = next(a.g for a in model.graph.node[0].attribute if a.name == "then_branch")
+        then.initializer.append(numpy_helper.from_array(np.zeros(3, np.float32), "ext"))
+        if where == "loop-body":  # the same, one level deeper: an If inside a Loop body
+            model = _in_loop_body(model)
+    elif where == "external-and-inline":
+        w = g.initializer[0]
+        _safe(h, w, w.raw_data)
+        g.initializer.append(numpy_helper.from_array(np.zeros((2, 3), np.float32), "W"))
+    else:
+        raise AssertionError(where)
+    return save_proto(model, h.model), ["share a name"]
+
+
+def _in_loop_body(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``'s graph as the body of a one-iteration Loop (its If inside it)."""
+    inner = model.graph
+    body = helper.make_graph(
+        list(inner.node), "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])],
+        [vi("cond_in", TensorProto.BOOL, []), vi("Y", TensorProto.FLOAT, [3])],
+    )
+    body.node.append(helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep"))
+    body.output[0].name = "cond_out"
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "go"], ["Ys"], name="loop", body=body)],
+        "g", [vi("X", TensorProto.FLOAT, [3]), vi("C", TensorProto.BOOL, []),
+              vi("trip", TensorProto.INT64, []), vi("go", TensorProto.BOOL, [])],
+        [vi("Ys", TensorProto.FLOAT, [1, 3])],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def _missing_domain(h: Hostile, where: str) -> onnx.ModelProto:
+    """A model using a domain it does not import (onnxruntime runs every node of it)."""
+    ms = "com.microsoft"
+    if where == "model":
+        nodes = [helper.make_node("Gelu", ["X"], ["Y"], name="gelu", domain=ms)]
+    elif where == "two-domains":
+        nodes = [helper.make_node("Gelu", ["X"], ["g"], name="gelu", domain=ms),
+                 helper.make_node("Normalizer", ["g"], ["Y"], name="norm",
+                                  domain="ai.onnx.ml", norm="MAX")]
+    elif where == "one-of-two":  # com.microsoft imported (below), ai.onnx.ml not
+        nodes = [helper.make_node("Gelu", ["X"], ["g"], name="gelu", domain=ms),
+                 helper.make_node("Normalizer", ["g"], ["Y"], name="norm",
+                                  domain="ai.onnx.ml", norm="MAX")]
+    elif where == "if-branch":
+        then_g = helper.make_graph(
+            [helper.make_node("Gelu", ["X"], ["t"], name="gelu", domain=ms)], "then", [],
+            [vi("t", TensorProto.FLOAT, [2, 3])])
+        else_g = helper.make_graph(
+            [helper.make_node("Identity", ["X"], ["e"], name="id")], "else", [],
+            [vi("e", TensorProto.FLOAT, [2, 3])])
+        graph = helper.make_graph(
+            [helper.make_node("If", ["C"], ["Y"], name="branch", then_branch=then_g,
+                              else_branch=else_g)],
+            "g", [vi("X", TensorProto.FLOAT, [2, 3]), vi("C", TensorProto.BOOL, [])],
+            [vi("Y", TensorProto.FLOAT, [2, 3])])
+        return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+    elif where == "function-body":  # the function imports "" only; the model imports ms
+        func = helper.make_function(
+            "local", "G", ["x"], ["y"],
+            [helper.make_node("Gelu", ["x"], ["y"], name="fn_gelu", domain=ms)], OPSET)
+        graph = helper.make_graph(
+            [helper.make_node("G", ["X"], ["Y"], name="call", domain="local")],
+            "g", [vi("X", TensorProto.FLOAT, [2, 3])], [vi("Y", TensorProto.FLOAT, [2, 3])])
+        return helper.make_model(
+            graph, opset_imports=OPSET + [helper.make_opsetid("local", 1),
+                                          helper.make_opsetid(ms, 1)],
+            ir_version=8, functions=[func])
+    elif where == "with-external-data":
+        w = numpy_helper.from_array(np.full((3, 3), 0.5, np.float32), "W")
+        nodes = [helper.make_node("MatMul", ["X", "W"], ["h"], name="mm"),
+                 helper.make_node("Gelu", ["h"], ["Y"], name="gelu", domain=ms)]
+        graph = helper.make_graph(nodes, "g", [vi("X", TensorProto.FLOAT, [2, 3])],
+                                  [vi("Y", TensorProto.FLOAT, [2, 3])], [w])
+        model = helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+        _safe(h, model.graph.initializer[0], model.graph.initializer[0].raw_data)
+        return model
+    else:
+        raise AssertionError(where)
+    imports = OPSET + ([helper.make_opsetid(ms, 1)] if where == "one-of-two" else [])
+    graph = helper.make_graph(nodes, "g", [vi("X", TensorProto.FLOAT, [2, 3])],
+                              [vi("Y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=imports, ir_version=8)
+
+
+DUPLICATES = ["top", "three-copies", "two-names", "dense-and-sparse", "if-branch",
+              "loop-body"]
+MISSING_DOMAINS = ["model", "two-domains", "one-of-two", "if-branch", "function-body",
+                   "with-external-data"]
+GENERATED_SITES = ["if-branch initializer", "function Constant"]
+
+
+def generated_hostile_cases() -> list[str]:
+    """Ids of the generated cases: model files of every broken kind, unsafe external data
+    at the top level and in nested sites, duplicate initializer names, missing domain
+    imports."""
+    return ([f"file:{k}" for k in HOSTILE_FILES]
+            + [f"external:{v}" for v in sorted(UNSAFE)]
+            + [f"nested:{s}:{v}" for s in GENERATED_SITES for v in sorted(UNSAFE)]
+            + [f"duplicate:{w}" for w in DUPLICATES]
+            + [f"missing-domain:{w}" for w in MISSING_DOMAINS])
+
+
+def test_generated_hostile_cases_are_64():
+    assert len(generated_hostile_cases()) == len(set(generated_hostile_cases())) == 64
+
+
+@pytest.mark.parametrize("case", generated_hostile_cases())
+def test_generated_hostile_case_is_handled_by_rewrite(case, h, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # one line however long the path
+    kind, _, rest = case.partition(":")
+    out = h.root / "out.onnx"
+    argv = ["rewrite", str(h.model), "-o", str(out), "--no-confirm"]
+    if kind == "missing-domain":
+        save_proto(_missing_domain(h, rest), h.model)
+        before = snapshot(h.dir)
+        rc = main(argv)
+        _, err = capsys.readouterr()
+        assert rc == 0, err
+        onnx.checker.check_model(str(out), full_check=True)  # repaired: the import added
+        assert snapshot(h.dir) == before
+        assert rio.load_model(out).model.graph.node[0].name == \
+            onnx.load(str(h.model), load_external_data=False).graph.node[0].name
+        return
+    if kind == "file":
+        path, words = _hostile_file(rest, h)
+    elif kind == "external":
+        prepare, words = UNSAFE[rest]
+        model = matmul_model()
+        w = model.graph.initializer[0]
+        prepare(h, w, w.raw_data)
+        path, words = save_proto(model, h.model), ["'W'", *words]
+    elif kind == "nested":
+        site, _, variant = rest.partition(":")
+        prepare, words = UNSAFE[variant]
+        path, words = _ext_tensor_model(site, h, prepare), ["'ext'", *words]
+    elif kind == "duplicate":
+        path, words = _duplicate_initializers(h, rest)
+    else:
+        raise AssertionError(case)
+    argv[1] = str(path)
+    before = snapshot(h.root)
+    expect_one_error_line(capsys, argv, path, *words)
+    assert snapshot(h.root) == before  # nothing written, the input untouched

@@ -76,8 +76,16 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, 
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
     def run(m: ModelProto) -> dict[str, str]:
-        with _checkable(m, base_dir) as checkable:
-            return check(checkable)
+        # checked as it is written: with the domain imports the save adds (undone after)
+        from rewriter.io.model import add_imports, missing_imports
+
+        added = add_imports(m, missing_imports(m))
+        try:
+            with _checkable(m, base_dir) as checkable:
+                return check(checkable)
+        finally:
+            for field_, entry in added:
+                field_.remove(entry)
 
     def check(m: ModelProto | str) -> dict[str, str]:
         try:
