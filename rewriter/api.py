@@ -1,8 +1,14 @@
-"""Library entry points that tie plugins, I/O and detection together."""
+"""Library entry points that tie plugins, I/O and detection together.
+
+Each stage is logged through ``logging.getLogger("rewriter")`` (INFO: what each stage found
+or chose; DEBUG: more); the library adds no handler (the CLI's ``-v``/``-q`` set one up)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import types
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +24,59 @@ if TYPE_CHECKING:
     from rewriter.engine import RewriteResult
 
 ModelLike = str | os.PathLike | ModelProto | LoadedModel
+TargetsLike = str | Sequence[str]
+# plugin names, .py files, modules, a list of those, or loaded Plugins
+PluginsLike = Plugins | str | os.PathLike | types.ModuleType | Sequence[Any] | None
+
+log = logging.getLogger("rewriter")
+
+
+def as_targets(targets: TargetsLike) -> list[str]:
+    """``"onnxruntime"`` or ``["onnxruntime", "opset:13"]`` as a list of target names."""
+    if isinstance(targets, (str, os.PathLike)):
+        return [os.fspath(targets)]
+    names = list(targets)
+    wrong = [t for t in names if not isinstance(t, str)]
+    if wrong:
+        raise TypeError(f"targets: expected target names (str), got {wrong[0]!r}")
+    return names
+
+
+def _plugin_spec(item: Any) -> str:
+    """One ``plugins=`` item as a ``-p`` value: a name or file as it is, a module by its
+    importable name (else its file)."""
+    if isinstance(item, (str, os.PathLike)):
+        return os.fspath(item)
+    if isinstance(item, types.ModuleType):
+        name = item.__name__
+        file = getattr(item, "__file__", None)
+        if sys.modules.get(name) is item and not name.startswith("onnx_rewriter_local_"):
+            return name
+        if file:
+            return file
+        raise TypeError(f"plugins: module {name!r} has neither an importable name nor a file")
+    raise TypeError(f"plugins: expected names, .py files, modules or a Plugins object, got "
+                    f"{item!r}")
+
+
+def as_plugins(plugins: PluginsLike) -> Plugins:
+    """``plugins=`` of the API as loaded :class:`~rewriter.manager.Plugins`: None (the
+    installed ones), a Plugins object, or names/files/modules (one or a list) loaded with the
+    installed ones, as ``-p`` does."""
+    if plugins is None:
+        return load_plugins()
+    if isinstance(plugins, Plugins):
+        return plugins
+    if isinstance(plugins, (str, os.PathLike, types.ModuleType)):
+        plugins = [plugins]
+    return load_plugins([_plugin_spec(p) for p in plugins])
 
 
 def check(
     model: ModelLike,
-    targets: Sequence[str] = ("onnxruntime",),
+    targets: TargetsLike = ("onnxruntime",),
     *,
-    plugins: Plugins | None = None,
+    plugins: PluginsLike = None,
     confirm: bool | None = None,
     custom_op_libraries: Sequence[str] = (),
 ) -> CheckReport:
@@ -32,8 +84,10 @@ def check(
 
     Args:
         model: a path, a ``ModelProto`` or a :class:`~rewriter.io.LoadedModel`.
-        targets: target names, e.g. ``["onnxruntime", "opset:13"]``.
-        plugins: loaded plugins (default: :func:`rewriter.manager.load_plugins`).
+        targets: a target name or a list, e.g. ``"onnxruntime"``, ``["onnxruntime",
+            "opset:13"]``.
+        plugins: loaded plugins (default: :func:`rewriter.manager.load_plugins`), or plugin
+            names, .py files or modules to load with the installed ones.
         confirm: where the static verdict says "runs", load the model in the runtime and
             run it once on generated inputs (in a child process; default: the target
             decides, e.g. onnxruntime and OpenVINO confirm models up to 100 MiB). A
@@ -42,30 +96,72 @@ def check(
             of range) is not a refusal (``TargetResult.confirmation`` says so).
         custom_op_libraries: shared libraries of custom ops to register in onnxruntime
             (``"extensions"`` names onnxruntime-extensions).
+
+    Each target's result carries ``plan``: for every finding (by path and op), the remedy
+    ``rewrite`` would apply for that target alone ("decomposition RULE [PLUGIN]", "pass
+    NAME [PLUGIN]", ...), or why none applies ("none: WHY").
     """
-    plugins = plugins or load_plugins()
+    plugins = as_plugins(plugins)
     loaded = as_loaded(model)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     results = []
-    for target in resolve_targets(plugins, targets, options):
+    for target in resolve_targets(plugins, as_targets(targets), options):
         findings = find_unsupported(loaded.model, target)
         result = TargetResult(target.name, target.description, findings)
         wants = confirm if confirm is not None else target.wants_confirm(loaded)
         if not findings and wants:
+            log.info("check %s: confirming on %s", loaded.path, target.name)
             confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir)
             result.confirmed = not refused
             result.confirmation = confirmation.describe()
             result.findings = refused
+        if result.findings:
+            result.plan = planned_remedies(loaded, target, plugins, result.findings)
+        log.info("check %s on %s: %d finding(s)", loaded.path, target.name,
+                 len(result.findings))
         results.append(result)
     return CheckReport(str(loaded.path), results)
 
 
+def finding_key(finding: Any) -> tuple[str, str]:
+    """How ``check`` matches a finding with the rewrite plan: its path and op type."""
+    return (finding.path, finding.op_type)
+
+
+def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
+                     findings: Sequence[Any]) -> dict[tuple[str, str], str]:
+    """What ``rewrite`` would apply to each finding for ``target`` alone (its planner, as in
+    ``rewrite --dry-run --explain``): "KIND RULE [PLUGIN]", or "none: WHY"."""
+    from rewriter.engine import rewrite_proto
+    from rewriter.errors import RewriterError
+
+    try:
+        _, report = rewrite_proto(loaded.model, [target], plugins, dry_run=True, explain=True,
+                                  model_name=str(loaded.path), base_dir=loaded.base_dir)
+    except RewriterError as e:  # the plan itself failed: say so on every finding
+        return {finding_key(f): f"none: {e}" for f in findings}
+    plan: dict[tuple[str, str], str] = {}
+    for item in report.explain:
+        chosen = next((c for c in item["candidates"] if c["accepted"]), None)
+        if chosen is not None:
+            text = f"{chosen['kind']} {chosen['rule']} [{chosen['plugin']}]"
+        else:
+            whys = [c["why"] for c in item["candidates"] if c["why"]]
+            text = "none: " + (whys[0] if whys else "no plugin offers one")
+        for path in item["paths"]:
+            plan[(path, item["finding"]["op_type"])] = text
+    for f in findings:  # found only by a real load (runtime-refused): not in the plan
+        plan.setdefault(finding_key(f), "none: found by loading the model; rewrite plans "
+                        "from the static findings")
+    return plan
+
+
 def rewrite(
     model: ModelLike | Any,
-    targets: Sequence[str] = ("onnxruntime",),
+    targets: TargetsLike = ("onnxruntime",),
     *,
     output: str | os.PathLike | None = None,
-    plugins: Plugins | None = None,
+    plugins: PluginsLike = None,
     partial: bool = False,
     dry_run: bool = False,
     explain: bool = False,
@@ -82,7 +178,8 @@ def rewrite(
 
     Args:
         model: a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``.
-        targets: target names; the rewrite must satisfy all of them.
+        targets: a target name or a list; the rewrite must satisfy all of them.
+        plugins: as for :func:`check`.
         output: where to save (paths only; required for a path unless ``dry_run``).
         partial: rewrite what can be rewritten and report the rest instead of failing; what
             was changed is verified as a whole rewrite is.
@@ -121,7 +218,8 @@ def rewrite(
     from rewriter.io.model import check_output_path, save_model
     from rewriter.verify.verdicts import MISMATCH, UNVERIFIED
 
-    plugins = plugins or load_plugins()
+    plugins = as_plugins(plugins)
+    targets = as_targets(targets)
     ir_model = None
     if _is_onnx_ir_model(model):
         import onnx_ir
@@ -140,12 +238,15 @@ def rewrite(
     target_options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries),
                                    confirm=confirm)
     resolved = resolve_targets(plugins, targets, target_options)
+    log.info("rewrite %s for %s", loaded.path, ", ".join(targets))
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
         model_name=str(loaded.path), prefer=prefer,
         base_dir=loaded.base_dir if is_path else None,
     )
     report.verify = verify
+    log.info("rewrite %s: %d remedy application(s), %d finding(s) left", loaded.path,
+             sum(report.applied.values()), len(report.remaining))
     if verify and not dry_run and report.applied:
         from rewriter.comparison.isolation import shared_runner
 
@@ -165,9 +266,11 @@ def rewrite(
     if verify and not dry_run:
         from rewriter.comparison.compare import verify_rewrite
 
+        log.info("rewrite %s: comparing the result with the original", loaded.path)
         verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
                        custom_op_libraries=custom_op_libraries, output=destination, **options)
     report.decide()
+    log.info("rewrite %s: %s", loaded.path, report.verdict or report.verdict_reason)
     if dry_run:
         return RewriteResult(model if not ir_model else ir_model, report)
     if report.remaining and not report.applied and not partial:

@@ -37,16 +37,44 @@ def _stopped(e: BaseException) -> int:
     return EXIT_INTERRUPTED
 
 
+def report_error(message: str, exit_code: int, as_json: bool = False, **extra) -> None:
+    """An error as the user sees it: ``error: SHORT LINE`` on stderr and, when long, its
+    detail indented below it; with ``--json`` also the JSON error object on stdout."""
+    from rewriter.console import error_lines
+
+    message = one_line(message)
+    if as_json:
+        from rewriter.report.document import error_document
+        from rewriter.report.render import dumps
+
+        click.echo(dumps(error_document(message, exit_code, **extra)))
+    for line in error_lines(message):
+        click.echo(line, err=True)
+
+
+class _ModelError(RewriterError):
+    """A model ``check`` could not read (the message is already one line)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class _Group(click.Group):
-    """Turns RewriterError (and any crash) into one line and an exit code."""
+    """Turns RewriterError (and any crash) into one error (short line, indented detail)
+    and an exit code; with --json, a JSON error object on stdout too."""
 
     def invoke(self, ctx: click.Context):
+        as_json = _wants_json(ctx)
         try:
             return super().invoke(ctx)
         except RewriterError as e:
             if _debug(ctx):
                 traceback.print_exc()
-            click.echo(f"error: {one_line(str(e))}", err=True)
+            extra = {}
+            if hasattr(e, "findings") and isinstance(e.findings, list):
+                extra["remaining"] = [f.as_dict() for f in e.findings]
+            report_error(str(e), e.exit_code, as_json(), **extra)
             ctx.exit(e.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
@@ -58,24 +86,26 @@ class _Group(click.Group):
             from rewriter.io.output import os_reason
 
             where = f" ({e.filename})" if e.filename else ""
-            click.echo(f"error: {one_line(os_reason(e) + where)}", err=True)
+            report_error(os_reason(e) + where, EXIT_BAD_INPUT, as_json())
             ctx.exit(EXIT_BAD_INPUT)
         except MemoryError:
             if _debug(ctx):
                 traceback.print_exc()
-            click.echo("error: out of memory in the tool's own process (the model or its "
-                       "inputs are too large for this machine)", err=True)
+            report_error("out of memory in the tool's own process (the model or its inputs "
+                         "are too large for this machine)", EXIT_BAD_INPUT, as_json())
             ctx.exit(EXIT_BAD_INPUT)
         except Exception as e:  # noqa: BLE001 - last resort: no traceback unless --debug
             if _debug(ctx):
                 traceback.print_exc()
             first = one_line((str(e).strip().splitlines() or [""])[0])
-            click.echo(
-                f"error: internal error: {type(e).__name__}: {first} (run with --debug for a "
-                "traceback, and please report it)",
-                err=True,
-            )
+            report_error(f"internal error: {type(e).__name__}: {first} (run with --debug for "
+                         "a traceback, and please report it)", EXIT_BAD_INPUT, as_json())
             ctx.exit(EXIT_BAD_INPUT)
+
+
+def _wants_json(ctx: click.Context):
+    """Whether the command asked for JSON (known once its options are parsed)."""
+    return lambda: bool((ctx.find_root().obj or {}).get("json"))
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -93,10 +123,11 @@ def _common(f):
     return f
 
 
-def _state(ctx: click.Context, plugin_specs, debug) -> dict:
+def _state(ctx: click.Context, plugin_specs, debug, as_json: bool = False) -> dict:
     obj = ctx.find_root().obj
     obj["plugins"] = tuple(obj.get("plugins", ())) + tuple(plugin_specs)
     obj["debug"] = obj.get("debug") or debug
+    obj["json"] = as_json
     return obj
 
 
@@ -203,37 +234,197 @@ def _paths_protected(model: str) -> list:
         return [model]
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def _logging(verbose: int, quiet: int) -> None:
+    """``-v`` (INFO: each stage), ``-vv`` (DEBUG), ``-q`` (errors only) for the
+    ``rewriter`` logger, on stderr; default: warnings."""
+    import logging
+
+    class StderrHandler(logging.StreamHandler):
+        """Writes to the current ``sys.stderr`` (not the one at its creation)."""
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, value):
+            pass
+
+    level = logging.WARNING - 10 * verbose + 10 * quiet
+    logger = logging.getLogger("rewriter")
+    logger.setLevel(max(logging.DEBUG, min(level, logging.ERROR)))
+    if not any(getattr(h, "onnx_rewriter_cli", False) for h in logger.handlers):
+        handler = StderrHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.onnx_rewriter_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="""\b
+Examples:
+  onnx-rewriter check examples/failing_export.onnx
+  onnx-rewriter rewrite examples/new_opset_export.onnx -o rewritten.onnx
+  onnx-rewriter rewrite examples/failing_export.onnx -o fixed.onnx --report fixed.html
+
+Every command: 'onnx-rewriter COMMAND --help'. Reference: docs/cli.md.""")
 @_common
+@click.option("-v", "--verbose", count=True, help="Log each stage on stderr (-vv: more).")
+@click.option("-q", "--quiet", count=True, help="Log errors only.")
 @click.version_option(package_name="onnx-graph-rewriter", prog_name="onnx-rewriter")
 @click.pass_context
-def cli(ctx: click.Context, plugin_specs, debug):
+def cli(ctx: click.Context, plugin_specs, debug, verbose, quiet):
     """Find the operators a target runtime cannot run, and rewrite the model until it runs."""
     ctx.obj = {"plugins": tuple(plugin_specs), "debug": debug}
+    _logging(verbose, quiet)
 
 
-@cli.command()
+@cli.command(epilog="""\b
+Example:
+  onnx-rewriter inspect examples/failing_export.onnx --json""")
 @click.argument("model", type=click.Path(dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context
 def inspect(ctx, model, as_json, plugin_specs, debug):
     """Show a model's inputs, outputs, opsets and operator inventory."""
-    _state(ctx, plugin_specs, debug)
+    _state(ctx, plugin_specs, debug, as_json)
     from rewriter.io.model import load_model
     from rewriter.report import render as report
+    from rewriter.report.document import document
     from rewriter.report.summary import inspect_model
 
     info = inspect_model(load_model(model))
     if as_json:
-        click.echo(report.dumps(info))
+        click.echo(report.dumps(document("inspect", info)))
     else:
         report.print_inspect(info)
     ctx.exit(EXIT_OK)
 
 
-@cli.command()
-@click.argument("model", type=click.Path(dir_okay=True))
+OUTPUT_FORMATS = ("text", "json", "github", "junit", "sarif")
+
+
+def _model_paths(specs: tuple[str, ...]) -> list[str]:
+    """MODEL arguments as files: a file as it is, a folder as the .onnx files under it, a
+    glob as its matches (sorted); one that matches nothing stays (checking it says why)."""
+    import glob
+    from pathlib import Path
+
+    paths: list[str] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found = sorted(str(p) for p in Path(spec).rglob("*.onnx") if p.is_file())
+        elif os.path.exists(spec) or not glob.has_magic(spec):
+            found = [spec]
+        else:
+            found = sorted(glob.glob(spec, recursive=True)) or [spec]
+        paths += [p for p in found if p not in paths]
+    return paths
+
+
+def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...],
+               confirm: bool | None, libraries: tuple[str, ...], plugins=None) -> dict:
+    """``check`` of one model as its document's data, or ``{model, ok: False, error,
+    exit_code}`` when it could not be checked (run in a worker process for many models)."""
+    from rewriter.api import check as run_check
+    from rewriter.errors import RewriterError
+    from rewriter.report.render import check_as_dict
+
+    try:
+        if plugins is None:
+            from rewriter.manager import load_plugins
+
+            plugins = load_plugins(plugin_specs)
+        result = run_check(path, targets, plugins=plugins, confirm=confirm,
+                           custom_op_libraries=libraries)
+        doc = check_as_dict(result, plugins.registry)
+        doc["model"] = path
+        doc["exit_code"] = EXIT_OK if doc["ok"] else EXIT_FINDINGS
+        return doc
+    except RewriterError as e:
+        return {"model": path, "ok": False, "exit_code": e.exit_code, "error": one_line(str(e))}
+    except OSError as e:
+        from rewriter.io.output import os_reason
+
+        return {"model": path, "ok": False, "exit_code": EXIT_BAD_INPUT,
+                "error": f"{os_reason(e)} ({e.filename or path})"}
+    except Exception as e:  # noqa: BLE001 - one model's crash is that model's error
+        first = one_line((str(e).strip().splitlines() or [""])[0])
+        return {"model": path, "ok": False, "exit_code": EXIT_BAD_INPUT,
+                "error": f"internal error: {type(e).__name__}: {first}"}
+
+
+def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plugins
+                ) -> list[dict]:
+    """Every model's ``check``: in this process for one, in a pool of worker processes
+    (one per core) for many; in the order given."""
+    if len(paths) == 1:
+        return [_check_one(paths[0], targets, plugin_specs, confirm, libraries, plugins)]
+    import concurrent.futures
+    import multiprocessing
+
+    workers = max(1, min(os.cpu_count() or 1, len(paths)))
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding runtimes
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers,
+                                                mp_context=context) as pool:
+        futures = [pool.submit(_check_one, p, targets, plugin_specs, confirm, libraries)
+                   for p in paths]
+        return [f.result() for f in futures]
+
+
+def _check_document(docs: list[dict]) -> dict:
+    """The ``check`` report document: one model's data as it is; many models under
+    ``models`` with the summary."""
+    from rewriter.report.document import document
+    from rewriter.report.render import check_summary
+
+    if len(docs) == 1 and not docs[0].get("error"):
+        return document("check", docs[0])
+    return document("check", {
+        "ok": all(d["ok"] for d in docs),
+        "exit_code": max(d["exit_code"] for d in docs),
+        "fixable": all(d.get("fixable") or d["ok"] for d in docs),
+        "summary": check_summary(docs), "models": docs,
+    })
+
+
+def _write_report(path: str | None, doc: dict, protected=()) -> None:
+    """``--report FILE.html|FILE.md``: the document rendered, written atomically (never
+    over an input)."""
+    if not path:
+        return
+    from rewriter.io.output import write_text
+    from rewriter.report.html import to_html
+    from rewriter.report.markdown import to_markdown
+
+    text = to_markdown(doc) if path.lower().endswith((".md", ".markdown")) else to_html(doc)
+    write_text(path, text, protected=protected)
+
+
+class _ReportPath(click.ParamType):
+    """A report file: .html (or .htm), or .md (or .markdown)."""
+
+    name = "FILE.html|FILE.md"
+
+    def convert(self, value, param, ctx):
+        if not str(value).lower().endswith((".html", ".htm", ".md", ".markdown")):
+            self.fail(f"{value!r}: name a .html or .md file", param, ctx)
+        return str(value)
+
+
+REPORT = click.option(
+    "--report", "report_path", type=_ReportPath(), metavar="FILE.html|FILE.md",
+    help="Also write a self-contained HTML or Markdown report (the data of --json).")
+
+
+@cli.command(epilog="""\b
+Examples:
+  onnx-rewriter check examples/failing_export.onnx
+  onnx-rewriter check 'models/*.onnx' -t onnxruntime -t openvino
+  onnx-rewriter check models/ --output-format sarif > check.sarif""")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL...")
 @click.option(
     "-t", "--target", "targets", multiple=True, default=("onnxruntime",), show_default=True,
     help="Target to check against (repeatable): onnxruntime[:PROVIDER], reference, opset:N, ...",
@@ -248,29 +439,70 @@ def inspect(ctx, model, as_json, plugin_specs, debug):
     help="Register a custom-op shared library with onnxruntime ('extensions' for "
     "onnxruntime-extensions).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--output-format", "output_format", type=click.Choice(OUTPUT_FORMATS),
+              default="text", show_default=True,
+              help="text; json (as --json); github (workflow-command annotations); junit "
+              "(JUnit XML); sarif (SARIF 2.1.0).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (--output-format json).")
+@REPORT
 @_common
 @click.pass_context
-def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug):
-    """List every node the targets cannot run, and why. Exit 1 if there are any."""
-    obj = _state(ctx, plugin_specs, debug)
-    from rewriter.api import check as run_check
-    from rewriter.io.model import load_model
+def check(ctx, models, targets, confirm, libraries, output_format, as_json, report_path,
+          plugin_specs, debug):
+    """List every node the targets cannot run, why (a reason code) and the remedy rewrite
+    would apply.
+
+    MODEL: files, folders (their .onnx files) or globs; many models are checked in
+    parallel. Exit 0 when every target runs every model, 1 findings, 2 a model could not
+    be checked (the worst of all models).
+    """
+    obj = _state(ctx, plugin_specs, debug, as_json or output_format == "json")
     from rewriter.report import render as report
 
-    plugins = _load_plugins(obj)
-    loaded = load_model(model)
-    result = run_check(
-        loaded, targets, plugins=plugins, confirm=confirm, custom_op_libraries=libraries
-    )
     if as_json:
-        click.echo(report.dumps(report.check_as_dict(result, plugins.registry)))
+        output_format = "json"
+    plugins = _load_plugins(obj)
+    paths = _model_paths(models)
+    docs = _check_many(paths, tuple(targets), obj["plugins"], confirm, tuple(libraries),
+                       plugins)
+    if len(docs) == 1 and docs[0].get("error") and output_format in ("text", "json"):
+        raise _ModelError(docs[0]["error"], docs[0]["exit_code"])
+    doc = _check_document(docs)
+    _write_report(report_path, doc, protected=paths)
+    if output_format == "json":
+        click.echo(report.dumps(doc))
+    elif output_format == "github":
+        from rewriter.report.ci import github_lines
+
+        for line in github_lines(docs):
+            click.echo(line)
+    elif output_format == "junit":
+        from rewriter.report.ci import junit_xml
+
+        click.echo(junit_xml(docs), nl=False)
+    elif output_format == "sarif":
+        from rewriter.report.ci import sarif
+
+        click.echo(report.dumps(sarif(docs, doc["tool"]["version"])))
     else:
-        report.print_check(result, plugins.registry)
-    ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+        say = report._plain()
+        for i, d in enumerate(docs):
+            if i:
+                say()
+            for line in report.check_lines(d):
+                say(line)
+        if len(docs) > 1 or not docs[0]["ok"]:
+            say()
+            for line in report.check_summary(docs):
+                say(line)
+    ctx.exit(max(d["exit_code"] for d in docs))
 
 
-@cli.command()
+@cli.command(epilog="""\b
+Examples:
+  onnx-rewriter rewrite examples/new_opset_export.onnx -o rewritten.onnx
+  onnx-rewriter rewrite examples/failing_export.onnx -o fixed.onnx --report fixed.html
+  onnx-rewriter rewrite model.onnx --dry-run --explain -t openvino""")
 @click.argument("model", type=click.Path(dir_okay=True))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the result.")
 @click.option(
@@ -307,12 +539,13 @@ def check(ctx, model, targets, confirm, libraries, as_json, plugin_specs, debug)
               help="Write the result even when it does not match the original (exit 1).")
 @_comparison_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@REPORT
 @_common
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
             libraries, prefer, verify, allow_unverified, keep_failed, inputs, expected, runs,
             seed, dims, atol, rtol, original_target, timeout, memory_limit, save_inputs,
-            as_json, plugin_specs, debug):
+            as_json, report_path, plugin_specs, debug):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     The result is compared with the original (run on the first installed runtime that runs
@@ -320,36 +553,38 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     findings left (nothing written unless --keep-failed or --partial), 2 bad input,
     3 unverified (nothing written unless --allow-unverified).
     """
-    obj = _state(ctx, plugin_specs, debug)
+    obj = _state(ctx, plugin_specs, debug, as_json)
     from rewriter.api import rewrite as run_rewrite
-    from rewriter.errors import UnfixableError
     from rewriter.report import render
+    from rewriter.report.document import document
 
     plugins = _load_plugins(obj)
     compare_options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
                                          original_target, timeout, memory_limit, save_inputs)
     compare_options = {k: v for k, v in compare_options.items() if v is not None}
-    try:
-        result = run_rewrite(
-            model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
-            explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
-            prefer=prefer, verify=verify, compare_options=compare_options,
-            allow_unverified=allow_unverified, keep_failed=keep_failed,
-        )
-    except UnfixableError as e:
-        if as_json:
-            click.echo(render.dumps({"ok": False, "error": one_line(str(e)),
-                                     "remaining": [f.as_dict() for f in e.findings]}))
-        raise
+    if report_path:  # refused before any work: never the model or its data
+        from rewriter.io.output import check_output_path
+
+        check_output_path(report_path, protected=_paths_protected(model))
+    result = run_rewrite(
+        model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
+        explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
+        prefer=prefer, verify=verify, compare_options=compare_options,
+        allow_unverified=allow_unverified, keep_failed=keep_failed,
+    )
     report = result.report
+    doc = document("rewrite", report.as_dict())
+    _write_report(report_path, doc, protected=_paths_protected(model))
     if as_json:
-        click.echo(render.dumps(report.as_dict()))
+        click.echo(render.dumps(doc))
     else:
         render.print_rewrite(report)
     ctx.exit(report.exit_code)
 
 
-@cli.command()
+@cli.command(epilog="""\b
+Example:
+  onnx-rewriter run fixed.onnx --inputs inputs.npz -o outputs.npz""")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--inputs", "inputs_path", type=click.Path(exists=True),
               help="Inputs: an .npz file or an ONNX test_data_set folder (default: seeded "
@@ -374,7 +609,7 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, timeout, memory_
         libraries, as_json, plugin_specs, debug):
     """Run MODEL once in onnxruntime with every kernel it needs registered (in a child
     process: a crashing or hanging kernel is an error, not the end of the tool)."""
-    obj = _state(ctx, plugin_specs, debug)
+    obj = _state(ctx, plugin_specs, debug, as_json)
     from rewriter.comparison import runtime
     from rewriter.io.inputs import load_inputs, parse_dims
     from rewriter.io.model import input_files, load_model
@@ -402,8 +637,11 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, timeout, memory_
     rows = [runtime.describe(name, value) for name, value in outputs.items()]
     inputs_rows = [runtime.describe(name, value) for name, value in used.items()]
     if as_json:
-        click.echo(render.dumps({"model": model, "output": output, "generated": generated,
-                                 "inputs": inputs_rows, "outputs": rows}))
+        from rewriter.report.document import document
+
+        click.echo(render.dumps(document("run", {
+            "model": model, "output": output, "generated": generated, "inputs": inputs_rows,
+            "outputs": rows})))
     else:
         for row in inputs_rows:
             how = f"random (seed {seed})" if generated else "given"
@@ -413,7 +651,10 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, timeout, memory_
     ctx.exit(EXIT_OK)
 
 
-@cli.command()
+@cli.command(epilog="""\b
+Examples:
+  onnx-rewriter compare model.onnx fixed.onnx -t onnxruntime -t openvino --runs 3
+  onnx-rewriter compare model.onnx fixed.onnx --inputs real.npz --report compare.md""")
 @click.argument("original", type=click.Path(dir_okay=False))
 @click.argument("rewritten", type=click.Path(dir_okay=False), required=False)
 @click.option(
@@ -428,11 +669,12 @@ def run(ctx, model, inputs_path, output, dims, seed, providers, timeout, memory_
     type=LIBRARY, help="Register a custom-op shared library with onnxruntime.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@REPORT
 @_common
 @click.pass_context
 def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dims, atol, rtol,
             original_target, timeout, memory_limit, save_inputs, no_localize, libraries,
-            as_json, plugin_specs, debug):
+            as_json, report_path, plugin_specs, debug):
     """Prove REWRITTEN computes what ORIGINAL did, on every target.
 
     ORIGINAL runs on the first installed runtime that runs it (or --expected gives its
@@ -440,36 +682,58 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
     mismatch (the first diverging rewritten region and its rule are named); 3 unverified:
     nothing could decide (the report says why); 2 bad input.
     """
-    obj = _state(ctx, plugin_specs, debug)
+    obj = _state(ctx, plugin_specs, debug, as_json)
     from rewriter.comparison.compare import compare as run_compare
     from rewriter.report import render
+    from rewriter.report.document import document
 
     if rewritten is None and not expected:
         raise click.UsageError("give REWRITTEN, or --expected outputs for ORIGINAL")
     plugins = _load_plugins(obj)
     options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
                                  original_target, timeout, memory_limit, save_inputs)
+    protected = _paths_protected(original) + (_paths_protected(rewritten) if rewritten else [])
+    if report_path:  # refused before any work: never an input
+        from rewriter.io.output import check_output_path
+
+        check_output_path(report_path, protected=protected)
     result = run_compare(original, rewritten, targets, plugins=plugins,
                          custom_op_libraries=libraries, localize=not no_localize, **options)
+    doc = document("compare", result.as_dict())
+    _write_report(report_path, doc, protected=protected)
     if as_json:
-        click.echo(render.dumps(result.as_dict()))
+        click.echo(render.dumps(doc))
     else:
         render.print_compare(result)
-    if result.exit_code == EXIT_BAD_INPUT and not as_json:
-        click.echo(f"error: could not compare: {one_line(result.why_not_run())}", err=True)
+    if result.exit_code == EXIT_BAD_INPUT:
+        from rewriter.console import error_lines
+
+        for line in error_lines(f"could not compare: {one_line(result.why_not_run())}"):
+            click.echo(line, err=True)
     ctx.exit(result.exit_code)
 
 
-@cli.command()
+@cli.command(epilog="""\b
+Examples:
+  onnx-rewriter plugins
+  onnx-rewriter plugins com-microsoft""")
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_common
 @click.pass_context
-def plugins(ctx, as_json, plugin_specs, debug):
-    """List plugins, where they come from and what they registered."""
-    obj = _state(ctx, plugin_specs, debug)
+def plugins(ctx, name, as_json, plugin_specs, debug):
+    """List plugins (one line each), or what plugin NAME registered."""
+    obj = _state(ctx, plugin_specs, debug, as_json)
     from rewriter.report import render as report
+    from rewriter.report.document import document
 
     loaded = _load_plugins(obj)
+    infos = sorted(loaded.registry.plugins.values(), key=lambda i: i.name)
+    if name is not None:
+        known = [i.name for i in infos]
+        if name not in known:
+            raise RewriterError(f"no plugin {name!r}; installed: {', '.join(known)}")
+        infos = [i for i in infos if i.name == name]
     rows = [
         {
             "name": info.name,
@@ -478,32 +742,46 @@ def plugins(ctx, as_json, plugin_specs, debug):
             "builtin": info.builtin,
             "registered": loaded.registry.registered_by(info.name),
         }
-        for info in sorted(loaded.registry.plugins.values(), key=lambda i: i.name)
+        for info in infos
     ]
     if as_json:
-        click.echo(report.dumps(rows))
+        click.echo(report.dumps(document("plugins", rows)))
+    elif name is not None:
+        report.print_plugin(rows[0])
     else:
         report.print_plugins(rows)
     ctx.exit(EXIT_OK)
 
 
-@cli.command()
+@cli.command(epilog="""\b
+Examples:
+  onnx-rewriter ops
+  onnx-rewriter ops gelu
+  onnx-rewriter ops com.microsoft --json""")
+@click.argument("filter_text", required=False, metavar="[FILTER]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--markdown", is_flag=True, help="Print the Markdown table of docs/operators.md.")
 @_common
 @click.pass_context
-def ops(ctx, as_json, markdown, plugin_specs, debug):
-    """List every operator the installed plugins remedy, and how."""
-    obj = _state(ctx, plugin_specs, debug)
+def ops(ctx, filter_text, as_json, markdown, plugin_specs, debug):
+    """List every operator the installed plugins remedy, and how. FILTER keeps the ops whose
+    domain::name contains it (any case)."""
+    obj = _state(ctx, plugin_specs, debug, as_json)
     from rewriter.report import render as report
+    from rewriter.report.document import document
     from rewriter.report.optable import operator_rows, passes_markdown, to_markdown
 
     registry = _load_plugins(obj).registry
     rows = operator_rows(registry)
+    if filter_text:
+        needle = filter_text.lower()
+        rows = [r for r in rows
+                if needle in "{domain}::{op_type}".format(**r.as_dict()).lower()]
     if markdown:
-        click.echo(to_markdown(rows) + passes_markdown(registry), nl=False)
+        click.echo(to_markdown(rows) + ("" if filter_text else passes_markdown(registry)),
+                   nl=False)
     elif as_json:
-        click.echo(report.dumps([r.as_dict() for r in rows]))
+        click.echo(report.dumps(document("ops", [r.as_dict() for r in rows])))
     else:
         report.print_operators([r.as_dict() for r in rows])
     ctx.exit(EXIT_OK)
@@ -512,14 +790,23 @@ def ops(ctx, as_json, markdown, plugin_specs, debug):
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Usage errors (a bad option value) are one line too;
     SIGTERM and SIGHUP end the run as cleanly as Ctrl-C (exit 128 + the signal)."""
+    from rewriter.console import never_fail_on_encoding
+
+    never_fail_on_encoding()
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
         with native_stdout_to_stderr(), stop_on_signals():
-            rv = cli.main(args=argv, prog_name="onnx-rewriter", standalone_mode=False)
+            rv = cli.main(args=args, prog_name="onnx-rewriter", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as e:
         e.show()
         return EXIT_BAD_INPUT
-    except click.ClickException as e:
-        click.echo(f"error: {one_line(e.format_message())}", err=True)
+    except click.ClickException as e:  # a usage error: one line, as every error
+        as_json = "--json" in args or "--output-format=json" in args or any(
+            a == "--output-format" and b == "json" for a, b in zip(args, args[1:]))
+        hint = ""
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            hint = f" (see '{e.ctx.command_path} --help')"
+        report_error(e.format_message() + hint, e.exit_code, as_json)
         return e.exit_code
     except click.exceptions.Abort as e:
         return _stopped(e.__cause__ if isinstance(e.__cause__, Terminated) else e)

@@ -1,16 +1,125 @@
-"""The process: its standard streams (stdout kept for what the tool prints), the signals
-that stop it (SIGTERM and SIGHUP end it as cleanly as Ctrl-C), time limits on Python code,
-and child processes that die with it."""
+"""The process: its standard streams (stdout kept for what the tool prints; text that fits
+the terminal's width and its encoding), the signals that stop it (SIGTERM and SIGHUP end it
+as cleanly as Ctrl-C), time limits on Python code, and child processes that die with it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any, TextIO
+
+# -- text for the terminal --------------------------------------------------------------------
+
+# what the tool prints beyond ASCII, and what stands for it where the stream cannot encode it
+ASCII_FALLBACKS = {"✓": "ok", "✗": "x", "→": "->", "×": "x", "—": "-", "…": "...",
+                   "≤": "<=", "≥": ">=", "·": "-"}
+
+
+def width(default: int = 80) -> int:
+    """The terminal's width in columns (``COLUMNS`` first; ``default`` when not a terminal),
+    at least 40."""
+    return max(40, shutil.get_terminal_size((default, 24)).columns)
+
+
+def can_encode(stream: Any, text: str = "".join(ASCII_FALLBACKS)) -> bool:
+    """Whether ``stream`` can encode ``text`` (by default every symbol the tool prints)."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def ascii_safe(text: str, encoding: str) -> str:
+    """``text`` with the symbols ``encoding`` cannot encode replaced by their ASCII stand-ins
+    (anything else it cannot encode by ``?``)."""
+    for symbol, fallback in ASCII_FALLBACKS.items():
+        if symbol in text:
+            try:
+                symbol.encode(encoding)
+            except (UnicodeEncodeError, LookupError):
+                text = text.replace(symbol, fallback)
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        return text.encode(encoding, "replace").decode(encoding, "replace")
+
+
+class SafeStream:
+    """A text stream that writes what its encoding cannot hold as ASCII stand-ins ("✓" as
+    "ok") instead of failing; everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        return self._stream.write(ascii_safe(text, self._encoding))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def safe_stream(stream: TextIO | None = None) -> TextIO:
+    """``stream`` (default: the current ``sys.stdout``), wrapped in :class:`SafeStream` when
+    it cannot encode the tool's symbols."""
+    stream = sys.stdout if stream is None else stream
+    if isinstance(stream, SafeStream) or can_encode(stream):
+        return stream
+    return SafeStream(stream)  # type: ignore[return-value]
+
+
+def never_fail_on_encoding() -> None:
+    """Make ``sys.stdout``/``sys.stderr`` replace what their encoding cannot hold (a cp1252
+    console), so printing a symbol never fails a run that already did its work."""
+    for stream in (sys.stdout, sys.stderr):
+        if not can_encode(stream) and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(Exception):
+                stream.reconfigure(errors="replace")
+
+
+def wrap(text: str, indent: int = 0, first: int | None = None, columns: int | None = None
+         ) -> list[str]:
+    """``text`` as lines of at most ``columns`` (default: :func:`width`) characters,
+    broken only at spaces: a word (an op name, a path) longer than a line stands alone on
+    its line, never cut. ``first``: the first line's indent (default ``indent``)."""
+    columns = columns or width()
+    first = indent if first is None else first
+    return textwrap.wrap(text, width=columns, initial_indent=" " * first,
+                         subsequent_indent=" " * indent, break_long_words=False,
+                         break_on_hyphens=False) or [" " * first]
+
+
+def error_lines(message: str, columns: int | None = None) -> list[str]:
+    """An error as one line (``error: ...``: easy to grep) unless it is longer than four
+    rows of the terminal (a list of findings without a remedy): then a short first line and
+    the rest as indented detail, split after the first ``: `` or ``; `` that ends the
+    summary, then at every ``; `` (an item a line)."""
+    columns = columns or width()
+    head = f"error: {message}"
+    if len(head) <= 4 * columns:
+        return [head]
+    cut = -1
+    for sep in (": ", "; "):
+        at = message.find(sep)
+        if 0 < at < columns - 10 and (cut < 0 or at < cut):
+            cut = at
+    if cut < 0:
+        return wrap(head, indent=2, first=0, columns=columns)
+    summary, rest = message[:cut + 1], message[cut + 2:]
+    lines = wrap(f"error: {summary}", indent=2, first=0, columns=columns)
+    for item in rest.split("; "):
+        lines += wrap(item, indent=4, first=2, columns=columns)
+    return lines
 
 
 @contextlib.contextmanager
@@ -36,9 +145,11 @@ def native_stdout_to_stderr():
     try:
         yield
     finally:
-        sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (| head)
+            sys.stdout.flush()
         if python_on_fd1:
-            sys.stdout.close()
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.close()
             sys.stdout = previous
         os.dup2(saved, 1)
         os.close(saved)

@@ -725,7 +725,7 @@ def test_the_native_table_matches_the_installed_library(plugins, capsys):
                 missing.append(f"{domain}::{op}")
     assert missing == ["ai.onnx.contrib::FastGelu"]
     code, out, _ = run_cli(["plugins", "--json"], capsys)
-    rows = {r["name"]: r for r in json.loads(out)}
+    rows = {r["name"]: r for r in json.loads(out)["rows"]}
     assert "ai.onnx.contrib::StringLower -> extensions ai.onnx.contrib::StringLower" in \
         rows["ortx-native"]["registered"]["native_kernels"]
     assert "ai.onnx::ImageDecoder" in rows["custom-ops"]["registered"]["kernels"]

@@ -50,7 +50,7 @@ def test_rows_combine_decompositions_and_kernels(tmp_path):
     plugin.write_text(PLUGIN)
     done = _ops("--json", "-p", str(plugin))
     assert done.returncode == 0, done.stderr
-    rows = {(r["domain"], r["op_type"]): r for r in json.loads(done.stdout)}
+    rows = {(r["domain"], r["op_type"]): r for r in json.loads(done.stdout)["rows"]}
     thing = rows[("com.acme", "Thing")]
     assert thing["remedy"] == "decomposition + kernel"
     assert thing["opsets"] == ["14+"]

@@ -91,6 +91,13 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
+def _verdict_line(stdout: str) -> str:
+    """rewrite's verdict: its last line with the indented lines it wraps onto (80 columns)."""
+    lines = stdout.rstrip().splitlines()
+    start = max(i for i, line in enumerate(lines) if not line.startswith(" "))
+    return " ".join(line.strip() for line in lines[start:])
+
+
 def _model(body: str, extra_inputs: str = "") -> str:
     return f"""
         <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1, "com.microsoft" : 1]>
@@ -155,7 +162,7 @@ def test_a_wrong_decomposition_for_the_reference_target_is_caught_by_a_kernel(
     # the text report ends with the verdict and says nothing was written
     code, stdout, err = cli(["-p", plugin_file, "rewrite", source, "-o", out, "-t",
                              "reference"], capsys)
-    last = stdout.strip().splitlines()[-1]
+    last = _verdict_line(stdout)
     assert code == 1 and last.startswith("✗ mismatch: differs from the original run on "
                                          "onnxruntime with plugin kernels")
     assert last.endswith("nothing written (--keep-failed writes it)")
@@ -193,7 +200,7 @@ def test_a_crashing_kernel_leaves_the_rewrite_unverified(plugin_file, tmp_path, 
     code, stdout, err = cli(["-p", plugin_file, "rewrite", source, "-o", out,
                              "--allow-unverified"], capsys)
     assert code == 3 and out.exists(), err
-    assert stdout.strip().splitlines()[-1].startswith("! unverified: could not compare")
+    assert _verdict_line(stdout).startswith("! unverified: could not compare")
 
 
 def test_an_op_with_no_oracle_is_unverified_and_written_only_when_allowed(
@@ -252,7 +259,7 @@ def test_partial_with_a_failing_remedy_writes_nothing(plugin_file, tmp_path, cap
     code, stdout, err = cli(["-p", plugin_file, "rewrite", source, "-o", out, "-t",
                              "reference", "--partial", "--keep-failed"], capsys)
     assert code == 1 and out.exists(), err
-    last = stdout.strip().splitlines()[-1]
+    last = _verdict_line(stdout)
     assert last.startswith("✗ 1 finding(s) left; what --partial changed: mismatch: differs")
 
 
@@ -276,7 +283,7 @@ def test_no_verify_writes_and_says_not_verified(plugin_file, tmp_path, capsys):
     code, stdout, err = cli(["-p", plugin_file, "rewrite", source, "-o", out, "--no-verify"],
                             capsys)
     assert code == 0 and out.exists(), err
-    last = stdout.strip().splitlines()[-1]
+    last = _verdict_line(stdout)
     assert last.startswith("! not verified (verification turned off (--no-verify))")
     assert "✓ verified" not in stdout and "equal within tolerance" not in stdout
     code, stdout, err = cli(["-p", plugin_file, "rewrite", source, "-o", out, "--no-verify",

@@ -45,6 +45,8 @@ class TargetResult:
     findings: list[Finding]
     confirmed: bool | None = None  # True: a real load (and run) agreed; None: not confirmed
     confirmation: str = ""  # how: "loaded and ran once on generated inputs", why not run...
+    # per finding (path, op_type): the remedy rewrite would apply, or "none: WHY" (api.check)
+    plan: dict = field(default_factory=dict)
 
     @property
     def runs(self) -> bool:

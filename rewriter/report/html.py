@@ -140,7 +140,8 @@ def _check(doc: dict[str, Any]) -> str:
         rows = [[_code(g["op"]), _code(g["reason"]), g["count"], escape(g["detail"]),
                  "<br>".join(_code(p) for p in g["paths"][:3])
                  + (f" (and {g['count'] - 3} more)" if g["count"] > 3 else ""),
-                 escape("; ".join(g.get("remedies") or []) or "none installed")]
+                 escape("; ".join(g.get("remedies") or [])
+                        or f"none ({g.get('no_remedy') or 'none installed'})")]
                 for g in t.get("groups") or []]
         if rows:
             out.append(_table(["op", "code", "nodes", "why", "where", "remedy"], rows,
@@ -176,8 +177,22 @@ def _rewrite(doc: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _check_many(doc: dict[str, Any]) -> str:
+    """``check`` of many models: a section per model (its error, or its targets)."""
+    out = []
+    for m in doc.get("models") or []:
+        out.append(f"<h2>{_code(m['model'])}</h2>")
+        if m.get("error"):
+            out.append(f'<div class="verdict bad">error: {escape(m["error"])}</div>')
+        else:
+            out.append(_check(m).replace("<h2>", "<h3>").replace("</h2>", "</h3>"))
+    return "".join(out)
+
+
 def _banner(doc: dict[str, Any]) -> tuple[str, str]:
     command = doc.get("command")
+    if command == "check" and "models" in doc:
+        return ("ok" if doc.get("ok") else "bad"), "; ".join(doc.get("summary") or [])
     if command == "check":
         ok = doc.get("ok")
         n = sum(len(t.get("findings") or []) for t in doc.get("targets") or [])
@@ -193,10 +208,11 @@ def _banner(doc: dict[str, Any]) -> tuple[str, str]:
 def to_html(doc: dict[str, Any]) -> str:
     """The page for a ``check``, ``rewrite`` or ``compare`` document."""
     command = doc.get("command", "")
-    model = doc.get("model") or doc.get("original") or doc.get("rewritten") or ""
+    model = (doc.get("model") or doc.get("original") or doc.get("rewritten")
+             or f"{len(doc.get('models') or [])} models")
     cls, text = _banner(doc)
-    body = {"check": _check, "rewrite": _rewrite, "compare": _comparison}.get(
-        command, lambda d: "")(doc)
+    body = {"check": _check_many if "models" in doc else _check, "rewrite": _rewrite,
+            "compare": _comparison}.get(command, lambda d: "")(doc)
     output = doc.get("output")
     tool = doc.get("tool") or {}
     runtimes = ", ".join(f"{k} {v}" for k, v in (doc.get("runtimes") or {}).items() if v)

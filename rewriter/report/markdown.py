@@ -42,22 +42,35 @@ def _comparison(c: dict[str, Any]) -> list[str]:
     return out
 
 
+def _check(doc: dict[str, Any], level: str) -> list[str]:
+    """One model's ``check``: its verdict, then a table of finding groups per target."""
+    n = sum(len(t.get("findings") or []) for t in doc.get("targets") or [])
+    out = [f"**{'every target runs the model' if doc.get('ok') else f'{n} finding(s)'}**", ""]
+    for t in doc.get("targets") or []:
+        out += [f"{level} {t['target']}: {'runs' if t.get('runs') else 'findings'}", ""]
+        out += _table(["op", "code", "nodes", "why", "where", "remedy"],
+                      [[f"`{g['op']}`", g["reason"], g["count"], g["detail"],
+                        ", ".join(g["paths"][:3]),
+                        "; ".join(g.get("remedies") or [])
+                        or f"none ({g.get('no_remedy') or 'none installed'})"]
+                       for g in t.get("groups") or []])
+    return out
+
+
 def to_markdown(doc: dict[str, Any]) -> str:
     """The Markdown for a ``check``, ``rewrite`` or ``compare`` document."""
     command = doc.get("command", "")
-    model = doc.get("model") or doc.get("original") or doc.get("rewritten") or ""
+    model = (doc.get("model") or doc.get("original") or doc.get("rewritten")
+             or f"{len(doc.get('models') or [])} models")
     out = [f"# onnx-rewriter {command}: `{model}`", ""]
-    if command == "check":
-        n = sum(len(t.get("findings") or []) for t in doc.get("targets") or [])
-        out += [f"**{'every target runs the model' if doc.get('ok') else f'{n} finding(s)'}**",
-                ""]
-        for t in doc.get("targets") or []:
-            out += [f"## {t['target']}: {'runs' if t.get('runs') else 'findings'}", ""]
-            out += _table(["op", "code", "nodes", "why", "where", "remedy"],
-                          [[f"`{g['op']}`", g["reason"], g["count"], g["detail"],
-                            ", ".join(g["paths"][:3]),
-                            "; ".join(g.get("remedies") or []) or "none installed"]
-                           for g in t.get("groups") or []])
+    if command == "check" and "models" in doc:
+        out += [f"**{line}**" for line in doc.get("summary") or []] + [""]
+        for m in doc.get("models") or []:
+            out += [f"## `{m['model']}`", ""]
+            out += ([f"error: {_cell(m['error'])}", ""] if m.get("error")
+                    else _check(m, "###"))
+    elif command == "check":
+        out += _check(doc, "##")
     elif command == "rewrite":
         out += [f"**{doc.get('verdict') or 'plan only'}**: {_cell(doc.get('verdict_reason'))}",
                 ""]

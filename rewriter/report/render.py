@@ -8,7 +8,7 @@ from typing import Any
 from rewriter.detect.targets import REASONS
 from rewriter.detect.walker import CheckReport, group_findings
 from rewriter.errors import one_line
-from rewriter.graph.opid import domain_label
+from rewriter.graph.opid import OpId, domain_label
 
 MAX_PATHS_SHOWN = 3
 
@@ -16,67 +16,154 @@ MAX_PATHS_SHOWN = 3
 def _console(stream=None):
     from rich.console import Console
 
-    return Console(file=stream, highlight=False, soft_wrap=True)
+    from rewriter.console import safe_stream
+
+    return Console(file=safe_stream(stream), highlight=False, soft_wrap=True)
+
+
+def _plain(stream=None):
+    """A ``print`` to ``stream`` (default stdout) that never fails on its encoding."""
+    from rewriter.console import safe_stream
+
+    out = safe_stream(stream)
+
+    def say(line: str = "") -> None:
+        out.write(line + "\n")
+
+    return say
+
+
+def short_rule(text: str) -> str:
+    """A remedy as shown: its rule without the list of variants it covers ("decomposition
+    pytorch:org.pytorch.aten::ATen [pytorch]")."""
+    head, sep, plugin = text.rpartition(" [")
+    if not sep:
+        return text.split(" (", 1)[0]
+    return f"{head.split(' (', 1)[0]} [{plugin}"
+
+
+def _group_remedy(paths: list[str], op_type: str, plan: dict
+                  ) -> tuple[list[str], list[str], str]:
+    """The remedies ``rewrite`` applies to a group's findings (its plan) as "KIND
+    (PLUGIN)", their rules, and why not when none does ("" when every finding has one)."""
+    chosen, rules, why = [], [], ""
+    for path in paths:
+        text = plan.get((path, op_type))
+        if text is None:
+            continue
+        if text.startswith("none: "):
+            why = why or text[6:]
+            continue
+        rule = short_rule(text)
+        head, _, plugin = rule.rpartition(" [")
+        kind, _, rule_name = head.partition(" ")
+        remedy = f"{kind} ({plugin.rstrip(']')})"
+        if remedy not in chosen:
+            chosen.append(remedy)
+        if rule_name and rule_name not in rules:
+            rules.append(rule_name)
+    return chosen, rules, why
 
 
 def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:
-    return {
-        "model": report.model_path,
-        "ok": report.ok,
-        "targets": [
-            {
-                "target": r.target,
-                "description": r.description,
-                "runs": r.runs,
-                "confirmed": r.confirmed,
-                "confirmation": r.confirmation or None,
-                "findings": [f.as_dict() for f in r.findings],
-                "groups": [
-                    {
-                        "op": g.op_label,
-                        "domain": domain_label(g.domain),
-                        "op_type": g.op_type,
-                        "version": g.version,
-                        "reason": g.reason,
-                        "detail": g.detail,
-                        "count": g.count,
-                        "paths": g.paths,
-                        "remedies": g.remedies,
-                    }
-                    for g in group_findings(r.findings, registry)
-                ],
-            }
-            for r in report.results
-        ],
-    }
-
-
-def print_check(report: CheckReport, registry=None, stream=None) -> None:
-    from rich.markup import escape
-
-    console = _console(stream)
-    console.print(f"[bold]{escape(report.model_path)}[/bold]")
+    """A ``check`` result as the data of its report document. A group's ``remedies`` are
+    what ``rewrite`` would apply for that target (``no_remedy`` says why none), when the
+    result carries the plan (:func:`rewriter.api.check`); else what plugins offer."""
+    targets = []
     for r in report.results:
-        if r.runs:
-            how = (f" (confirmed: {r.confirmation or 'loaded'})" if r.confirmed
+        plan = getattr(r, "plan", None) or {}
+        groups = []
+        for g in group_findings(r.findings, registry):
+            if plan:
+                remedies, rules, why = _group_remedy(g.paths, g.op_type, plan)
+            else:
+                remedies, rules, why = list(g.remedies), [], ""
+            groups.append({
+                "op": g.op_label, "domain": domain_label(g.domain), "op_type": g.op_type,
+                "version": g.version, "reason": g.reason,
+                "reason_text": REASONS.get(g.reason, g.reason), "detail": g.detail,
+                "count": g.count, "paths": g.paths, "remedies": remedies, "rules": rules,
+                "no_remedy": why or (None if remedies else "no installed plugin offers one"),
+            })
+        targets.append({
+            "target": r.target,
+            "description": r.description,
+            "runs": r.runs,
+            "confirmed": r.confirmed,
+            "confirmation": r.confirmation or None,
+            "findings": [f.as_dict() for f in r.findings],
+            "groups": groups,
+        })
+    fixable = all(not g["no_remedy"] for t in targets for g in t["groups"])
+    return {"model": report.model_path, "ok": report.ok,
+            "fixable": (not report.ok) and fixable, "targets": targets}
+
+
+def _mark(kind: str) -> str:
+    return {"ok": "[green]✓[/green]", "bad": "[red]✗[/red]", "warn": "[yellow]![/yellow]"}[kind]
+
+
+def check_lines(doc: dict[str, Any], columns: int | None = None) -> list[str]:
+    """One model's ``check`` for people: per target a verdict, then per group of findings the
+    op (never cut) with its count and reason code, why, where, and the remedy ``rewrite``
+    applies; wrapped to ``columns`` (plain text)."""
+    from rewriter.console import wrap
+
+    lines = [doc["model"]]
+    if doc.get("error"):
+        return lines + wrap(f"✗ error: {doc['error']}", indent=4, first=0, columns=columns)
+    for t in doc["targets"]:
+        if t["runs"]:
+            how = (f" (confirmed: {t['confirmation'] or 'loaded'})" if t["confirmed"]
                    else " (static check)")
-            console.print(f"[green]✓[/green] {r.target}: every node runs{escape(how)}")
+            lines += wrap(f"✓ {t['target']}: every node runs{how}", indent=4, first=0,
+                          columns=columns)
             continue
-        groups = group_findings(r.findings, registry)
-        console.print(
-            f"[red]✗[/red] {r.target}: {len(r.findings)} finding(s) in {len(groups)} group(s)"
-        )
+        groups = t["groups"]
+        lines += wrap(f"✗ {t['target']}: {len(t['findings'])} finding(s) in {len(groups)} "
+                      "group(s)", indent=4, first=0, columns=columns)
         for g in groups:
-            console.print(
-                f"  [bold]{escape(g.op_label)}[/bold] ×{g.count} — "
-                f"{REASONS.get(g.reason, g.reason)}"
-            )
-            console.print(f"    {escape(one_line(g.detail))}")
-            shown = one_line(", ".join(g.paths[:MAX_PATHS_SHOWN]))
-            more = f" (and {g.count - MAX_PATHS_SHOWN} more)" if g.count > MAX_PATHS_SHOWN else ""
-            console.print(f"    at {escape(shown)}{more}")
-            remedy = "; ".join(g.remedies) if g.remedies else "none installed"
-            console.print(f"    remedy: {escape(remedy)}")
+            lines += wrap(f"{g['op']} ×{g['count']} [{g['reason']}] {g['reason_text']}",
+                          indent=6, first=2, columns=columns)
+            lines += wrap(one_line(g["detail"]), indent=6, first=4, columns=columns)
+            shown = ", ".join(g["paths"][:MAX_PATHS_SHOWN])
+            more = (f" (and {g['count'] - MAX_PATHS_SHOWN} more)"
+                    if g["count"] > MAX_PATHS_SHOWN else "")
+            lines += wrap(one_line(f"at {shown}{more}"), indent=6, first=4, columns=columns)
+            remedy = ("; ".join(g["remedies"]) if g["remedies"]
+                      else f"none ({g['no_remedy']})")
+            if g.get("rules"):
+                remedy += f", rule {', '.join(g['rules'])}"
+            lines += wrap(one_line(f"remedy: {remedy}"), indent=6, first=4, columns=columns)
+    return lines
+
+
+def print_check(report: CheckReport | dict[str, Any], registry=None, stream=None) -> None:
+    """Print one model's ``check`` (a CheckReport or its document)."""
+    doc = report if isinstance(report, dict) else check_as_dict(report, registry)
+    say = _plain(stream)
+    for line in check_lines(doc):
+        say(line)
+
+
+def check_summary(docs: list[dict[str, Any]]) -> list[str]:
+    """The closing lines of ``check``: how many models run, have findings, failed; and what
+    to do next ("2 of 3 fixable: run `onnx-rewriter rewrite MODEL -o OUT`")."""
+    errors = [d for d in docs if d.get("error")]
+    with_findings = [d for d in docs if not d.get("error") and not d["ok"]]
+    fixable = [d for d in with_findings if d.get("fixable")]
+    runs = len(docs) - len(errors) - len(with_findings)
+    parts = [f"{runs} run{'s' if runs == 1 else ''} on every target"]
+    if with_findings:
+        parts.append(f"{len(with_findings)} with findings")
+    if errors:
+        parts.append(f"{len(errors)} could not be checked")
+    lines = [f"{len(docs)} model{'s' if len(docs) != 1 else ''}: " + ", ".join(parts)]
+    if with_findings:
+        hint = "run `onnx-rewriter rewrite MODEL -o OUT`" if fixable else \
+            "no installed plugin fixes them (see `onnx-rewriter ops`)"
+        lines.append(f"{len(fixable)} of {len(with_findings)} fixable: {hint}")
+    return lines
 
 
 def print_inspect(info: dict[str, Any], stream=None) -> None:
@@ -125,106 +212,159 @@ def print_inspect(info: dict[str, Any], stream=None) -> None:
         )
 
 
-def print_plugins(rows: list[dict[str, Any]], stream=None) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+def _registered_counts(registered: dict[str, list]) -> str:
+    """What a plugin registered, counted by kind ("12 decompositions, 3 kernels")."""
+    parts = []
+    for kind, items in registered.items():
+        if items:
+            word = kind if len(items) != 1 else (kind[:-2] if kind.endswith("sses")
+                                                 else kind[:-1])
+            parts.append(f"{len(items)} {word}")
+    return ", ".join(parts) or "nothing"
 
-    table = Table(title="plugins")
-    for col in ("plugin", "distribution", "registered"):
-        table.add_column(col, overflow="fold")
+
+def print_plugins(rows: list[dict[str, Any]], stream=None) -> None:
+    """One line per plugin (wrapped under its name): where it comes from and how much it
+    registered; ``plugins NAME`` lists what."""
+    from rewriter.console import wrap
+
+    say = _plain(stream)
+    name_width = min(max((len(r["name"]) for r in rows), default=0), 24)
     for row in rows:
-        parts = [
-            f"{kind}: {', '.join(items)}" for kind, items in row["registered"].items() if items
-        ]
         dist = row["distribution"] or "-p (this run)"
         if row["version"]:
             dist += f" {row['version']}"
         if row["builtin"]:
             dist += " (built-in)"
-        table.add_row(escape(row["name"]), escape(dist), escape("\n".join(parts) or "nothing"))
-    _console(stream).print(table)
+        text = f"{row['name']:<{name_width}}  {_registered_counts(row['registered'])}; {dist}"
+        for line in wrap(text, indent=name_width + 2, first=0):
+            say(line)
+    say()
+    say(f"{len(rows)} plugin(s); details: onnx-rewriter plugins NAME")
+
+
+def print_plugin(row: dict[str, Any], stream=None) -> None:
+    """Everything one plugin registered, a kind per paragraph, items wrapped (never cut)."""
+    from rewriter.console import wrap
+
+    say = _plain(stream)
+    dist = row["distribution"] or "-p (this run)"
+    say(f"{row['name']}: {dist} {row['version'] or ''}".rstrip()
+        + (" (built-in)" if row["builtin"] else ""))
+    for kind, items in row["registered"].items():
+        if not items:
+            continue
+        say(f"{kind} ({len(items)}):")
+        for line in wrap(", ".join(map(str, items)), indent=2):
+            say(line)
 
 
 def print_operators(rows: list[dict[str, Any]], stream=None) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+    """Operators grouped by domain, one line each: the op (never cut), its remedy, opsets,
+    accuracy, oracle; dtypes on a wrapped line below when listed."""
+    from rewriter.console import wrap
 
-    table = Table(title=f"operators ({len(rows)})")
-    for col in ("domain", "op", "remedy", "opsets", "dtypes", "accuracy", "oracle"):
-        table.add_column(col, overflow="fold")
+    say = _plain(stream)
+    say(f"operators ({len(rows)})")
+    domain = None
     for r in rows:
-        table.add_row(*(escape(x) for x in (
-            r["domain"], r["op_type"], r["remedy"], ", ".join(r["opsets"]) or "any",
-            ", ".join(r["dtypes"]) or "-", r["accuracy"], r.get("oracle") or "-")))
-    _console(stream).print(table)
+        if r["domain"] != domain:
+            domain = r["domain"]
+            say()
+            say(f"{domain}:")
+        opsets = ", ".join(r["opsets"]) or "any"
+        text = (f"{r['op_type']}  {r['remedy']}; opsets {opsets}; {r['accuracy']}; "
+                f"oracle: {r.get('oracle') or '-'}")
+        for line in wrap(text, indent=6, first=2):
+            say(line)
+        if r["dtypes"]:
+            for line in wrap("dtypes: " + ", ".join(r["dtypes"]), indent=6, first=4):
+                say(line)
 
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False)
 
 
-def print_rewrite(report, stream=None) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+EXPLAIN_DECLINED_SHOWN = 4
 
-    console = _console(stream)
+
+def rewrite_lines(report, columns: int | None = None) -> list[str]:
+    """``rewrite`` for people (plain text, wrapped to ``columns``, op names never cut):
+    the remedies by op, what the result needs to run, node counts, the structural checks,
+    findings left, the verdict line, then ``--explain``'s groups."""
+    from rewriter.console import wrap
+
+    def para(text: str, indent: int = 4, first: int = 0) -> list[str]:
+        return wrap(one_line(text), indent=indent, first=first, columns=columns)
+
     title = "plan (dry run)" if report.dry_run else "rewrite"
-    destination = escape(report.output or "(not written)")
-    console.print(f"[bold]{escape(report.model)}[/bold] → {destination}")
+    lines = [f"{report.model} → {report.output or '(not written)'}"]
     if report.applied:
-        table = Table(title=f"{title}: remedies by op")
-        for col in ("op", "remedy", "plugin", "nodes"):
-            table.add_column(col, justify="right" if col == "nodes" else "left")
+        lines.append(f"{title}: remedies by op")
         for (kind, plugin, rule, op), n in sorted(report.applied.items()):
-            table.add_row(escape(op), escape(f"{kind} {rule}"), escape(plugin), str(n))
-        console.print(table)
+            lines += para(f"{op} ×{n}: {short_rule(f'{kind} {rule} [{plugin}]')}",
+                          indent=6, first=2)
     needs = getattr(report, "kernels", None) or {}
     if needs.get("native"):
-        console.print("runs natively in onnxruntime-extensions (no Python at run time): "
-                      + escape(", ".join(f"{v['op']}" + (f" as {k}" if k != v["op"] else "")
-                                         for k, v in sorted(needs["native"].items()))))
+        lines += para("runs natively in onnxruntime-extensions (no Python at run time): "
+                      + ", ".join(f"{v['op']}" + (f" as {k}" if k != v["op"] else "")
+                                  for k, v in sorted(needs["native"].items())))
     if needs.get("python"):
-        console.print("runs Python kernels: " + escape(", ".join(
+        lines += para("runs Python kernels: " + ", ".join(
             f"{v['op']} ({', '.join(v['inputs'])}) → ai.onnx.contrib::{k} [{v['plugin']}]"
-            for k, v in sorted(needs["python"].items()))))
+            for k, v in sorted(needs["python"].items())))
     if needs:
-        console.print("run it with `onnx-rewriter run` or rewriter.session(): they register "
+        lines += para("run it with `onnx-rewriter run` or rewriter.session(): they register "
                       "what the model's metadata lists")
     if report.before and report.after:
-        console.print(
-            f"nodes: {report.before.nodes:,} → {report.after.nodes:,}; "
-            f"ops: {len(report.before.ops)} kinds → {len(report.after.ops)} kinds"
-        )
+        lines.append(f"nodes: {report.before.nodes:,} → {report.after.nodes:,}; "
+                     f"ops: {len(report.before.ops)} kinds → {len(report.after.ops)} kinds")
     comparison = getattr(report, "comparison", None)
     for name, verdict in report.verification.items():
-        if name == "compare" and comparison is not None:
+        if name == "compare" and (comparison is not None or report.verdict == "unchanged"):
             continue  # the verdict line says it
-        mark = "[green]✓[/green]" if verdict == "ok" else "[yellow]![/yellow]"
+        mark = "✓" if verdict == "ok" else "!"
         if not (verdict == "ok" or verdict.startswith(("pre-existing", "skipped"))):
-            mark = "[red]✗[/red]"
-        shown = verdict
-        console.print(f"{mark} {escape(name)}: {escape(one_line(shown))}")
+            mark = "✗"
+        lines += para(f"{mark} {name}: {verdict}")
     if report.remaining:
-        console.print(f"[red]✗[/red] {len(report.remaining)} finding(s) not fixed:")
+        lines.append(f"✗ {len(report.remaining)} finding(s) not fixed:")
         for g in group_findings(report.remaining):
-            console.print(f"  {escape(g.op_label)} ×{g.count} on {g.target}: "
-                          f"{escape(one_line(g.detail))}")
+            lines += para(f"{g.op_label} ×{g.count} on {g.target} [{g.reason}]: {g.detail}",
+                          indent=6, first=2)
     if not report.dry_run:
-        console.print(verdict_line(report))
+        lines += para(verdict_line(report))
     for item in report.explain:
         f, count = item["finding"], item.get("count", 1)
-        where = f['path'] + (f" and {count - 1} more like it" if count > 1 else "")
-        console.print(f"explain {escape(where)} {escape(f['op_type'])} ({f['target']}):")
+        op = str(OpId(f["domain"], f["op_type"], f.get("version")))
+        lines += para(f"explain {op} ×{count} on {f['target']}, at "
+                      + ", ".join(item["paths"][:MAX_PATHS_SHOWN])
+                      + (f" and {count - MAX_PATHS_SHOWN} more" if count > MAX_PATHS_SHOWN
+                         else ""), indent=4)
+        declined = [c for c in item["candidates"] if not c["accepted"]]
         for c in item["candidates"]:
-            verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
-            console.print(f"    {escape(c['kind'])} {escape(c['rule'])} "
-                          f"{escape('[' + c['plugin'] + ']')} — {escape(one_line(verdict))}")
+            if c["accepted"]:
+                chosen = short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]")
+                lines += para(f"chosen: {chosen}", indent=6, first=2)
+        for c in declined[:EXPLAIN_DECLINED_SHOWN]:
+            rule = (str(c["kind"]) if c["plugin"] == "-"
+                    else short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]"))
+            lines += para(f"declined: {rule}: {c['why']}", indent=6, first=2)
+        if len(declined) > EXPLAIN_DECLINED_SHOWN:
+            lines.append(f"  (and {len(declined) - EXPLAIN_DECLINED_SHOWN} more declined; "
+                         "--json lists them)")
+    return lines
+
+
+def print_rewrite(report, stream=None) -> None:
+    say = _plain(stream)
+    for line in rewrite_lines(report):
+        say(line)
 
 
 def verdict_line(report) -> str:
-    """The last line of ``rewrite``: the verdict, why, and what was written (rich markup)."""
-    from rich.markup import escape
-
+    """The last line of ``rewrite``: the verdict, why, and what was written."""
     verdict, reason = report.verdict, one_line(report.verdict_reason)
     if report.written:
         where = f"written to {report.output}"
@@ -234,15 +374,15 @@ def verdict_line(report) -> str:
     else:
         where = "nothing written"
     if verdict == "unverified" and not report.verify:
-        line = f"[yellow]![/yellow] not verified ({escape(reason)}); {escape(where)}"
+        line = f"! not verified ({reason}); {where}"
+    elif verdict == "unchanged":
+        line = f"✓ {reason.split(' (')[0]}" + (f"; {where}" if report.written else "")
     else:
-        mark = {"verified": "[green]✓[/green]", "unchanged": "[green]✓[/green]",
-                "mismatch": "[red]✗[/red]"}.get(verdict, "[yellow]![/yellow]")
-        line = f"{mark} {verdict}: {escape(reason)}; {escape(where)}"
+        mark = {"verified": "✓", "mismatch": "✗"}.get(verdict, "!")
+        line = f"{mark} {verdict}: {reason}; {where}"
     if report.remaining:  # the verdict is about what changed; the rest does not run yet
         what = "what --partial changed" if report.written else "what was changed"
-        line = (f"[red]✗[/red] {len(report.remaining)} finding(s) left; {what}: "
-                + line.split(" ", 1)[1])
+        line = f"✗ {len(report.remaining)} finding(s) left; {what}: " + line.split(" ", 1)[1]
     return line
 
 
