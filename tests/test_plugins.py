@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
-import venv
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from rewriter import hookspecs
 from rewriter.cli import cli
 from rewriter.errors import PluginError
 from rewriter.manager import DISABLE_AUTOLOAD_ENV, load_plugins
+from tests.conftest import Venv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "onnx-rewriter-example"
@@ -94,47 +92,13 @@ def one_error_line(result, *needles: str) -> str:
 # -- a real third-party distribution, installed in a venv ------------------------------------
 
 
-class Venv:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.python = root / "bin" / "python"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in (DISABLE_AUTOLOAD_ENV, "PYTHONPATH", "PYTHONHOME")}
-        env.update(extra)
-        return env
-
-    def rewriter(self, *args: str, **env: str) -> subprocess.CompletedProcess:
-        """``onnx-rewriter ARGS`` with the venv's interpreter. The system's console script
-        runs the system interpreter, which would not see the venv's distributions."""
-        return subprocess.run(
-            [str(self.python), "-m", "rewriter.cli", *args],
-            capture_output=True, text=True, cwd=self.root, env=self.env(**env), timeout=120,
-        )
-
-
 @pytest.fixture(scope="session")
 def example_venv(tmp_path_factory) -> Venv:
-    """A venv that sees the installed onnx-graph-rewriter (system site-packages) and has the
-    example distribution pip-installed, so it is found through its entry-point metadata."""
+    """A venv that sees the installed onnx-graph-rewriter and has the example distribution
+    pip-installed, so it is found through its entry-point metadata."""
     tmp = tmp_path_factory.mktemp("plugin-venv")
-    source = tmp / "src"  # build a copy: setuptools writes build/ and *.egg-info in-tree
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    root = tmp / "venv"
-    # without its own pip/setuptools: the system's (the dev extras) build the example
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(root)
-    env = Venv(root)
-    proc = subprocess.run(
-        [str(env.python), "-m", "pip", "install", "--quiet", "--no-deps",
-         "--no-build-isolation", "--no-index", str(source)],
-        capture_output=True, text=True, env=env.env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
-        timeout=300,
-    )
-    assert proc.returncode == 0, (
-        "pip could not install the example plugin (building it offline needs setuptools "
-        ">= 70.1, or setuptools and wheel):\n" + proc.stdout + proc.stderr
-    )
+    env = Venv.create(tmp / "venv")
+    env.install(EXAMPLE, tmp)
     return env
 
 
