@@ -698,3 +698,77 @@ def test_every_hookspec_has_a_docstring_and_a_test():
         assert len(doc) > 20, f"hookspec {name} has no docstring"
         mentions = [p.name for p, text in sources.items() if name in text]
         assert mentions, f"no test mentions hookspec {name}"
+
+
+# -- --explain: every plugin's reason per finding, grouped ------------------------------------
+
+EXPLAIN_FIRST = """
+from rewriter.plugin import Declined
+
+
+def needs_constant_axis(ctx):
+    raise Declined("axis must be a constant")
+
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "Mystery", needs_constant_axis, description="first:axis")
+"""
+
+EXPLAIN_SECOND = """
+from rewriter.plugin import Declined
+
+
+def only_float(ctx):
+    raise Declined("only float inputs")
+
+
+@hookimpl
+def register_decompositions(registry):
+    registry.add("com.acme", "Mystery", only_float, description="second:float")
+"""
+
+
+def test_explain_gives_every_plugins_reason_once_per_group(tmp_path):
+    """40 alike com.acme::Mystery nodes that two plugins decline for their own reasons: one
+    group (×40) with both reasons, in a few lines; nothing written."""
+    first = plugin_file(tmp_path, "first", EXPLAIN_FIRST)
+    second = plugin_file(tmp_path, "second", EXPLAIN_SECOND)
+    nodes = [helper.make_node("Mystery", ["x" if i == 0 else f"h{i - 1}"],
+                              ["y" if i == 39 else f"h{i}"], domain="com.acme", name=f"m{i}")
+             for i in range(40)]
+    model = _model(tmp_path / "m.onnx", nodes, {"": 18, "com.acme": 1})
+    out = tmp_path / "out.onnx"
+    args = ["rewrite", "-p", str(first), "-p", str(second), str(model), "-o", str(out),
+            "--target", "onnxruntime", "--explain"]
+    result = run_cli(*args, "--json")
+    assert result.exit_code == 1, result.output
+    (group,) = json.loads(result.stdout)["explain"]
+    assert group["count"] == 40 and len(group["paths"]) == 40
+    said = {(c["plugin"], c["why"]) for c in group["candidates"]}
+    assert {("first", "axis must be a constant"), ("second", "only float inputs")} <= said
+    assert not out.exists()
+
+    result = run_cli(*args)
+    assert result.exit_code == 1
+    text = result.stdout
+    assert text.count("axis must be a constant") == 1, text
+    assert text.count("only float inputs") == 1, text
+    assert "×40" in text
+    assert len(text.splitlines()) <= 25, text  # 40 ungrouped entries: 200 lines
+    assert not out.exists()
+
+
+def test_explain_of_the_example_export_is_short(tmp_path):
+    """examples/failing_export.onnx: each finding once, with its chosen remedy and what
+    was not tried, in a screenful."""
+    out = tmp_path / "out.onnx"
+    result = run_cli("rewrite", str(ROOT / "examples" / "failing_export.onnx"), "-o", str(out),
+                     "--explain", "--dry-run")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    explained = [line for line in lines if line.startswith("explain ")]
+    assert len(explained) == 3, result.stdout
+    assert sum("chosen:" in line for line in lines) == 3
+    assert len(lines) <= 30, result.stdout
+    assert not out.exists()
