@@ -1,5 +1,6 @@
 """Apply: retarget the nodes whose remedy is a kernel, splice the decomposition functions in
-with onnx's inliner, and remove what the rewrite left unused."""
+(simple bodies at the protobuf level, the rest with onnx's inliner), and remove what the
+rewrite left unused."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from onnx import FunctionProto, ModelProto, NodeProto
 
+from rewriter.apply.inline import defined_names, simple_body, splice_graph, template
+from rewriter.apply.provenance import ProvenanceTable
 from rewriter.detect.targets import Finding
 from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
 from rewriter.plan.functions import REMEDY_DOMAIN, retarget, specialise, splice
@@ -75,12 +78,16 @@ def apply_kernels(
 def apply_decompositions(
     model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
     skip: set[int] | frozenset = frozenset(), regions: dict[str, Region] | None = None,
+    taken: set[str] | None = None,
 ) -> tuple[ModelProto, bool]:
-    """Retarget every node with an accepted decomposition, then inline them all at once.
-    ``regions``: filled with one :class:`Region` per remedy function."""
+    """Retarget every node with an accepted decomposition, then splice them all at once:
+    simple bodies directly (:func:`splice_simple`), the rest with onnx's inliner.
+    ``regions``: filled with one :class:`Region` per remedy function; ``taken``: every
+    value name the model defines, when the caller knows them (else they are read)."""
     constants = LazyConstants(model)
     functions: dict[str, FunctionProto] = {}
     seen: set[int] = set(skip)  # nodes already given a kernel
+    produced: set[str] = set()  # outputs of the replaced nodes
     for f in findings:
         if f.node is None or id(f.node) in seen:
             continue
@@ -97,6 +104,7 @@ def apply_decompositions(
         ctx.record("decomposition", choice.plugin, choice.rule, f.op_label)
         for kind, plugin, rule, op_label in choice.nested:
             ctx.record(kind, plugin, rule, op_label)
+        produced.update(o for o in f.node.output if o)
         retarget(f.node, functions[name])
         if regions is not None and name not in regions:
             call = NodeProto()
@@ -104,12 +112,48 @@ def apply_decompositions(
             regions[name] = Region(functions[name], call, f)
     if not functions:
         return model, False
+    _import_domains(model, functions.values())
+    left = splice_simple(model, functions, findings, taken)
+    if not left:
+        return model, True
     for local in model.functions:  # calls may sit inside model-local functions
         if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in local.opset_import):
             entry = local.opset_import.add()
             entry.domain, entry.version = REMEDY_DOMAIN, 1
-    _import_domains(model, functions.values())
-    return splice(model, list(functions.values())), True
+    return splice(model, left), True
+
+
+def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
+                  findings: list[Finding], taken: set[str] | None = None,
+                  ) -> list[FunctionProto]:
+    """Splice the simple bodies (:mod:`rewriter.apply.inline`) into the main graph and its
+    subgraphs at the protobuf level, stamping the created nodes with short provenance keys
+    (:mod:`rewriter.apply.provenance`). Returns the functions left for onnx's inliner
+    (bodies that are not simple, and those still called from model-local functions)."""
+    table = ProvenanceTable.of(model, {f.op_label: f.version for f in findings})
+    templates = {name: template(fn, table) for name, fn in functions.items()
+                 if simple_body(fn, REMEDY_DOMAIN)}
+    if not templates:
+        return list(functions.values())
+    expected = len({id(f.node) for f in findings if f.node is not None
+                    and f.node.domain == REMEDY_DOMAIN and f.node.op_type in templates})
+    if taken is None:
+        taken = defined_names([model.graph])
+    done = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken)
+    if done < expected:  # some calls sit in subgraphs
+        subs = [s.graph for s in iter_scopes(model) if s.graph is not None
+                and s.graph is not model.graph]
+        taken.update(defined_names(subs))
+        for g in subs:
+            done += splice_graph(g, templates, REMEDY_DOMAIN, taken)
+    table.write(model)
+    left = [fn for name, fn in functions.items() if name not in templates]
+    if done < expected or left:  # calls inside model-local functions: the inliner's
+        called = {(n.domain, n.op_type) for f in model.functions for n in f.node}
+        left += [fn for name, fn in functions.items()
+                 if name in templates and (REMEDY_DOMAIN, name) in called]
+    return left
+
 
 def _import_domains(model: ModelProto, functions) -> None:
     """Add opset imports that the new nodes need and the model lacks."""

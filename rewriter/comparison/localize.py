@@ -21,9 +21,9 @@ from typing import Any
 
 from onnx import FunctionProto, ModelProto, NodeProto, TypeProto, helper
 
+from rewriter.apply.provenance import read_table, stamp_of
 from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain, subgraphs
-from rewriter.plan.functions import PROVENANCE_OP, PROVENANCE_PLUGIN, PROVENANCE_RULE
 
 
 @dataclass(frozen=True)
@@ -77,33 +77,33 @@ def _op_label(node: NodeProto) -> str:
     return str(OpId(node.domain, node.op_type))
 
 
-def _stamp_of(node: NodeProto) -> Stamp | None:
-    props = {p.key: p.value for p in node.metadata_props}
-    if PROVENANCE_RULE not in props:
-        return None
-    return Stamp(props.get(PROVENANCE_PLUGIN, "?"), props[PROVENANCE_RULE],
-                 props.get(PROVENANCE_OP, ""))
+def _stamp_of(node: NodeProto, table: Mapping | None = None) -> Stamp | None:
+    """The node's provenance: its short key in the model's ``table``, or its long stamp
+    (:mod:`rewriter.apply.provenance`)."""
+    found = stamp_of(node, table or {})
+    return Stamp(*found) if found else None
 
 
-def _stamps_inside(node: NodeProto, functions: Mapping, seen: set) -> list[Stamp]:
+def _stamps_inside(node: NodeProto, functions: Mapping, seen: set,
+                   table: Mapping | None = None) -> list[Stamp]:
     """Stamps of the nodes in ``node``'s subgraphs and, for a call of a model-local
     function, in that function (recursively)."""
     out = []
     for _, g in subgraphs(node):
         for inner in g.node:
-            s = _stamp_of(inner)
+            s = _stamp_of(inner, table)
             if s:
                 out.append(s)
-            out.extend(_stamps_inside(inner, functions, seen))
+            out.extend(_stamps_inside(inner, functions, seen, table))
     key = (normalize_domain(node.domain), node.op_type)
     fn = functions.get(key)
     if fn is not None and key not in seen:
         seen.add(key)
         for inner in fn.node:
-            s = _stamp_of(inner)
+            s = _stamp_of(inner, table)
             if s:
                 out.append(s)
-            out.extend(_stamps_inside(inner, functions, seen))
+            out.extend(_stamps_inside(inner, functions, seen, table))
     return out
 
 
@@ -148,6 +148,7 @@ def find_regions(original: ModelProto, rewritten: ModelProto) -> list[Region]:
     changed_functions = {k: f for k, f in after_functions.items()
                          if before_functions.get(k) != f.SerializeToString(deterministic=True)}
 
+    table = read_table(rewritten)
     regions = []
     for index, node in enumerate(graph.node):
         if node.op_type == "Constant" and normalize_domain(node.domain) == "":
@@ -176,10 +177,10 @@ def find_regions(original: ModelProto, rewritten: ModelProto) -> list[Region]:
             if p is None or id(p) in seen_nodes:
                 continue
             seen_nodes.add(id(p))
-            s = _stamp_of(p)
+            s = _stamp_of(p, table)
             if s:
                 stamps.append(s)
-            stamps.extend(_stamps_inside(p, changed_functions, set()))
+            stamps.extend(_stamps_inside(p, changed_functions, set(), table))
             for i in [*p.input, *sorted(_implicit_inputs(p))]:
                 if not i:
                     continue

@@ -1,0 +1,223 @@
+"""Splice simple remedy bodies straight into a graph at the protobuf level.
+
+onnx's C++ inliner serializes the whole model, parses it, inlines and serializes it back
+(two round trips of every node, ~6 s at 100k nodes). A *simple* body (no subgraphs, no call
+of another function, every output made by one of its nodes) needs none of that: each call
+is replaced by the body's nodes with their values renamed, encoded as protobuf bytes, and
+the graph's node list is parsed back from bytes once. Other bodies, and calls inside
+model-local functions, are left to the inliner (:func:`rewriter.plan.functions.splice`).
+
+Created nodes are named ``<call's node name>/<op>_<k>`` (at most :data:`MAX_NAME` chars;
+the call's first output stands in for a missing name) and carry a short provenance key
+(:mod:`rewriter.apply.provenance`); their internal values are ``<call's first output>/<body
+value name>``, made unique against the names the graph already defines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto
+
+from rewriter.apply.provenance import ProvenanceTable
+
+MAX_NAME = 80  # longest node name the splice creates
+
+
+@dataclass
+class Template:
+    """A simple body prepared once per function: its nodes stamped with a provenance key,
+    and what each call has to rename or bind."""
+
+    function: FunctionProto
+    bodies: list[tuple[tuple[str, ...], tuple[str, ...], bytes]]  # inputs, outputs, rest
+    labels: list[str]  # "<op>_<k>": the suffix of each created node's name
+    refs: list[tuple[int, str, str]]  # (node, attribute, function attribute it refers to)
+    outputs: frozenset[str]  # the values the body's nodes define
+
+
+def simple_body(fn: FunctionProto, remedy_domain: str) -> bool:
+    """Whether ``fn`` can be spliced directly: nodes with no subgraph, no call of another
+    remedy, every value defined once, every output defined by a node."""
+    if not fn.node:
+        return False
+    defined: set[str] = set(fn.input)
+    for node in fn.node:
+        if node.domain == remedy_domain:
+            return False
+        for a in node.attribute:
+            if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                return False
+        for name in node.input:
+            if name and name not in defined:
+                return False
+        for name in node.output:
+            if name in defined:
+                return False
+            if name:
+                defined.add(name)
+    produced = {o for node in fn.node for o in node.output if o}
+    return all(o in produced for o in fn.output)
+
+
+def template(fn: FunctionProto, table: ProvenanceTable) -> Template:
+    """Prepare ``fn`` (a simple body) for :func:`splice_graph`: each node's inputs, outputs
+    and the rest of it serialized (provenance key in, name, inputs, outputs and attributes
+    referring to the function's left out)."""
+    bodies, labels, refs = [], [], []
+    counts: dict[str, int] = {}
+    for i, body_node in enumerate(fn.node):
+        node = NodeProto()
+        node.CopyFrom(body_node)
+        table.restamp(node)
+        k = counts.get(node.op_type, 0)
+        counts[node.op_type] = k + 1
+        labels.append(f"{node.op_type}_{k}")
+        kept = []
+        for a in node.attribute:
+            if a.ref_attr_name:
+                refs.append((i, a.name, a.ref_attr_name))
+            else:
+                kept.append(a)
+        if len(kept) != len(node.attribute):
+            del node.attribute[:]
+            node.attribute.extend(kept)
+        ins, outs = tuple(node.input), tuple(node.output)
+        del node.input[:]
+        del node.output[:]
+        node.name = ""
+        bodies.append((ins, outs, node.SerializeToString()))
+    outputs = frozenset(o for node in fn.node for o in node.output if o)
+    return Template(fn, bodies, labels, refs, outputs)
+
+
+def node_name(base: str, label: str) -> str:
+    """``base/label`` cut to :data:`MAX_NAME` characters (the base is shortened)."""
+    room = MAX_NAME - len(label) - 1
+    if len(base) > room:
+        base = base[:max(room - 1, 0)] + "~"
+    return f"{base}/{label}"
+
+
+def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
+                 taken: set[str]) -> int:
+    """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
+    template's nodes, in place; ``taken``: the value names defined anywhere in the model
+    (grown with the new ones). Returns the number of calls replaced.
+
+    The graph's node list is written as protobuf bytes (each kept node serialized, each
+    created node encoded from its template's pre-encoded bytes) and parsed back once: a
+    created node costs a few byte joins instead of a dozen protobuf field writes. NodeProto
+    objects of the old list stay valid (detached)."""
+    nodes = graph.node
+    if not any(node.domain == domain and node.op_type in templates for node in nodes):
+        return 0
+    pieces: list[bytes] = []
+    put = pieces.append
+    encoded: dict[str, bytes] = {}
+    count = 0
+    for node in nodes:
+        t = templates.get(node.op_type) if node.domain == domain else None
+        if t is None:
+            data = node.SerializeToString()
+            put(_NODE_TAG + _varint(len(data)) + data)
+            continue
+        count += 1
+        for data in _created(node, t, taken, encoded):
+            put(_NODE_TAG + _varint(len(data)) + data)
+    del nodes[:]
+    graph.MergeFromString(b"".join(pieces))
+    return count
+
+
+_NODE_TAG = b"\x0a"  # GraphProto.node = 1, length-delimited
+_INPUT, _OUTPUT, _NAME = b"\x0a", b"\x12", b"\x1a"  # NodeProto fields 1, 2, 3
+_ATTRIBUTE = b"\x2a"  # NodeProto.attribute = 5
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string(s: str, encoded: dict[str, bytes]) -> bytes:
+    """Length prefix and UTF-8 bytes of ``s`` (memoized: values recur across nodes)."""
+    b = encoded.get(s)
+    if b is None:
+        raw = s.encode()
+        b = encoded[s] = _varint(len(raw)) + raw
+    return b
+
+
+def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, bytes]
+             ) -> list[bytes]:
+    """The serialized nodes replacing ``call``."""
+    fn = t.function
+    call_inputs, call_outputs = list(call.input), list(call.output)
+    rename: dict[str, str] = {}
+    for p, name in enumerate(fn.input):
+        rename[name] = call_inputs[p] if p < len(call_inputs) else ""
+    base_value = next((o for o in call_outputs if o), call.name or call.op_type)
+    for p, name in enumerate(fn.output):
+        if p < len(call_outputs) and call_outputs[p]:
+            rename[name] = call_outputs[p]
+    for name in t.outputs:
+        if name not in rename:
+            rename[name] = _fresh(f"{base_value}/{name}", taken)
+    bound = _bound_attributes(call, t) if t.refs else None
+    base_name = call.name or base_value
+    out = []
+    for j, body in enumerate(t.bodies):
+        ins, outs, rest = body
+        parts = [_INPUT + _string(rename.get(n, n) if n else "", encoded) for n in ins]
+        parts += [_OUTPUT + _string(rename[n] if n else "", encoded) for n in outs]
+        parts.append(_NAME + _string(node_name(base_name, t.labels[j]), {}))
+        parts.append(rest)
+        if bound is not None:
+            parts.extend(bound.get(j, ()))
+        out.append(b"".join(parts))
+    return out
+
+
+def _bound_attributes(call: NodeProto, t: Template) -> dict[int, list[bytes]]:
+    """Per body node, its attributes that refer to the function's, bound to the call's
+    values (an attribute the call does not set is left out, as ONNX specifies)."""
+    given = {a.name: a for a in call.attribute}
+    out: dict[int, list[bytes]] = {}
+    for j, attr_name, ref in t.refs:
+        value = given.get(ref)
+        if value is None:
+            continue
+        attr = AttributeProto()
+        attr.CopyFrom(value)
+        attr.name = attr_name
+        data = attr.SerializeToString()
+        out.setdefault(j, []).append(_ATTRIBUTE + _varint(len(data)) + data)
+    return out
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, k = name, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}_{k}"
+    taken.add(candidate)
+    return candidate
+
+
+def defined_names(graphs: Iterable[GraphProto]) -> set[str]:
+    """Every value name the graphs define (inputs, initializers, node outputs)."""
+    names: set[str] = set()
+    for g in graphs:
+        names.update(v.name for v in g.input)
+        names.update(t.name for t in g.initializer)
+        for node in g.node:
+            names.update(node.output)
+    return names
