@@ -772,3 +772,47 @@ def test_explain_of_the_example_export_is_short(tmp_path):
     assert sum("chosen:" in line for line in lines) == 3
     assert len(lines) <= 30, result.stdout
     assert not out.exists()
+
+
+def test_example_plugins_import_only_the_plugin_api():
+    """The plugins of docs/examples and tests/data use nothing of rewriter but its plugin
+    API (a user's script, such as export_and_compare.py, may use the library)."""
+    import ast
+
+    sources = [EXAMPLE / "onnx_rewriter_example" / "__init__.py",
+               ROOT / "docs" / "examples" / "torch-custom-op" / "acme_rmsnorm.py",
+               *sorted((ROOT / "tests" / "data").glob("*_dist/*/__init__.py"))]
+    assert len(sources) >= 4
+    for path in sources:
+        used = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                used.add(node.module)
+            elif isinstance(node, ast.Import):
+                used.update(a.name for a in node.names)
+        assert {m for m in used if m.split(".")[0] == "rewriter"} == {"rewriter.plugin"}, path
+
+
+def test_plugins_doc_explains_every_registry_parameter():
+    from rewriter.registry import (
+        DecompositionRegistry,
+        KernelRegistry,
+        PassRegistry,
+        TargetRegistry,
+    )
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    methods = [DecompositionRegistry.add, KernelRegistry.add, KernelRegistry.add_native,
+               PassRegistry.add, TargetRegistry.add]
+    for method in methods:
+        for name in list(inspect.signature(method).parameters)[1:]:
+            assert f"`{name}`" in doc or f"{name}=" in doc, (method.__qualname__, name)
+    # it leads with a decomposition in onnxscript, then kernels, then passes
+    order = [doc.index(h) for h in ("onnxscript", "## 2. Kernels", "## 3. Passes")]
+    assert order == sorted(order)
+    design = (ROOT / "docs" / "design-notes.md").read_text()
+    opening = design.split("\n## ", 2)[1]
+    assert opening.startswith("The stages and where each lives")
+    for package in sorted(p.name for p in (ROOT / "rewriter").iterdir()
+                          if (p / "__init__.py").is_file()):
+        assert f"`rewriter/{package}/`" in opening, package

@@ -7,7 +7,7 @@ or publish it under the ``onnx_rewriter`` entry-point group.
 
 from onnx import parser
 
-from rewriter import hookimpl
+from rewriter.plugin import hookimpl
 
 # y = x / sqrt(mean(x * x, last axis) + epsilon) * weight
 FUSED_RMS_NORM = parser.parse_function("""

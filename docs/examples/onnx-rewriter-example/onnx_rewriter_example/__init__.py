@@ -16,9 +16,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from rewriter import hookimpl
-from rewriter.detect.targets import Finding, NodeQuery, Target
-from rewriter.errors import TargetError
+from rewriter.plugin import Finding, NodeQuery, Target, TargetError, hookimpl
 
 NPU_NAME = "example-npu"
 MAX_OPSET = 13
