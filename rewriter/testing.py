@@ -62,17 +62,22 @@ TOLERANCE = {"float": (1e-4, 1e-5), "double": (1e-7, 1e-9), "float16": (1e-2, 1e
 
 class Lacking(Target):
     """A runtime that runs everything but one op (``DOMAIN::OP``, ``ai.onnx::Celu``), so a
-    rewrite must remedy exactly that op."""
+    rewrite must remedy exactly that op; ``DOMAIN::OP@TYPE`` lacks it only where an input is
+    of element type TYPE (a remedy that computes the op in a wider type)."""
 
     def __init__(self, argument: str | None) -> None:
-        domain, sep, op_type = (argument or "").rpartition("::")
+        spec, _, elem = (argument or "").partition("@")
+        domain, sep, op_type = spec.rpartition("::")
         if not sep or not op_type:
-            raise ValueError(f"target {LACKING}:{argument}: want {LACKING}:DOMAIN::OP")
+            raise ValueError(f"target {LACKING}:{argument}: want {LACKING}:DOMAIN::OP[@TYPE]")
         self.domain, self.op_type = normalize_domain(domain), op_type
+        self.input_type = f"tensor({elem})" if elem else None
         self.name = f"{LACKING}:{argument}"
 
     def check_node(self, query: NodeQuery) -> Finding | None:
-        if query.domain == self.domain and query.node.op_type == self.op_type:
+        if query.domain == self.domain and query.node.op_type == self.op_type and (
+                self.input_type is None
+                or self.input_type in {query.types.get(n) for n in query.inputs}):
             return self.finding(query, "no-kernel", "the op under check is lacking by request")
         return None
 
@@ -488,8 +493,19 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
 
     entry = check.entry
     op = str(OpId(entry.domain, entry.op_type))
-    result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
-                     verify=False)
+    from rewriter.errors import UnfixableError
+
+    typed = False
+    try:
+        result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
+                         verify=False)
+    except UnfixableError:
+        if not check.dtype:
+            raise
+        # a remedy computing the op in a wider type keeps the op: lacking at this type only
+        typed = True
+        result = rewrite(check.model, [f"{LACKING}:{op}@{check.dtype}"], plugins=plugins,
+                         confirm=False, verify=False)
     applied = {(kind, plugin) for (kind, plugin, _rule, label_), _n in
                result.report.applied.items() if label_.startswith(op + "(") or label_ == op}
     if ("decomposition", entry.plugin) not in applied:
@@ -497,7 +513,8 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
                              f"decomposition of plugin {entry.plugin!r}")
     model = result.model
     left = [n.name or n.op_type for d, n in _nodes(model)
-            if d == entry.domain and n.op_type == entry.op_type]
+            if d == entry.domain and n.op_type == entry.op_type] if not typed else [
+        f.node_name or f.op_type for f in result.report.remaining]
     if left:
         raise AssertionError(f"{check.label}: {op} nodes remain after the rewrite: {left}")
     untyped = ModelProto()
@@ -536,6 +553,10 @@ def _tolerance(check: Check, dtype: np.dtype) -> tuple[float, float]:
     return base
 
 
+def _floating(dtype: np.dtype) -> bool:
+    return dtype.kind in "fc" or dtype.name == "bfloat16"
+
+
 def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
                 where: str = "") -> list[str]:
     """Every disagreement between the oracle's outputs and the decomposition's."""
@@ -556,8 +577,8 @@ def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
         if e.shape != g.shape:
             problems.append(f"{name}: shape {g.shape}, the oracle gives {e.shape}")
             continue
-        if e.dtype.kind in "fc" or g.dtype.kind in "fc":
-            rtol, atol = _tolerance(check, e.dtype if e.dtype.kind in "fc" else g.dtype)
+        if _floating(e.dtype) or _floating(g.dtype):  # bfloat16's kind is "V"
+            rtol, atol = _tolerance(check, e.dtype if _floating(e.dtype) else g.dtype)
             e64, g64 = e.astype(np.float64), g.astype(np.float64)
             close = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
             if not close.all():
@@ -710,16 +731,33 @@ def installed_runtimes(plugins: Plugins | None = None) -> list[str]:
     return [r for r in RUNTIMES if r != "openvino" or _openvino_installed()]
 
 
+@functools.cache
+def _builtins() -> Plugins:
+    from rewriter.manager import load_plugins
+
+    return load_plugins(autoload=False)
+
+
 def run_on(runtime: str, model: ModelProto, feeds: Mapping[str, Any],
            plugins: Plugins | None = None) -> list[Any]:
     """``model``'s outputs (in order) run in this process by the target ``runtime``
-    (``onnxruntime``, ``reference``, ``openvino``, or any target that runs models)."""
+    (``onnxruntime``, ``reference``, ``openvino``, or any target that runs models) of
+    ``plugins`` (default: the built-ins)."""
     from rewriter.detect.targets import resolve_targets
-    from rewriter.manager import load_plugins
 
-    (target,) = resolve_targets(plugins or load_plugins(autoload=False), [runtime])
+    (target,) = resolve_targets(plugins or _builtins(), [runtime])
     out = target.run(model, None, dict(feeds))
     return [out[o.name] for o in model.graph.output]
+
+
+def run_onnxruntime(model: ModelProto, feeds: Mapping[str, Any]) -> list[Any]:
+    """``model``'s outputs from a plain onnxruntime CPU session (all its optimizations),
+    as a user's session gives them."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, dict(feeds))
 
 
 def rewritten(model: ModelProto, targets: str | Sequence[str] = "onnxruntime",
