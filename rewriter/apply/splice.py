@@ -113,6 +113,7 @@ def apply_decompositions(
     if not functions:
         return model, False
     _import_domains(model, functions.values())
+    forget_shapes(model, produced)
     left = splice_simple(model, functions, findings, taken)
     if not left:
         return model, True
@@ -211,3 +212,18 @@ def cleanup(model: ModelProto, original: ModelProto | None = None, *,
             del container.opset_import[:]
             container.opset_import.extend(imports)
     return dropped
+
+
+def forget_shapes(model: ModelProto, names: set[str]) -> None:
+    """Clear the declared shapes (``value_info``) of ``names`` in every graph: a remedy now
+    computes them, and a producer's declaration may be stale (onnxscript's fusions keep a
+    rank-2 shape on a rank-3 ``MultiHeadAttention`` output), which strict shape inference
+    then rejects. The element type stays; graph outputs keep their declarations."""
+    if not names:
+        return
+    for scope in iter_scopes(model):
+        if scope.graph is None:
+            continue
+        for info in scope.graph.value_info:
+            if info.name in names and info.type.HasField("tensor_type"):
+                info.type.tensor_type.ClearField("shape")
