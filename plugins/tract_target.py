@@ -62,6 +62,13 @@ _GUESSED_RANKS = (4, 2, 3, 1, 0, 5)
 _SHAPE_WORDS = re.compile(r"\b(rank|shape|dimension|fact|symbol)", re.IGNORECASE)
 _TYPE_WORDS = re.compile(r"DatumType|datum type|element type|not supported for type|"
                          r"Unsupported type|type mismatch", re.IGNORECASE)
+# tract wants the value of an input (axes, a shape, pads) when it types the model: no shape
+# given to the input changes that
+_CONSTANT_WORDS = re.compile(r"\bconst(ant)?\b|is variable|known scalar|constant input",
+                             re.IGNORECASE)
+# ONNX element types tract loads (TensorProto: float, uint8, int8, uint16, int16, int32, int64,
+# string, bool, float16, double, uint32, uint64)
+_TRACT_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 # tract's datum type names for numpy's dtypes (input facts set from feeds)
 _FACT_TYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int8": "i8",
                "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint16": "u16",
@@ -276,6 +283,7 @@ class TractTarget(Target):
         self._constants: dict = {}
         self._shapes: dict = {}
         self._model_runs = False
+        self._graph_inputs: set[str] = set()
         self._confirmations: dict[tuple, Confirmation] = {}
 
     @property
@@ -292,11 +300,31 @@ class TractTarget(Target):
         """Remember the model's constants and shapes for the node probes; type and optimize
         the whole model when it is small (then no node needs a probe)."""
         self._constants = model_constants(model)
+        self._graph_inputs = {i.name for i in model.graph.input} - set(self._constants)
         self._shapes = {}
         self._model_runs = self._whole_model_runs(model)
         if not self._model_runs and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
             self._shapes = inferred_shapes(model)
-        return []
+        return [] if self._model_runs else self._interface_findings(model)
+
+    def _interface_findings(self, model) -> list[Finding]:
+        """A graph input or output of an element type tract has no datum type for (float8,
+        4- and 2-bit integers, bfloat16...): tract loads no such model, and no rewrite
+        changes a model's interface."""
+        from onnx import TensorProto
+
+        out = []
+        for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+            for v in values:
+                elem = v.type.tensor_type.elem_type if v.type.HasField("tensor_type") else 0
+                if elem and elem not in _TRACT_TYPES:
+                    out.append(Finding(
+                        target=self.name, path="model", domain="", op_type="", version=None,
+                        reason="type-binding",
+                        detail=f"the model's {kind} {v.name!r} is "
+                        f"{TensorProto.DataType.Name(elem).lower()}, a type tract has no "
+                        "datum type for"))
+        return out
 
     def _whole_model_runs(self, model) -> bool:
         from rewriter.plugin import iter_tensors
@@ -324,13 +352,26 @@ class TractTarget(Target):
         build, key, unranked = self._probe_model(query, in_body)
         if key not in _VERDICTS:
             verdict = probe(build(None).SerializeToString(), label)
-            if verdict is not None and unranked and verdict[0] != "no-kernel":
+            if verdict is not None and unranked and verdict[0] != "no-kernel" and \
+                    not _CONSTANT_WORDS.search(verdict[1]):
                 verdict = self._with_guessed_ranks(build, label, verdict, in_body)
             _VERDICTS[key] = verdict
         verdict = _VERDICTS[key]
         if verdict is None:
             return None
+        if _CONSTANT_WORDS.search(verdict[1]) and not self._fed(query, in_body):
+            # tract wants an input's value, and the node's non-constant inputs are computed
+            # (a Reshape's shape from Shape and Concat): typing the whole model folds what it
+            # can; the confirmation (or, after a rewrite, the verification) decides
+            return None
         return self.finding(query, verdict[0], verdict[1])
+
+    def _fed(self, query: NodeQuery, in_body: bool) -> bool:
+        """Whether some non-constant input of the node is an input of the main graph (its
+        value is known only when the model runs): a decomposition body's inputs are not
+        known to be."""
+        return not in_body and any(n in self._graph_inputs for n in query.inputs
+                                   if n and n not in self._constants)
 
     def _with_guessed_ranks(self, build, label: str, verdict, in_body: bool):
         """An input of unknown rank: the node runs if tract types it with some common rank
@@ -343,8 +384,10 @@ class TractTarget(Target):
         shape_bound = _SHAPE_WORDS.search(verdict[1]) is not None
         for rank in _GUESSED_RANKS:
             answer = probe(build(rank).SerializeToString(), label)
-            if answer is None or answer[0] == "no-kernel":
-                return answer  # it runs; or, typed at last, tract has no such op
+            if answer is None or answer[0] == "no-kernel" or \
+                    _CONSTANT_WORDS.search(answer[1]):
+                return answer  # it runs; or, typed at last, tract has no such op or wants
+                # an input's value
             shape_bound = shape_bound or _SHAPE_WORDS.search(answer[1]) is not None
         return None if shape_bound else verdict
 
