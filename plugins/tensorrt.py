@@ -54,7 +54,7 @@ import math
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter.plugin import Arg, FunctionBuilder, OpSample, hookimpl
+from rewriter.plugin import Arg, Declined, FunctionBuilder, OpSample, hookimpl
 from rewriter.plugin import present as _present
 
 DOMAINS = ("", "TRT", "trt.plugins")
@@ -116,8 +116,36 @@ class _Body(FunctionBuilder):
         return self.op("Or", self.op("Greater", a, b), self.op("Equal", a, b))
 
 
-def _unknown_attributes(node, allowed: set[str]) -> bool:
-    return any(a.name not in allowed for a in node.attribute)
+def _check_form(ctx, allowed: set[str], float_inputs: int) -> None:
+    """Decline a node with an attribute the decomposition does not know, inputs that are
+    not float, or a plugin_version other than 1."""
+    _check_attributes(ctx.node, allowed)
+    if not _float_inputs(ctx, float_inputs):
+        raise Declined(f"the first {float_inputs} inputs must be float")
+    if not _version_one(ctx):
+        raise Declined("only plugin_version 1 is decomposed")
+
+
+def _check_attributes(node, allowed: set[str]) -> None:
+    unknown = sorted(a.name for a in node.attribute if a.name not in allowed)
+    if unknown:
+        raise Declined(f"unknown attribute(s) {', '.join(unknown)}")
+
+
+def _check_same_float_type(types: list) -> None:
+    if len(types) < 3 or types[0] not in _ELEM or len(set(types[:3])) != 1:
+        raise Declined("the three inputs must have one float type ("
+                       + ", ".join(sorted(_ELEM)) + ")")
+
+
+def _check_nms_settings(k_name: str, k: int, coding_name: str, coding: int,
+                        iou_threshold: float) -> None:
+    if k <= 0:
+        raise Declined(f"{k_name} must be positive (is {k})")
+    if coding not in (0, 1):
+        raise Declined(f"{coding_name} {coding} (0 or 1 only)")
+    if iou_threshold <= 0:
+        raise Declined(f"iou_threshold must be positive (is {iou_threshold})")
 
 
 def _version_one(ctx) -> bool:
@@ -259,15 +287,13 @@ def _efficient_core(g: _Body, *, boxes: str, scores: str, anchors: str | None, k
 def build_efficient_nms(ctx) -> FunctionProto | None:
     node = ctx.node
     n_in = len([x for x in node.input if x])
-    if (n_in not in (2, 3) or not all(_present(node.input, i) for i in range(n_in))
-            or _unknown_attributes(node, EFFICIENT_ATTRIBUTES)
-            or not _float_inputs(ctx, n_in) or not _version_one(ctx)):
-        return None
+    if n_in not in (2, 3) or not all(_present(node.input, i) for i in range(n_in)):
+        raise Declined("takes boxes, scores and an optional anchors, none left empty")
+    _check_form(ctx, EFFICIENT_ATTRIBUTES, n_in)
     k = int(ctx.attribute("max_output_boxes", 100))
     coding = int(ctx.attribute("box_coding", 0))
     iou_threshold = float(ctx.attribute("iou_threshold", 0.5))
-    if k <= 0 or coding not in (0, 1) or iou_threshold <= 0:
-        return None
+    _check_nms_settings("max_output_boxes", k, "box_coding", coding, iou_threshold)
     g = _Body(ctx.opset)
     inputs = ["boxes", "scores", "anchors"][:n_in]
     r = _efficient_core(
@@ -297,15 +323,14 @@ def build_efficient_nms(ctx) -> FunctionProto | None:
 
 def build_efficient_nms_onnx(ctx) -> FunctionProto | None:
     node = ctx.node
-    if (len(node.input) != 2 or not all(node.input) or len(node.output) != 1
-            or _unknown_attributes(node, EFFICIENT_ONNX_ATTRIBUTES)
-            or not _float_inputs(ctx, 2) or not _version_one(ctx)):
-        return None
+    if len(node.input) != 2 or not all(node.input) or len(node.output) != 1:
+        raise Declined("takes boxes and scores and gives one output")
+    _check_form(ctx, EFFICIENT_ONNX_ATTRIBUTES, 2)
     k = int(ctx.attribute("max_output_boxes_per_class", -1))
     coding = int(ctx.attribute("center_point_box", 0))
     iou_threshold = float(ctx.attribute("iou_threshold", 0.5))
-    if k <= 0 or coding not in (0, 1) or iou_threshold <= 0:
-        return None
+    _check_nms_settings("max_output_boxes_per_class", k, "center_point_box", coding,
+                        iou_threshold)
     g = _Body(ctx.opset)
     r = _efficient_core(g, boxes="boxes", scores="scores", anchors=None, k=k,
                         score_threshold=float(ctx.attribute("score_threshold", 0.5)),
@@ -336,19 +361,20 @@ def build_efficient_nms_onnx(ctx) -> FunctionProto | None:
 
 def build_batched_nms(ctx) -> FunctionProto | None:
     node = ctx.node
-    if (len(node.input) != 2 or not all(node.input)
-            or _unknown_attributes(node, BATCHED_ATTRIBUTES) or not _float_inputs(ctx, 2)
-            or not _version_one(ctx)):
-        return None
+    if len(node.input) != 2 or not all(node.input):
+        raise Declined("takes boxes and scores, none left empty")
+    _check_form(ctx, BATCHED_ATTRIBUTES, 2)
     num_classes = ctx.attribute("numClasses")
     top_k = ctx.attribute("topK")
     keep_top_k = ctx.attribute("keepTopK")
     if num_classes is None or top_k is None or keep_top_k is None:
-        return None
+        raise Declined("numClasses, topK and keepTopK must be given")
     top_k, keep_top_k = int(top_k), int(keep_top_k)
-    if (not 0 < keep_top_k <= top_k <= BATCHED_MAX_TOPK
-            or not int(ctx.attribute("isNormalized", 1))):
-        return None
+    if not 0 < keep_top_k <= top_k <= BATCHED_MAX_TOPK:
+        raise Declined(f"needs 0 < keepTopK <= topK <= {BATCHED_MAX_TOPK} (keepTopK "
+                       f"{keep_top_k}, topK {top_k})")
+    if not int(ctx.attribute("isNormalized", 1)):
+        raise Declined("isNormalized=0 (pixel boxes, IoU with +1) is not decomposed")
     share = bool(ctx.attribute("shareLocation", 1))
     background = int(ctx.attribute("backgroundLabelId", -1))
     g = _Body(ctx.opset)
@@ -414,12 +440,14 @@ def build_batched_nms(ctx) -> FunctionProto | None:
 def build_fmha(ctx) -> FunctionProto | None:
     node = ctx.node
     types = list(ctx.input_types or [])
-    if (len(node.input) != 3 or not all(node.input) or len(node.output) != 1
-            or _unknown_attributes(node, FMHA_ATTRIBUTES) or len(types) < 3
-            or types[0] not in _ELEM or len(set(types[:3])) != 1
-            or float(ctx.attribute("dropout_p", 0.0)) != 0.0
-            or int(ctx.attribute("return_attn_probs", 0)) != 0):
-        return None
+    if len(node.input) != 3 or not all(node.input) or len(node.output) != 1:
+        raise Declined("takes q, k and v and gives one output")
+    _check_attributes(node, FMHA_ATTRIBUTES)
+    _check_same_float_type(types)
+    if float(ctx.attribute("dropout_p", 0.0)) != 0.0:
+        raise Declined("dropout_p != 0 (random) is not decomposed")
+    if int(ctx.attribute("return_attn_probs", 0)) != 0:
+        raise Declined("return_attn_probs=1 is not decomposed")
     elem = _ELEM[types[0]]
     g = _Body(ctx.opset)
     q = g.op("Transpose", g.op("Cast", "q", to=TensorProto.FLOAT), perm=[0, 2, 1, 3])
@@ -443,11 +471,16 @@ def build_disentangled_attention(ctx) -> FunctionProto | None:
     types = list(ctx.input_types or [])
     span = ctx.attribute("span")
     factor = ctx.attribute("factor")
-    if (len(node.input) != 3 or not all(node.input) or len(node.output) != 1
-            or _unknown_attributes(node, DISENTANGLED_ATTRIBUTES) or span is None
-            or factor is None or int(span) < 2 or len(types) < 3 or types[0] not in _ELEM
-            or len(set(types[:3])) != 1 or not _version_one(ctx)):
-        return None
+    if len(node.input) != 3 or not all(node.input) or len(node.output) != 1:
+        raise Declined("takes three inputs and gives one output")
+    _check_attributes(node, DISENTANGLED_ATTRIBUTES)
+    if span is None or factor is None:
+        raise Declined("span and factor must be given")
+    if int(span) < 2:
+        raise Declined(f"span {int(span)} < 2")
+    _check_same_float_type(types)
+    if not _version_one(ctx):
+        raise Declined("only plugin_version 1 is decomposed")
     span = int(span)
     mid = span // 2
     elem = _ELEM[types[0]]

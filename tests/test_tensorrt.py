@@ -14,39 +14,15 @@ from onnx import TensorProto, helper
 from rewriter_custom_ops import trt_attention, trt_nms
 from rewriter_plugins import tensorrt
 
+from rewriter import testing
 from rewriter.api import rewrite
-from rewriter.plan.functions import DecompositionContext
+from rewriter.plugin import Declined, DecompositionContext
+from rewriter.testing import make_model, run_onnxruntime, value_info
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")
 
 F32, F16, I32 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32
-
-
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes, inputs, outputs, domain="", opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    imports = [helper.make_opsetid("", opset)]
-    if domain:
-        imports.append(helper.make_opsetid(domain, 1))
-    model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = 8
-    return model
-
-
-def _rewritten(model, plugins):
-    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
-    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
-    assert {n.domain for n in result.model.graph.node} <= {"", "ai.onnx"}
-    return result.model
-
-
-def _run(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
 
 
 def _assert_outputs(got, expected, names):
@@ -63,9 +39,9 @@ EFFICIENT_OUTPUTS = ["num_detections", "detection_boxes", "detection_scores",
 def _efficient_model(inputs, attrs, domain="TRT"):
     node = helper.make_node("EfficientNMS_TRT", [name for name, _ in inputs],
                             EFFICIENT_OUTPUTS, domain=domain, **attrs)
-    return _model([node], [_vi(name, F32, list(shape)) for name, shape in inputs],
-                  [_vi(n, I32 if n in ("num_detections", "detection_classes") else F32)
-                   for n in EFFICIENT_OUTPUTS], domain)
+    return make_model([node], [value_info(name, F32, list(shape)) for name, shape in inputs],
+                      [value_info(n, I32 if n in ("num_detections", "detection_classes")
+                                  else F32) for n in EFFICIENT_OUTPUTS], opset=17)
 
 
 def test_efficient_nms_candidate_cap(plugins):
@@ -77,7 +53,8 @@ def test_efficient_nms_candidate_cap(plugins):
     attrs = dict(score_threshold=0.0, iou_threshold=1.0, max_output_boxes=4500,
                  background_class=-1, score_activation=0, box_coding=0)
     model = _efficient_model([(k, v.shape) for k, v in feeds.items()], attrs, domain="")
-    got = _run(_rewritten(model, plugins), feeds)
+    rewritten = testing.rewritten(model, "onnxruntime", plugins, standard_only=True)
+    got = run_onnxruntime(rewritten, feeds)
     expected = trt_nms.efficient_nms(*feeds.values(), **attrs, class_agnostic=0,
                                      plugin_version="1", plugin_namespace="")
     assert expected[0][0, 0] == 4096
@@ -94,24 +71,29 @@ def test_nms_verifies_against_the_kernel(plugins):
     assert result.report.verification["compare"] == "ok", result.report.verification
 
 
-@pytest.mark.parametrize("builder,op_type,attrs", [
-    (tensorrt.build_fmha, "fMHAPlugin", dict(dropout_p=0.1)),
-    (tensorrt.build_fmha, "fMHAPlugin", dict(return_attn_probs=1)),
-    (tensorrt.build_fmha, "fMHAPlugin", dict(window=4)),
-    (tensorrt.build_disentangled_attention, "DisentangledAttention_TRT", dict(span=1,
-                                                                              factor=0.1)),
-    (tensorrt.build_batched_nms, "BatchedNMS_TRT", dict(numClasses=3, topK=5, keepTopK=9)),
+@pytest.mark.parametrize("builder,op_type,attrs,reason", [
+    (tensorrt.build_fmha, "fMHAPlugin", dict(dropout_p=0.1), "dropout_p != 0"),
+    (tensorrt.build_fmha, "fMHAPlugin", dict(return_attn_probs=1), "return_attn_probs=1"),
+    (tensorrt.build_fmha, "fMHAPlugin", dict(window=4), "unknown attribute(s) window"),
+    (tensorrt.build_disentangled_attention, "DisentangledAttention_TRT",
+     dict(span=1, factor=0.1), "span 1 < 2"),
+    (tensorrt.build_batched_nms, "BatchedNMS_TRT", dict(numClasses=3, topK=5, keepTopK=9),
+     "keepTopK 9, topK 5"),
     (tensorrt.build_batched_nms, "BatchedNMS_TRT", dict(numClasses=3, topK=5, keepTopK=5,
-                                                        isNormalized=0)),
-    (tensorrt.build_efficient_nms, "EfficientNMS_TRT", dict(plugin_version="2")),
+                                                        isNormalized=0), "isNormalized=0"),
+    (tensorrt.build_efficient_nms, "EfficientNMS_TRT", dict(plugin_version="2"),
+     "only plugin_version 1"),
 ], ids=["dropout", "attn-probs", "unknown-attribute", "span-1", "keep-over-topk",
         "pixel-boxes", "version-2"])
-def test_builders_decline(builder, op_type, attrs):
-    """Forms the decompositions do not honour are declined (never dropped silently)."""
+def test_builders_decline(builder, op_type, attrs, reason):
+    """Forms the decompositions do not honour are declined with the reason (never dropped
+    silently)."""
     inputs = ["a", "b"] if "NMS" in op_type else ["a", "b", "c"]
     node = helper.make_node(op_type, inputs, ["y"], **attrs)
     ctx = DecompositionContext(node, 17, {"": 17}, ["tensor(float)"] * 3)
-    assert builder(ctx) is None
+    with pytest.raises(Declined) as declined:
+        builder(ctx)
+    assert reason in str(declined.value)
     ctx.node.ClearField("attribute")
     if op_type == "fMHAPlugin":  # the same node without the attribute is accepted
         assert builder(ctx) is not None
@@ -123,16 +105,16 @@ def test_fmha_inside_if_branch(plugins):
     shape = [1, 5, 2, 4]
     branches = [helper.make_graph(
         [helper.make_node("fMHAPlugin", ["q", "k", "v"], [name], scale=scale)], name, [],
-        [_vi(name, F16, shape)]) for name, scale in (("then", 0.5), ("else", 2.0))]
+        [value_info(name, F16, shape)]) for name, scale in (("then", 0.5), ("else", 2.0))]
     node = helper.make_node("If", ["cond"], ["output"], then_branch=branches[0],
                             else_branch=branches[1])
-    model = _model([node], [_vi("cond", TensorProto.BOOL, []),
-                            *[_vi(x, F16, shape) for x in "qkv"]], [_vi("output", F16, shape)],
-                   opset=18)
-    rewritten = _rewritten(model, plugins)
+    model = make_model([node], [value_info("cond", TensorProto.BOOL, []),
+                                *[value_info(x, F16, shape) for x in "qkv"]],
+                       [value_info("output", F16, shape)], opset=18)
+    rewritten = testing.rewritten(model, "onnxruntime", plugins, standard_only=True)
     feeds = {x: rng.standard_normal(shape).astype(np.float16) for x in "qkv"}
     for cond, scale in ((True, 0.5), (False, 2.0)):
-        (got,) = _run(rewritten, {**feeds, "cond": np.array(cond)})
+        (got,) = run_onnxruntime(rewritten, {**feeds, "cond": np.array(cond)})
         expected = trt_attention.fmha(*feeds.values(), scale=scale, dropout_p=0.0, causal=0,
                                       return_attn_probs=0)
         np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32),
@@ -170,11 +152,12 @@ def test_corpus_fmha(plugins, tmp_path):
     rewritten = onnx.load(result.model)
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((2, 1536, 8, 40)).astype(np.float16) for _ in range(3))
-    (got,) = _run(rewritten, {"q": q, "k": k, "v": v})
+    (got,) = run_onnxruntime(rewritten, {"q": q, "k": k, "v": v})
     reference = _reference_attention_fixed(
         CORPUS / "testdata" / "trt_fmha_plugin_attention" / "reference_standard_attention.onnx")
     names = [i.name for i in reference.graph.input]
-    (expected,) = _run(reference, dict(zip(names, (x.astype(np.float32) for x in (q, k, v)))))
+    (expected,) = run_onnxruntime(
+        reference, dict(zip(names, (x.astype(np.float32) for x in (q, k, v)))))
     np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32),
                                rtol=1e-2, atol=2e-3)
 
@@ -199,7 +182,7 @@ def test_corpus_disentangled_attention(plugins, tmp_path):
     rng = np.random.default_rng(8)
     feeds = {f"input{i}": rng.standard_normal((12, 256, 256)).astype(np.float32)
              for i in (1, 2, 3)}
-    (got,) = _run(onnx.load(result.model), feeds)
+    (got,) = run_onnxruntime(onnx.load(result.model), feeds)
     expected = trt_attention.disentangled_attention(
         *feeds.values(), span=128, factor=np.float32(0.123), plugin_version="1",
         plugin_namespace="")
