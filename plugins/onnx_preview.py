@@ -60,7 +60,14 @@ from collections.abc import Iterable
 import numpy as np
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, TensorProto, helper
 
-from rewriter.plugin import Arg, DecompositionContext, FunctionBuilder, OpSample, hookimpl
+from rewriter.plugin import (
+    Arg,
+    Declined,
+    DecompositionContext,
+    FunctionBuilder,
+    OpSample,
+    hookimpl,
+)
 
 PREVIEW = "ai.onnx.preview"
 TRAINING = "ai.onnx.preview.training"
@@ -198,15 +205,16 @@ def _domains(graph: GraphProto) -> set[str]:
     return out
 
 
-def _splice_graph(body: _Body, graph: GraphProto, value: str, tag: str) -> str | None:
+def _splice_graph(body: _Body, graph: GraphProto, value: str, tag: str) -> str:
     """Copy a one-input, one-output modifier graph into ``body``, reading ``value``; the name
-    of its output (None: the graph cannot be spliced)."""
+    of its output (Declined: the graph cannot be spliced)."""
     if len(graph.input) != 1 or len(graph.output) != 1:
-        return None
-    if _free_names(graph):
-        return None  # reads outer-scope values, which a function body cannot capture
+        raise Declined(f"{tag} has {len(graph.input)} input(s) and {len(graph.output)} "
+                       "output(s); one of each is spliced")
+    if _free_names(graph):  # a function body cannot capture outer-scope values
+        raise Declined(f"{tag} reads outer-scope values: {', '.join(sorted(_free_names(graph)))}")
     if any(t.data_location == TensorProto.EXTERNAL for t in graph.initializer):
-        return None
+        raise Declined(f"{tag} has initializers in external data")
     copy = GraphProto()
     copy.CopyFrom(graph)
     formal = copy.input[0].name
@@ -228,18 +236,18 @@ def build_flex_attention(ctx: DecompositionContext) -> FunctionProto | None:
     """FlexAttention in standard ONNX, with its modifier graphs spliced in."""
     node = ctx.node
     if len(node.input) != 3 or not all(node.input) or len(node.output) != 1:
-        return None
+        raise Declined("takes Q, K and V and gives one output")
     if not node.output[0] or not _plain_attributes(node, _FLEX_ATTRIBUTES):
-        return None
+        raise Declined("an output left empty, or an unknown or referenced attribute")
     q_type, k_type, v_type = (_elem_type(t) for t in list(ctx.input_types)[:3])
     if q_type not in _FLOATS or k_type != q_type or v_type != q_type:
-        return None
+        raise Declined("Q, K and V must have one known float type")
     precision = ctx.attribute("softmax_precision")
     if precision is None:
         precision = TensorProto.FLOAT if q_type in (
             TensorProto.FLOAT16, TensorProto.BFLOAT16) else q_type
     if precision not in _FLOATS:
-        return None
+        raise Declined(f"softmax_precision {precision} is not a float type")
 
     b = _Body(_body_opset(ctx))
     b.reserve(["Q", "K", "V", "Y"])
@@ -285,14 +293,10 @@ def build_flex_attention(ctx: DecompositionContext) -> FunctionProto | None:
     score_mod = ctx.attribute("score_mod")
     if score_mod is not None:
         scores = _splice_graph(b, score_mod, scores, "score_mod")
-        if scores is None:
-            return None
     probs = b.named("Softmax", [scores], "Probs", axis=-1)
     prob_mod = ctx.attribute("prob_mod")
     if prob_mod is not None:
         probs = _splice_graph(b, prob_mod, probs, "prob_mod")
-        if probs is None:
-            return None
     v_p = b.converted(v_aligned, precision, "VAlignedP", v_type)
     if precision == v_type:
         b.named("MatMul", [probs, v_p], "", out="Y")
@@ -303,7 +307,8 @@ def build_flex_attention(ctx: DecompositionContext) -> FunctionProto | None:
     for graph in (g for g in (score_mod, prob_mod) if g is not None):
         for domain in _domains(graph) - {""}:
             if domain not in ctx.opsets:
-                return None
+                raise Declined(f"a modifier graph uses domain {domain!r}, which the model "
+                               "does not import")
             opsets[domain] = ctx.opsets[domain]
     return b.function(BODY_DOMAIN, "flex_attention", ["Q", "K", "V"], ["Y"],
                       opset_imports=opsets)
@@ -321,34 +326,37 @@ _OPTIMIZERS: dict[str, tuple[int, dict[str, float | str | None]]] = {
 
 
 def _optimizer_setup(ctx: DecompositionContext, op_type: str):
-    """(attribute values, number of tensors, element type) or None to decline."""
+    """(attribute values, number of tensors, element type); Declined where the node is not
+    of a form decomposed."""
     node = ctx.node
     per_tensor, defaults = _OPTIMIZERS[op_type]
     if not _plain_attributes(node, defaults) or not all(node.input):
-        return None
+        raise Declined("an unknown or referenced attribute, or an input left empty")
     values = {k: ctx.attribute(k, v) for k, v in defaults.items()}
     # the attributes are float32: a default is too (0.9 is 0.89999998 as the spec has it)
     values = {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in values.items()}
-    if any(v is None for v in values.values()):
-        return None  # a required attribute is missing
+    missing = sorted(k for k, v in values.items() if v is None)
+    if missing:
+        raise Declined(f"required attribute(s) missing: {', '.join(missing)}")
     if isinstance(values.get("mode"), bytes):
         values["mode"] = values["mode"].decode()
     if op_type == "Momentum" and values["mode"] not in ("standard", "nesterov"):
-        return None
+        raise Declined(f"mode {values['mode']!r} (standard or nesterov only)")
     count, rest = divmod(len(node.input) - 2, per_tensor)
     if count < 1 or rest or len(node.output) != count * (per_tensor - 1):
-        return None
+        raise Declined(f"{len(node.input)} inputs and {len(node.output)} outputs are not "
+                       f"R, T and {per_tensor} per tensor")
     types = list(ctx.input_types)
     tensor_types = {_elem_type(t) for t in types[2:] if t}
-    if len(tensor_types) != 1:
-        return None  # unknown, or not one type (the spec has one type T3)
+    if len(tensor_types) != 1:  # the spec has one type T3
+        raise Declined("the tensors' element type is unknown or not one type")
     (elem,) = tensor_types
     if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE):
-        return None
+        raise Declined("the tensors must be float or double")
     if _elem_type(types[0]) not in (None, TensorProto.FLOAT, TensorProto.DOUBLE):
-        return None
+        raise Declined("R must be float or double")
     if _elem_type(types[1]) not in (None, TensorProto.INT64):
-        return None
+        raise Declined("T must be int64")
     return values, count, elem
 
 
@@ -375,8 +383,6 @@ def _regularized(b: _Body, x: str, g: str, norm: str) -> str:
 def build_adagrad(ctx: DecompositionContext) -> FunctionProto | None:
     """Adagrad over any number of tensors."""
     setup = _optimizer_setup(ctx, "Adagrad")
-    if setup is None:
-        return None
     values, count, elem = setup
     f64 = TensorProto.DOUBLE
     b = _new_body(ctx, count, "XGH", "XH")
@@ -403,8 +409,6 @@ def build_adagrad(ctx: DecompositionContext) -> FunctionProto | None:
 def build_adam(ctx: DecompositionContext) -> FunctionProto | None:
     """Adam over any number of tensors."""
     setup = _optimizer_setup(ctx, "Adam")
-    if setup is None:
-        return None
     values, count, elem = setup
     f64 = TensorProto.DOUBLE
     b = _new_body(ctx, count, "XGVH", "XVH")
@@ -455,8 +459,6 @@ def build_adam(ctx: DecompositionContext) -> FunctionProto | None:
 def build_momentum(ctx: DecompositionContext) -> FunctionProto | None:
     """Momentum (standard or Nesterov) over any number of tensors."""
     setup = _optimizer_setup(ctx, "Momentum")
-    if setup is None:
-        return None
     values, count, elem = setup
     b = _new_body(ctx, count, "XGV", "XV")
     rate = b.converted("R", elem, "Rate", _elem_type(ctx.input_types[0]))
@@ -663,7 +665,10 @@ def _no_ai_onnx_import(builder):
     opset 1); a model that really imports ai.onnx 1 is declined."""
 
     def build(ctx: DecompositionContext) -> FunctionProto | None:
-        return None if "" in ctx.opsets else builder(ctx)
+        if "" in ctx.opsets:
+            raise Declined("the model imports ai.onnx opset 1 (the decomposition is for "
+                           "models importing no ai.onnx opset)")
+        return builder(ctx)
 
     build.__name__ = f"{builder.__name__}_no_ai_onnx_import"
     return build
