@@ -173,6 +173,7 @@ def rewrite(
     compare_options: Mapping[str, Any] | None = None,
     allow_unverified: bool = False,
     keep_failed: bool = False,
+    strip_provenance: bool = False,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -200,6 +201,8 @@ def rewrite(
             inputs and expected outputs are checked against the model before any work.
         allow_unverified: write (and return) an ``unverified`` result too.
         keep_failed: write (and return) a result whose verdict is ``mismatch`` too.
+        strip_provenance: leave out which plugin and rule made each node (the model's
+            provenance table and the nodes' keys, :mod:`rewriter.apply.provenance`).
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path, None when
@@ -278,6 +281,10 @@ def rewrite(
     failed = report.verdict == MISMATCH or (report.remaining and not partial)
     keep = not ((failed and not keep_failed)
                 or (report.verdict == UNVERIFIED and verify and not allow_unverified))
+    if strip_provenance and keep:  # after the comparison: it names rules by provenance
+        from rewriter.apply.provenance import strip_provenance as strip
+
+        strip(rewritten)
     if destination is not None and keep:
         written = save_model(rewritten, destination, source=loaded if is_path else None,
                              in_place=in_place)

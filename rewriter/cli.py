@@ -537,6 +537,9 @@ Examples:
               "same).")
 @click.option("--keep-failed", is_flag=True,
               help="Write the result even when it does not match the original (exit 1).")
+@click.option("--strip-provenance", is_flag=True,
+              help="Leave out which plugin and rule made each new node (a table in the "
+              "model's metadata and a short key per node).")
 @_comparison_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @REPORT
@@ -545,7 +548,7 @@ Examples:
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
             libraries, prefer, verify, allow_unverified, keep_failed, inputs, expected, runs,
             seed, dims, atol, rtol, original_target, timeout, memory_limit, save_inputs,
-            as_json, report_path, plugin_specs, debug):
+            as_json, report_path, plugin_specs, debug, strip_provenance=False):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     The result is compared with the original (run on the first installed runtime that runs
@@ -571,6 +574,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
         explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
         prefer=prefer, verify=verify, compare_options=compare_options,
         allow_unverified=allow_unverified, keep_failed=keep_failed,
+        strip_provenance=strip_provenance,
     )
     report = result.report
     doc = document("rewrite", report.as_dict())

@@ -125,3 +125,63 @@ def test_rewrite_at_scale_verifies_regions_and_matches_a_whole_walk(generated, t
     applied = sum(report.applied.values())
     assert applied == (gen.custom_total if target == "reference"
                        else gen.custom_counts["FusedSwish"])
+
+
+def test_provenance_is_compact_and_names_readable(tmp_path):
+    """At 28% custom ops, the provenance (one table in the model's metadata, per-node keys
+    where a node's rule is not its region's) is at most 2% of the rewritten model; every
+    created node is named ``<replaced node>/<op>_<k>`` within 80 characters (a 200-character
+    original name is cut) and leads to its plugin and rule; --strip-provenance removes it
+    all and keeps the graph."""
+    import onnx
+
+    from rewriter.api import rewrite
+    from rewriter.apply.provenance import TABLE_KEY, read_table, stamp_of
+    from rewriter.manager import load_plugins
+
+    gen = generate.generate_model(3000, custom_fraction=0.28, seed=3)
+    custom = [n for n in gen.model.graph.node if n.domain in ("com.acme", "com.microsoft")]
+    long_name = "layer." * 33 + "act"  # 201 characters
+    custom[0].name = long_name
+    custom[1].name = "ffn.gelu"
+    replaced = {n.name or n.output[0]: n.op_type for n in gen.model.graph.node
+                if n.domain in ("com.acme", "com.microsoft")}
+    path = tmp_path / "model.onnx"
+    generate.save_generated(gen, path, external=True)
+    bench = load_plugins([str(_BENCH_PLUGIN)], autoload=False)
+    original_names = {n.name for n in gen.model.graph.node}
+
+    def rewritten(strip: bool) -> tuple[onnx.ModelProto, int]:
+        out = tmp_path / f"out_{strip}.onnx"
+        report = rewrite(path, ["reference"], output=out, plugins=bench, confirm=False,
+                         verify=False, strip_provenance=strip).report
+        assert report.written, report.verdict_reason
+        return onnx.load(out, load_external_data=False), out.stat().st_size
+
+    model, size = rewritten(False)
+    table = read_table(model)
+    provenance = sum(p.ByteSize() + 2 for p in model.metadata_props if p.key == TABLE_KEY)
+    provenance += sum(p.ByteSize() + 2 for n in model.graph.node for p in n.metadata_props)
+    assert provenance / size <= 0.02, (provenance, size)
+    created = [n for n in model.graph.node if n.name not in original_names]
+    assert len(created) > len(replaced)
+    assert max(len(n.name) for n in model.graph.node) <= 80
+    rules = {"FastGelu": "bench:FastGelu (tanh approximation)",
+             "FusedSwish": "bench:FusedSwish",
+             "SkipLayerNormalization": "bench:SkipLayerNormalization"}
+    for node in created:
+        base = node.name.rpartition("/")[0]
+        op = replaced["ffn.gelu" if base == "ffn.gelu" else
+                      long_name if base.endswith("~") else base]
+        plugin, rule, replaced_op = stamp_of(node, table)
+        assert (plugin, rule) == ("bench_plugin", rules[op])
+        assert replaced_op.endswith(f"::{op}")
+    assert any(n.name.startswith("ffn.gelu/") for n in created)
+    assert any(n.name.startswith("layer.layer.") and "~/" in n.name for n in created)
+
+    stripped, stripped_size = rewritten(True)
+    assert not any(p.key == TABLE_KEY for p in stripped.metadata_props)
+    assert not any(n.metadata_props for n in stripped.graph.node)
+    assert all(stamp_of(n, read_table(stripped)) is None for n in stripped.graph.node)
+    assert [n.name for n in stripped.graph.node] == [n.name for n in model.graph.node]
+    assert stripped_size < size

@@ -8,7 +8,7 @@ the graph's node list is parsed back from bytes once. Other bodies, and calls in
 model-local functions, are left to the inliner (:func:`rewriter.plan.functions.splice`).
 
 Created nodes are named ``<call's node name>/<op>_<k>`` (at most :data:`MAX_NAME` chars;
-the call's first output stands in for a missing name) and carry a short provenance key
+the call's first output stands in for a missing name), which leads to their provenance
 (:mod:`rewriter.apply.provenance`); their internal values are ``<call's first output>/<body
 value name>``, made unique against the names the graph already defines.
 """
@@ -34,6 +34,7 @@ class Template:
     bodies: list[tuple[tuple[str, ...], tuple[str, ...], bytes]]  # inputs, outputs, rest
     labels: list[str]  # "<op>_<k>": the suffix of each created node's name
     refs: list[tuple[int, str, str]]  # (node, attribute, function attribute it refers to)
+    key: str | None  # its row of the provenance table (the function's own stamp)
     outputs: frozenset[str]  # the values the body's nodes define
 
 
@@ -67,10 +68,12 @@ def template(fn: FunctionProto, table: ProvenanceTable) -> Template:
     referring to the function's left out)."""
     bodies, labels, refs = [], [], []
     counts: dict[str, int] = {}
+    keys = [table.long_stamp_key(node) for node in fn.node]
+    key = max(set(keys) - {None}, key=keys.count, default=None)  # the body's own rule
     for i, body_node in enumerate(fn.node):
         node = NodeProto()
         node.CopyFrom(body_node)
-        table.restamp(node)
+        table.restamp(node, key)
         k = counts.get(node.op_type, 0)
         counts[node.op_type] = k + 1
         labels.append(f"{node.op_type}_{k}")
@@ -84,24 +87,24 @@ def template(fn: FunctionProto, table: ProvenanceTable) -> Template:
             del node.attribute[:]
             node.attribute.extend(kept)
         ins, outs = tuple(node.input), tuple(node.output)
-        del node.input[:]
-        del node.output[:]
-        node.name = ""
+        for name in ("input", "output", "name"):
+            node.ClearField(name)
         bodies.append((ins, outs, node.SerializeToString()))
     outputs = frozenset(o for node in fn.node for o in node.output if o)
-    return Template(fn, bodies, labels, refs, outputs)
+    return Template(fn, bodies, labels, refs, key, outputs)
 
 
-def node_name(base: str, label: str) -> str:
-    """``base/label`` cut to :data:`MAX_NAME` characters (the base is shortened)."""
-    room = MAX_NAME - len(label) - 1
-    if len(base) > room:
-        base = base[:max(room - 1, 0)] + "~"
-    return f"{base}/{label}"
+def region_base(name: str, labels: Iterable[str]) -> str:
+    """``name`` cut so that ``name/label`` stays within :data:`MAX_NAME` characters for
+    every label (a cut name ends with ``~``)."""
+    room = MAX_NAME - max(len(label) for label in labels) - 1
+    if len(name) > room:
+        name = name[:max(room - 1, 0)] + "~"
+    return name
 
 
 def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
-                 taken: set[str]) -> int:
+                 taken: set[str], table: ProvenanceTable) -> int:
     """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
     template's nodes, in place; ``taken``: the value names defined anywhere in the model
     (grown with the new ones). Returns the number of calls replaced.
@@ -124,7 +127,7 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
             put(_NODE_TAG + _varint(len(data)) + data)
             continue
         count += 1
-        for data in _created(node, t, taken, encoded):
+        for data in _created(node, t, taken, encoded, table):
             put(_NODE_TAG + _varint(len(data)) + data)
     del nodes[:]
     graph.MergeFromString(b"".join(pieces))
@@ -156,8 +159,8 @@ def _string(s: str, encoded: dict[str, bytes]) -> bytes:
     return b
 
 
-def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, bytes]
-             ) -> list[bytes]:
+def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, bytes],
+             table: ProvenanceTable) -> list[bytes]:
     """The serialized nodes replacing ``call``."""
     fn = t.function
     call_inputs, call_outputs = list(call.input), list(call.output)
@@ -172,14 +175,16 @@ def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, b
         if name not in rename:
             rename[name] = _fresh(f"{base_value}/{name}", taken)
     bound = _bound_attributes(call, t) if t.refs else None
-    base_name = call.name or base_value
+    base_name = region_base(call.name or base_value, t.labels)
+    if t.key is not None:
+        table.add_region(t.key, base_name)
     out = []
     for j, body in enumerate(t.bodies):
         ins, outs, rest = body
         parts = [_INPUT + _string(rename.get(n, n) if n else "", encoded) for n in ins]
         parts += [_OUTPUT + _string(rename[n] if n else "", encoded) for n in outs]
-        parts.append(_NAME + _string(node_name(base_name, t.labels[j]), {}))
         parts.append(rest)
+        parts.append(_NAME + _string(f"{base_name}/{t.labels[j]}", {}))
         if bound is not None:
             parts.extend(bound.get(j, ()))
         out.append(b"".join(parts))

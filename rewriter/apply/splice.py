@@ -128,10 +128,11 @@ def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
                   findings: list[Finding], taken: set[str] | None = None,
                   ) -> list[FunctionProto]:
     """Splice the simple bodies (:mod:`rewriter.apply.inline`) into the main graph and its
-    subgraphs at the protobuf level, stamping the created nodes with short provenance keys
-    (:mod:`rewriter.apply.provenance`). Returns the functions left for onnx's inliner
-    (bodies that are not simple, and those still called from model-local functions)."""
-    table = ProvenanceTable.of(model, {f.op_label: f.version for f in findings})
+    subgraphs at the protobuf level, the created nodes named after the replaced ones, as the
+    provenance table lists them (:mod:`rewriter.apply.provenance`). Returns the functions
+    left for onnx's inliner (bodies that are not simple, and those still called from
+    model-local functions)."""
+    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in findings})
     templates = {name: template(fn, table) for name, fn in functions.items()
                  if simple_body(fn, REMEDY_DOMAIN)}
     if not templates:
@@ -140,13 +141,13 @@ def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
                     and f.node.domain == REMEDY_DOMAIN and f.node.op_type in templates})
     if taken is None:
         taken = defined_names([model.graph])
-    done = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken)
+    done = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table)
     if done < expected:  # some calls sit in subgraphs
         subs = [s.graph for s in iter_scopes(model) if s.graph is not None
                 and s.graph is not model.graph]
         taken.update(defined_names(subs))
         for g in subs:
-            done += splice_graph(g, templates, REMEDY_DOMAIN, taken)
+            done += splice_graph(g, templates, REMEDY_DOMAIN, taken, table)
     table.write(model)
     left = [fn for name, fn in functions.items() if name not in templates]
     if done < expected or left:  # calls inside model-local functions: the inliner's

@@ -21,7 +21,7 @@ from typing import Any
 
 from onnx import FunctionProto, ModelProto, NodeProto, TypeProto, helper
 
-from rewriter.apply.provenance import read_table, stamp_of
+from rewriter.apply.provenance import ProvenanceTable, read_table, stamp_of
 from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain, subgraphs
 
@@ -77,15 +77,15 @@ def _op_label(node: NodeProto) -> str:
     return str(OpId(node.domain, node.op_type))
 
 
-def _stamp_of(node: NodeProto, table: Mapping | None = None) -> Stamp | None:
-    """The node's provenance: its short key in the model's ``table``, or its long stamp
-    (:mod:`rewriter.apply.provenance`)."""
-    found = stamp_of(node, table or {})
+def _stamp_of(node: NodeProto, table: ProvenanceTable | None = None) -> Stamp | None:
+    """The node's provenance: from the model's ``table`` (its name or short key), or its
+    long stamp (:mod:`rewriter.apply.provenance`)."""
+    found = stamp_of(node, table)
     return Stamp(*found) if found else None
 
 
 def _stamps_inside(node: NodeProto, functions: Mapping, seen: set,
-                   table: Mapping | None = None) -> list[Stamp]:
+                   table: ProvenanceTable | None = None) -> list[Stamp]:
     """Stamps of the nodes in ``node``'s subgraphs and, for a call of a model-local
     function, in that function (recursively)."""
     out = []
