@@ -86,6 +86,13 @@ def _venv_with(tmp: Path, requirement: str) -> Path:
     python = env_dir / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path("
                            "'purelib'))"], capture_output=True, text=True, check=True)
+    # this interpreter's packages (the project among them) after the venv's own, also when
+    # this interpreter is itself a venv (system_site_packages reaches only the base's)
+    import site as this_site
+
+    outer = [p for p in this_site.getsitepackages() if Path(p).is_dir()]
+    (Path(site.stdout.strip()) / "outer_site.pth").write_text(
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in outer))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
          site.stdout.strip(), requirement],
