@@ -1176,3 +1176,97 @@ def test_generated_hostile_case_is_handled_by_rewrite(case, h, capsys, monkeypat
     before = snapshot(h.root)
     expect_one_error_line(capsys, argv, path, *words)
     assert snapshot(h.root) == before  # nothing written, the input untouched
+
+
+# ----------------------------------------------------------------------------- every writer
+# Every command that writes goes through rewriter.io.output: none of them writes through a
+# link to the input model or its data (issue 15: `run -o` did, with np.savez).
+
+WRITERS = {
+    "rewrite -o, hard link to the model": (
+        "hardlink", "model", ["rewrite", "{model}", "-o", "{out}", "--no-confirm"]),
+    "run -o, symlink to the model": ("symlink", "model", ["run", "{model}", "-o", "{out}"]),
+    "run -o, hard link to the model": ("hardlink", "model", ["run", "{model}", "-o", "{out}"]),
+    "run -o, symlink to the data": ("symlink", "data", ["run", "{model}", "-o", "{out}"]),
+    "compare --save-inputs, hard link to the model": (
+        "hardlink", "model", ["compare", "{model}", "{model}", "--save-inputs", "{out}"]),
+    "compare --save-inputs, symlink to the data": (
+        "symlink", "data", ["compare", "{model}", "{model}", "--save-inputs", "{out}"]),
+    "check --report, symlink to the model": (
+        "symlink", "model", ["check", "{model}", "--no-confirm", "--report", "{out}"]),
+    "compare --report, hard link to the model": (
+        "hardlink", "model", ["compare", "{model}", "{model}", "--report", "{out}"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRITERS))
+def test_no_command_writes_through_a_link_to_its_input(case, h, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    link, to, argv = WRITERS[case]
+    model = matmul_model()
+    w = model.graph.initializer[0]
+    _safe(h, w, w.raw_data)
+    save_proto(model, h.model)
+    target = h.model if to == "model" else h.dir / "w.bin"
+    suffix = {"-o": ".npz" if argv[0] == "run" else ".onnx", "--save-inputs": ".npz",
+              "--report": ".md" if argv[0] == "check" else ".html"}
+    option = next(a for a in argv if a in suffix)
+    out = h.outside / f"out{suffix[option]}"
+    if argv[0] == "rewrite":
+        out = h.dir / "out.onnx"
+    (out.symlink_to if link == "symlink" else out.hardlink_to)(target)
+    before = snapshot(h.root)
+    rc = main([a.format(model=h.model, out=out) for a in argv])
+    stdout, err = capsys.readouterr()
+    assert rc == 2, (rc, stdout, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "internal error" not in err and "Traceback" not in err
+    assert str(out) in lines[0], lines[0]
+    assert snapshot(h.root) == before
+
+
+# ----------------------------------------------------------------------------- ModelProto
+
+
+def _in_memory_external(location: str = "w.bin") -> onnx.ModelProto:
+    model = matmul_model()
+    w = model.graph.initializer[0]
+    set_external(w, location)
+    return model
+
+
+LIBRARY_CALLS = {
+    "check": lambda m: __import__("rewriter").check(m, ["onnxruntime"], confirm=False),
+    "rewrite": lambda m: __import__("rewriter").rewrite(m, ["onnxruntime"], confirm=False),
+    "compare": lambda m: __import__("rewriter").compare(m, m, ["onnxruntime"]),
+    "session": lambda m: __import__("rewriter").session(m),
+    "run": lambda m: __import__("rewriter.comparison.runtime", fromlist=["run"]).run(m),
+}
+
+
+@pytest.mark.parametrize("call", sorted(LIBRARY_CALLS))
+def test_a_model_proto_goes_through_the_same_external_data_validation(call, h,
+                                                                      monkeypatch):
+    """A ModelProto given to the library: its data is resolved against the current
+    directory, and a hard link there to a file outside is refused as for a file (issue
+    15: `compare` and `session` read it)."""
+    write_at(h.outside / "secret.bin", 0, K_VALUES.tobytes() * 2)
+    os.link(h.outside / "secret.bin", h.dir / "w.bin")
+    monkeypatch.chdir(h.dir)
+    before = snapshot(h.root)
+    with pytest.raises(ExternalDataError) as info:
+        LIBRARY_CALLS[call](_in_memory_external())
+    assert "hard link" in str(info.value) and "'W'" in str(info.value)
+    assert snapshot(h.root) == before
+
+
+def test_session_of_a_model_proto_reads_its_data_from_the_current_directory(h, monkeypatch):
+    import rewriter
+
+    w = numpy_helper.to_array(matmul_model().graph.initializer[0])
+    write_at(h.dir / "w.bin", 0, w.tobytes())
+    monkeypatch.chdir(h.dir)
+    x = np.array([[1.0, 2.0]], np.float32)
+    (y,) = rewriter.session(_in_memory_external()).run(None, {"X": x})
+    np.testing.assert_allclose(y, x @ w + np.array([0.5, -1.0, 2.0], np.float32), rtol=1e-6)

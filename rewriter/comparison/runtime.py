@@ -69,11 +69,14 @@ def prepare_kernels(model: ModelProto, registry) -> list[str]:
 
 
 def _load(model) -> tuple[ModelProto, Path | None]:
-    if isinstance(model, ModelProto):
-        return model, None
-    from rewriter.io.model import load_model
+    """The model and the folder its external data is read from (None: it has none). A
+    ``ModelProto`` is validated as a file is (:func:`rewriter.io.model.as_loaded`: its data
+    resolved against the current directory, never through a link out of it)."""
+    from rewriter.io.model import as_loaded
 
-    loaded = load_model(model)
+    loaded = as_loaded(model)
+    if isinstance(model, ModelProto) and not loaded.external_files:
+        return loaded.model, None
     return loaded.model, loaded.base_dir
 
 
@@ -123,7 +126,7 @@ def session(
     except RewriterError:
         raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's own exception classes vary
-        name = model if not isinstance(model, ModelProto) else "the model"
+        name = _display_name(model)
         raise RuntimeFailure(
             f"onnxruntime cannot load {name}: {_first_line(e)} (`onnx-rewriter check` says "
             "why; `onnx-rewriter rewrite` fixes what it can)"
@@ -189,7 +192,7 @@ def run(
              for k, v in inputs.items()}
     provider = (list(providers or []) or ["CPUExecutionProvider"])[0]
     target = "onnxruntime" if provider == "CPUExecutionProvider" else f"onnxruntime:{provider}"
-    name = "the model" if isinstance(model, ModelProto) else str(model)
+    name = _display_name(model)
     job = Job.make(target, proto, loaded.base_dir, [feeds], plugins=plugins,
                    custom_op_libraries=custom_op_libraries)
     runner = shared_runner(plugins, memory_limit=memory_limit)
@@ -200,6 +203,15 @@ def run(
 
 
 _LOAD = "could not load the model: "
+
+
+def _display_name(model) -> str:
+    """How errors name ``model``: its file, or "the model" for one given in memory."""
+    from rewriter.io.model import IN_MEMORY, LoadedModel
+
+    if isinstance(model, LoadedModel):
+        return "the model" if str(model.path) == IN_MEMORY else str(model.path)
+    return "the model" if isinstance(model, ModelProto) else str(model)
 
 
 def _failure_text(result, name: str) -> str:
