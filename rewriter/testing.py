@@ -692,23 +692,24 @@ def value_info(name: str, elem: int | str, shape: Sequence[int | str | None] | N
 
 
 def make_model(nodes: Sequence[NodeProto], inputs: Sequence[ValueInfoProto],
-               outputs: Sequence[ValueInfoProto], *, opset: int = 18,
+               outputs: Sequence[ValueInfoProto], *, opset: int | None = 18,
                domains: Mapping[str, int] | Sequence[str] = (),
                initializers: Sequence[TensorProto] = (),
                ir_version: int | None = None) -> ModelProto:
-    """A model of ``nodes`` importing ai.onnx ``opset``, ``domains`` (at version 1 when
-    given as names) and every other domain its nodes use (at 1); ``ir_version`` default:
-    the lowest that opset allows, at least 8."""
+    """A model of ``nodes`` importing ai.onnx ``opset`` (None: no ai.onnx import),
+    ``domains`` (at version 1 when given as names) and every other domain its nodes use (at
+    1); ``ir_version`` default: the lowest that opset allows, at least 8."""
     versions = dict(domains) if isinstance(domains, Mapping) else dict.fromkeys(domains, 1)
     for node in nodes:
         if normalize_domain(node.domain):
             versions.setdefault(node.domain, 1)
     graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs),
                               initializer=list(initializers))
-    imports = [helper.make_opsetid("", opset)]
+    imports = [helper.make_opsetid("", opset)] if opset is not None else []
     imports += [helper.make_opsetid(d, v) for d, v in versions.items()]
     model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = ir_version if ir_version is not None else max(8, _ir_version(opset))
+    model.ir_version = (ir_version if ir_version is not None
+                        else max(8, _ir_version(opset or MIN_OPSET)))
     return model
 
 

@@ -16,8 +16,10 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from rewriter_plugins.onnx_preview import bias_mod, causal_mod, modifier
 
+from rewriter import testing
 from rewriter.api import rewrite
 from rewriter.errors import UnfixableError
+from rewriter.testing import make_model, run_onnxruntime, value_info
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")
@@ -29,32 +31,19 @@ TOL = {F32: dict(rtol=1e-5, atol=1e-6), F64: dict(rtol=1e-12, atol=1e-12),
        F16: dict(rtol=1e-2, atol=2e-3)}
 
 
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
+def _preview_model(nodes, inputs, outputs, opsets, ir_version=10):
+    """ai.onnx at ``opsets[""]`` (absent: not imported), the other domains at theirs."""
+    return make_model(nodes, inputs, outputs, opset=opsets.get(""), ir_version=ir_version,
+                      domains={d: v for d, v in opsets.items() if d})
 
 
-def _model(nodes, inputs, outputs, opsets, ir_version=10):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
-    model.ir_version = ir_version
-    return model
-
-
-def _rewritten(model, plugins):
-    """Rewrite for onnxruntime (no numeric verification: the tests compare themselves) and
-    check that no preview op is left, in subgraphs either."""
-    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
-    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
-    text = onnx.printer.to_text(result.model)
-    assert "ai.onnx.preview" not in text
-    onnx.checker.check_model(result.model, full_check=True)
-    return result.model
-
-
-def _run(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+def _without_preview_ops(model, plugins):
+    """Rewritten for onnxruntime (the tests compare numbers themselves): only standard ops
+    left, in subgraphs too, no preview domain imported, and a valid model."""
+    rewritten = testing.rewritten(model, "onnxruntime", plugins, standard_only=True)
+    assert not [o.domain for o in rewritten.opset_import if o.domain.startswith(PREVIEW)]
+    onnx.checker.check_model(rewritten, full_check=True)
+    return rewritten
 
 
 # -- training optimizers --------------------------------------------------------------------
@@ -68,10 +57,10 @@ def _optimizer_model(op_type, count, elem, opsets, r_elem=None, **attrs):
     out_names = [f"{k}{i}_new" for k in outputs for i in range(count)]
     shapes = [[3, 4], [5], [2, 1, 3]]
     node = helper.make_node(op_type, ["R", "T", *names], out_names, domain=TRAINING, **attrs)
-    in_vis = [_vi("R", r_elem or elem, []), _vi("T", TensorProto.INT64, [])]
-    in_vis += [_vi(n, elem, shapes[int(n[1:]) % 3]) for n in names]
-    out_vis = [_vi(n, elem, shapes[int(n[1:-4]) % 3]) for n in out_names]
-    return _model([node], in_vis, out_vis, opsets)
+    in_vis = [value_info("R", r_elem or elem, []), value_info("T", TensorProto.INT64, [])]
+    in_vis += [value_info(n, elem, shapes[int(n[1:]) % 3]) for n in names]
+    out_vis = [value_info(n, elem, shapes[int(n[1:-4]) % 3]) for n in out_names]
+    return _preview_model([node], in_vis, out_vis, opsets)
 
 
 def _optimizer_feeds(model, rng, t):
@@ -103,7 +92,7 @@ def test_optimizer_without_ai_onnx_import_imports_ai_onnx_13():
     model = _optimizer_model("Momentum", 2, F32, {TRAINING: 1}, r_elem=F64, alpha=0.9,
                              beta=0.5, mode="standard", norm_coefficient=0.01)
     model.ir_version = 7
-    rewritten = _rewritten(model, None)
+    rewritten = _without_preview_ops(model, None)
     assert {o.domain: o.version for o in rewritten.opset_import} == {"": 13}
 
 
@@ -142,7 +131,7 @@ def _corpus_end_to_end(name, plugins):
     assert not result.report.remaining
     inputs, expected = _test_data(name)
     names = [i.name for i in result.model.graph.input]
-    got = _run(result.model, dict(zip(names, inputs)))
+    got = run_onnxruntime(result.model, dict(zip(names, inputs)))
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.dtype == e.dtype
@@ -174,8 +163,8 @@ def test_corpus_end_to_end(plugins):
     expanded = onnx.load(str(CORPUS / "testdata" / flex / "reference_expanded_ver26.onnx"))
     inputs, _ = _test_data(flex)
     feeds = dict(zip(["Q", "K", "V"], inputs))
-    np.testing.assert_allclose(_run(result.model, feeds)[0], _run(expanded, feeds)[0],
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(run_onnxruntime(result.model, feeds)[0],
+                               run_onnxruntime(expanded, feeds)[0], rtol=1e-6, atol=1e-7)
 
     result = _corpus_end_to_end("onnx_preview_training_nesterov_momentum", plugins)
     assert result.report.verification["compare"] == "ok"
@@ -188,9 +177,9 @@ def test_corpus_end_to_end(plugins):
 
 def _flex_model(elem=F32, q_heads=2, kv_heads=2, e=4, ev=4, opset=26, **attrs):
     node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain=PREVIEW, **attrs)
-    inputs = [_vi("Q", elem, [2, q_heads, 3, e]), _vi("K", elem, [2, kv_heads, 5, e]),
-              _vi("V", elem, [2, kv_heads, 5, ev])]
-    return _model([node], inputs, [_vi("Y", elem, [2, q_heads, 3, ev])],
+    inputs = [value_info("Q", elem, [2, q_heads, 3, e]), value_info("K", elem, [2, kv_heads, 5, e]),
+              value_info("V", elem, [2, kv_heads, 5, ev])]
+    return _preview_model([node], inputs, [value_info("Y", elem, [2, q_heads, 3, ev])],
                   {"": opset, PREVIEW: 1}, ir_version=10 if opset < 26 else 13)
 
 
@@ -198,7 +187,7 @@ def test_flex_attention_float16_softmax_in_float32(plugins):
     """float16 inputs: the softmax runs in float32 by default (its values: the float16
     sample of tests/test_oracles.py)."""
     model = _flex_model(F16, q_heads=4, kv_heads=2, score_mod=bias_mod(0.5))
-    text = onnx.printer.to_text(_rewritten(model, plugins))
+    text = onnx.printer.to_text(_without_preview_ops(model, plugins))
     assert "Softmax" in text and "Cast <to: int = 1>" in text
 
 
@@ -225,21 +214,22 @@ def test_ops_inside_if_branch(plugins):
                                 ["Y", "Vnew"], domain=TRAINING, alpha=0.9, beta=0.8,
                                 mode="nesterov", norm_coefficient=0.01)
     shape = [1, 2, 3, 4]
-    then = helper.make_graph([flex], "then", [], [_vi("Y", F32, shape)])
-    other = helper.make_graph([momentum], "else", [], [_vi("Y", F32, shape)])
+    then = helper.make_graph([flex], "then", [], [value_info("Y", F32, shape)])
+    other = helper.make_graph([momentum], "else", [], [value_info("Y", F32, shape)])
     node = helper.make_node("If", ["cond"], ["Out"], then_branch=then, else_branch=other)
-    inputs = [_vi("cond", TensorProto.BOOL, []), _vi("R", F32, []),
-              _vi("T", TensorProto.INT64, [])]
-    inputs += [_vi(n, F32, shape) for n in "QKV"]
-    model = _model([node], inputs, [_vi("Out", F32, shape)], {"": 17, PREVIEW: 1, TRAINING: 1})
-    rewritten = _rewritten(model, plugins)
+    inputs = [value_info("cond", TensorProto.BOOL, []), value_info("R", F32, []),
+              value_info("T", TensorProto.INT64, [])]
+    inputs += [value_info(n, F32, shape) for n in "QKV"]
+    model = _preview_model([node], inputs, [value_info("Out", F32, shape)],
+                           {"": 17, PREVIEW: 1, TRAINING: 1})
+    rewritten = _without_preview_ops(model, plugins)
     rng = np.random.default_rng(5)
     for cond in (True, False):
         feeds = {"cond": np.array(cond), "R": np.array(0.1, np.float32),
                  "T": np.array(2, np.int64)}
         feeds.update({n: rng.standard_normal(shape).astype(np.float32) for n in "QKV"})
         expected = ReferenceEvaluator(model).run(None, feeds)[0]
-        np.testing.assert_allclose(_run(rewritten, feeds)[0], expected, **TOL[F32])
+        np.testing.assert_allclose(run_onnxruntime(rewritten, feeds)[0], expected, **TOL[F32])
 
 
 def test_optimizer_unused_outputs(plugins):
@@ -248,7 +238,7 @@ def test_optimizer_unused_outputs(plugins):
     del model.graph.output[1:]
     model.graph.node[0].output[1] = model.graph.node[0].output[2] = ""
     feeds = _optimizer_feeds(model, np.random.default_rng(11), 2)
-    got = _run(_rewritten(model, plugins), feeds)
+    got = run_onnxruntime(_without_preview_ops(model, plugins), feeds)
     assert len(got) == 1
     expected = ReferenceEvaluator(model).run(None, feeds)[0]
     np.testing.assert_allclose(got[0], expected, **TOL[F32])
