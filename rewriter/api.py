@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from onnx import ModelProto
 
+from rewriter import progress
 from rewriter.detect.targets import TargetOptions, resolve_targets
 from rewriter.detect.walker import CheckReport, TargetResult, confirm_model, find_unsupported
 from rewriter.errors import OutputError
@@ -102,16 +103,19 @@ def check(
     NAME [PLUGIN]", ...), or why none applies ("none: WHY").
     """
     plugins = as_plugins(plugins)
-    loaded = as_loaded(model)
+    with progress.stage("load", progress.loaded_name(model)):
+        loaded = as_loaded(model)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     results = []
     for target in resolve_targets(plugins, as_targets(targets), options):
-        findings = find_unsupported(loaded.model, target)
+        with progress.stage("detect", f"on {target.name}"):
+            findings = find_unsupported(loaded.model, target)
         result = TargetResult(target.name, target.description, findings)
         wants = confirm if confirm is not None else target.wants_confirm(loaded)
         if not findings and wants:
             log.info("check %s: confirming on %s", loaded.path, target.name)
-            confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir)
+            with progress.stage("confirm", f"on {target.name}"):
+                confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir)
             result.confirmed = not refused
             result.confirmation = confirmation.describe()
             result.findings = refused
@@ -153,7 +157,43 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
     for f in findings:  # found only by a real load (runtime-refused): not in the plan
         plan.setdefault(finding_key(f), "none: found by loading the model; rewrite plans "
                         "from the static findings")
+    named = [v for v in plan.values() if not v.startswith("none: ")]
+    # a decomposition or kernel is planned with its body built and checked; a pass (opset
+    # conversion) is only asked whether it applies, and a finding downstream of an op no
+    # schema types is decided once upstream remedies are spliced: the rewrite settles those
+    if named and (len(named) < len(plan) or any(v.startswith("pass ") for v in named)):
+        plan = _settled(loaded, target, plugins, plan)
     return plan
+
+
+def _settled(loaded: LoadedModel, target: Any, plugins: Plugins,
+             plan: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    """A plan where some findings have a remedy and some not, settled by the rewrite itself
+    (``--partial``, in memory): a finding whose types are known only once the remedies
+    upstream are spliced may be fixed after all, and a pass that needs the whole model
+    (opset conversion) may not run while a finding stays."""
+    from rewriter.engine import rewrite_proto
+    from rewriter.errors import RewriterError
+
+    try:
+        _, report = rewrite_proto(loaded.model, [target], plugins, partial=True,
+                                  model_name=str(loaded.path), base_dir=loaded.base_dir)
+    except RewriterError:
+        return plan
+    left = {finding_key(f) for f in report.remaining}
+    settled = dict(plan)
+    for key, text in plan.items():
+        if text.startswith("none: ") and key not in left:
+            op_type = key[1]
+            used = sorted({f"{kind} {rule} [{plugin}]"
+                           for (kind, plugin, rule, op), n in report.applied.items()
+                           if op.split("::")[-1].split("(")[0] == op_type})
+            settled[key] = (used[0] if used else "pass (once the remedies upstream are "
+                            "applied) [rewrite]")
+        elif not text.startswith("none: ") and key in left:
+            settled[key] = (f"none: {text} is offered, but the rewrite leaves this node "
+                            "as it is")
+    return settled
 
 
 def rewrite(
@@ -232,7 +272,8 @@ def rewrite(
     is_path = isinstance(model, (str, os.PathLike))
     if is_path and output is None and not dry_run and not in_place:
         raise OutputError("rewrite needs an output path (-o OUT), --in-place or --dry-run")
-    loaded = as_loaded(model)
+    with progress.stage("load", progress.loaded_name(model)):
+        loaded = as_loaded(model)
     if output is not None and not dry_run:  # refuse a bad output before doing the work
         check_output_path(output, loaded.path if is_path else None, in_place=in_place)
     options = dict(compare_options or {})
@@ -258,7 +299,8 @@ def rewrite(
         for target in resolved:
             wants = confirm if confirm is not None else target.wants_confirm(loaded)
             if wants:
-                error = target.confirm(rewritten, loaded.base_dir)
+                with progress.stage("confirm", f"the result on {target.name}"):
+                    error = target.confirm(rewritten, loaded.base_dir)
                 report.verification[f"{target.name} load"] = error or "ok"
                 if error:  # the rewrite did not make it run there: a finding left
                     from rewriter.detect.targets import runtime_refusal
@@ -270,8 +312,10 @@ def rewrite(
         from rewriter.comparison.compare import verify_rewrite
 
         log.info("rewrite %s: comparing the result with the original", loaded.path)
-        verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
-                       custom_op_libraries=custom_op_libraries, output=destination, **options)
+        with progress.stage("compare", "the result with the original"):
+            verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
+                           custom_op_libraries=custom_op_libraries, output=destination,
+                           **options)
     report.decide()
     log.info("rewrite %s: %s", loaded.path, report.verdict or report.verdict_reason)
     if dry_run:
@@ -286,8 +330,9 @@ def rewrite(
 
         strip(rewritten)
     if destination is not None and keep:
-        written = save_model(rewritten, destination, source=loaded if is_path else None,
-                             in_place=in_place)
+        with progress.stage("save", destination):
+            written = save_model(rewritten, destination, source=loaded if is_path else None,
+                                 in_place=in_place)
         report.output, report.written = str(written), True
     if not keep:
         return RewriteResult(None, report)

@@ -258,7 +258,6 @@ def _logging(verbose: int, quiet: int) -> None:
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         handler.onnx_rewriter_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
-        logger.propagate = False
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]},
@@ -278,6 +277,9 @@ def cli(ctx: click.Context, plugin_specs, debug, verbose, quiet):
     """Find the operators a target runtime cannot run, and rewrite the model until it runs."""
     ctx.obj = {"plugins": tuple(plugin_specs), "debug": debug}
     _logging(verbose, quiet)
+    from rewriter import progress
+
+    progress.enable(sys.stderr, quiet=quiet > 0)  # only on a terminal
 
 
 @cli.command(epilog="""\b

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from onnx import TensorProto, helper
@@ -244,3 +245,128 @@ def test_onnxruntime_provider_targets(tmp_path, capsys):
                      "--no-confirm"]) == 0
         data = json.loads(capsys.readouterr().out)
         assert data["targets"][0]["target"] == f"onnxruntime:{short}"
+
+
+# -- check names a remedy iff rewrite applies one (per target) --------------------------------
+
+# node cases with onnxruntime findings (a seeded sample of them) and the corpus: opset
+# conversion, provisional findings downstream of untyped contrib ops, kernels OpenVINO
+# cannot run, ops nothing remedies
+NODE_CASES = ["test_image_decoder_decode_pnm_rgb", "test_flexattention_gqa",
+              "test_quantizelinear_uint4", "test_dequantizelinear_e4m3fn_float16",
+              "test_dequantizelinear_uint2", "test_cast_FLOAT4E2M1_to_FLOAT",
+              "test_castlike_FLOAT_to_FLOAT4E2M1_expanded", "test_quantizelinear_int16",
+              "test_pow_types_float32_uint64", "test_lstm_batchwise", "test_bernoulli",
+              "test_swiglu_float16_expanded"]
+CORPUS_SAMPLE = 14
+AGREEMENT_TARGETS = ("onnxruntime", "openvino", "opset:13")
+
+
+def _disagreements(model, target, plugins) -> tuple[int, list[str]]:
+    """Findings where check's remedy and what rewrite (--partial, in memory) does differ."""
+    from rewriter.api import rewrite
+
+    if isinstance(model, Path):
+        import onnx
+
+        model = onnx.load(model, load_external_data=False)
+    (result,) = check(model, target, plugins=plugins, confirm=False).results
+    named = {key: not text.startswith("none: ") for key, text in result.plan.items()}
+    assert set(named) == {(f.path, f.op_type) for f in result.findings}
+    if not named:
+        return 0, []
+    done = rewrite(model, target, plugins=plugins, partial=True, verify=False, confirm=False)
+    left = {(f.path, f.op_type) for f in done.report.remaining}
+    return len(named), [f"{target}: {key}: check says {result.plan[key]!r}, rewrite "
+                        f"{'leaves it' if key in left else 'fixes it'}"
+                        for key, says in named.items() if says != (key not in left)]
+
+
+@pytest.mark.parametrize("target", AGREEMENT_TARGETS)
+def test_check_names_a_remedy_iff_rewrite_applies_one_on_node_cases(plugins, target):
+    from benchmarks.conformance import node_cases
+
+    cases = dict(node_cases())
+    total, wrong = 0, []
+    for name in NODE_CASES:
+        n, bad = _disagreements(cases[name], target, plugins)
+        total += n
+        wrong += [f"{name}: {b}" for b in bad]
+    assert total >= 3 and not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("target", AGREEMENT_TARGETS)
+def test_check_names_a_remedy_iff_rewrite_applies_one_on_the_corpus(plugins, corpus, target):
+    import random
+
+    models = sorted(corpus.glob("*.onnx"))
+    total, wrong, offered = 0, [], []
+    for path in random.Random(17).sample(models, min(CORPUS_SAMPLE, len(models))):
+        n, bad = _disagreements(path, target, plugins)
+        total += n
+        wrong += [f"{path.name}: {b}" for b in bad]
+        (result,) = check(path, target, plugins=plugins, confirm=False).results
+        offered += [text for text in result.plan.values()]
+    assert total >= 3 and not wrong, "\n".join(wrong)
+    if target == "openvino":  # OpenVINO runs no Python kernel: none is offered
+        assert not any(text.startswith("kernel ") for text in offered), offered
+
+
+def test_opset_conversion_is_named_as_the_remedy(plugins, tmp_path, capsys):
+    model = _one_node("Relu", 18)
+    path = write_model(tmp_path / "relu18.onnx", model)
+    assert main(["check", str(path), "-t", "opset:13", "--no-confirm", "--json"]) == 1
+    groups = json.loads(capsys.readouterr().out)["targets"][0]["groups"]
+    assert {g["reason"] for g in groups} == {"opset-too-new"}
+    assert all(g["remedies"] and not g["no_remedy"] for g in groups)  # not "none installed"
+    (model_level,) = [g for g in groups if g["op"] == "ai.onnx"]
+    assert model_level["remedies"] == ["pass (opset-conversion)"]
+
+
+# -- the library: targets as a string, plugins as names, files or modules ----------------------
+
+PLUGIN_SOURCE = '''
+from rewriter.plugin import hookimpl
+
+@hookimpl
+def register_targets(registry):
+    registry.add("acme-npu", lambda argument, options: None)
+'''
+
+
+def test_targets_as_a_string_and_plugins_as_files_or_modules(plugins, tmp_path, monkeypatch):
+    import importlib
+
+    from rewriter.manager import Plugins
+
+    model = _one_node("Relu", 18)
+    report = check(model, "opset:17", plugins=plugins, confirm=False)
+    assert [r.target for r in report.results] == ["opset:17"]  # not 'o', 'p', 's', ...
+    path = tmp_path / "acme_lib_plugin.py"
+    path.write_text(PLUGIN_SOURCE)
+    from rewriter.api import as_plugins
+
+    for given in (str(path), [path], ["acme_lib_plugin"]):
+        monkeypatch.syspath_prepend(str(tmp_path))
+        loaded = as_plugins(given)
+        assert isinstance(loaded, Plugins) and "acme_lib_plugin" in loaded.registry.plugins
+    module = importlib.import_module("acme_lib_plugin")
+    assert "acme_lib_plugin" in as_plugins([module]).registry.plugins
+    assert as_plugins(plugins) is plugins
+    with pytest.raises(TypeError, match="plugins: expected"):
+        as_plugins([42])
+    with pytest.raises(TypeError, match="targets: expected target names"):
+        check(model, [None], plugins=plugins)
+
+
+def test_stages_are_logged(plugins, caplog):
+    import logging
+
+    from rewriter.api import rewrite
+
+    with caplog.at_level(logging.INFO, logger="rewriter"):
+        rewrite(_one_node("Relu", 18), "opset:13", plugins=plugins, confirm=False,
+                verify=False)
+    messages = [r.getMessage() for r in caplog.records if r.name == "rewriter"]
+    assert any(m.startswith("rewrite ") and "opset:13" in m for m in messages)
+    assert any("remedy application(s)" in m for m in messages)
