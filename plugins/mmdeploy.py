@@ -69,7 +69,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter.plugin import Arg, FunctionBuilder, OpSample, hookimpl
+from rewriter.plugin import Arg, Declined, FunctionBuilder, OpSample, hookimpl
 from rewriter.plugin import present as _present
 
 DOMAINS = ("mmdeploy", "mmcv")
@@ -109,15 +109,16 @@ def build_grid_sampler(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _attributes(node)
     if set(attrs) - {"interpolation_mode", "padding_mode", "align_corners"}:
-        return None
+        raise Declined("unknown attribute(s): only interpolation_mode, padding_mode, align_corners")
     if not (_present(node.input, 0) and _present(node.input, 1)) or len(node.output) != 1:
-        return None
+        raise Declined("needs input and grid given and one output")
     modes = _GRID_MODES_20 if ctx.opset >= 20 else _GRID_MODES_16
     mode = modes.get(attrs.get("interpolation_mode", 0))
     padding = _GRID_PADDING.get(attrs.get("padding_mode", 0))
     align = attrs.get("align_corners", 0)
     if mode is None or padding is None or align not in (0, 1):
-        return None
+        raise Declined("interpolation_mode, padding_mode or align_corners has a value GridSample "
+                       "lacks")
     body = [helper.make_node("GridSample", ["input", "grid"], ["output"], mode=mode,
                              padding_mode=padding, align_corners=align)]
     return _function("grid_sampler", ["input", "grid"], ["output"], body,
@@ -133,13 +134,13 @@ def build_roi_align(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _attributes(node)
     if set(attrs) - _ROI_ALIGN_ATTRS or not _is_float(ctx):
-        return None
+        raise Declined("unknown attribute(s), or inputs not float")
     if not (_present(node.input, 0) and _present(node.input, 1)) or len(node.output) != 1:
-        return None
+        raise Declined("needs input and rois given and one output")
     mode = attrs.get("mode", b"avg")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode != "avg":
-        return None
+        raise Declined("only mode 'avg' is decomposed")
     aligned = attrs.get("aligned", 1)
     roi_attrs = dict(output_height=attrs.get("output_height", 1),
                      output_width=attrs.get("output_width", 1),
@@ -149,7 +150,7 @@ def build_roi_align(ctx) -> FunctionProto | None:
         roi_attrs["coordinate_transformation_mode"] = (
             "half_pixel" if aligned else "output_half_pixel")
     elif aligned:
-        return None  # RoiAlign before opset 16 has no half_pixel mode
+        raise Declined("aligned=1 needs RoiAlign's half_pixel mode (opset 16)")
     body = [
         helper.make_node("Constant", [], ["zero"],
                          value=helper.make_tensor("zero", TensorProto.INT64, [], [0])),
@@ -203,9 +204,10 @@ def build_deform_conv(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _deform_conv_attrs(node)
     if attrs is None or not _is_float(ctx) or len(node.output) != 1:
-        return None
+        raise Declined("attributes DeformConv cannot express, inputs not float, or more than one "
+                       "output")
     if len(node.input) != 3 or not all(node.input):
-        return None
+        raise Declined("needs input, offset and weight, none left empty")
     body = [helper.make_node("DeformConv", ["input", "weight", "offset"], ["output"],
                              **attrs)]
     return _function("mmcv_deform_conv", ["input", "offset", "weight"], ["output"], body,
@@ -218,9 +220,10 @@ def build_modulated_deform_conv(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _deform_conv_attrs(node)
     if attrs is None or not _is_float(ctx) or len(node.output) != 1:
-        return None
+        raise Declined("attributes DeformConv cannot express, inputs not float, or more than one "
+                       "output")
     if not all(_present(node.input, i) for i in range(4)) or len(node.input) > 5:
-        return None
+        raise Declined("needs input, offset, mask and weight given (and at most a bias)")
     with_bias = _present(node.input, 4)
     inputs = ["input", "offset", "mask", "weight", "bias"]
     conv_inputs = ["input", "weight", "offset", "bias" if with_bias else "", "mask"]
@@ -277,15 +280,16 @@ def build_grid_sampler_gather(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _attributes(node)
     if set(attrs) - {"interpolation_mode", "padding_mode", "align_corners"}:
-        return None
+        raise Declined("unknown attribute(s): only interpolation_mode, padding_mode, align_corners")
     if not (_present(node.input, 0) and _present(node.input, 1)) or len(node.output) != 1:
-        return None
+        raise Declined("needs input and grid given and one output")
     if not _is_float(ctx):
-        return None
+        raise Declined("inputs must be float")
     mode, padding = attrs.get("interpolation_mode", 0), attrs.get("padding_mode", 0)
     align = attrs.get("align_corners", 0)
     if mode not in (0, 1) or padding not in (0, 1, 2) or align not in (0, 1):
-        return None
+        raise Declined("interpolation_mode, padding_mode or align_corners out of range (bilinear "
+                       "or nearest; zeros, border or reflection)")
     g = _Body(ctx.opset)
     shape = g.op("Shape", "input")
     n, c, h, w = (g.op("Gather", shape, g.const(i)) for i in range(4))
@@ -351,7 +355,7 @@ def _deform_conv_gather(ctx, attrs: dict, inputs: list[str], name: str
     from the input as rows of ``(N*H*W*deform_groups, C/deform_groups)``."""
     size = _kernel_size(ctx, ctx.node.input[inputs.index("weight")])
     if size is None:
-        return None
+        raise Declined("the weight's kernel size is unknown (neither declared nor a constant)")
     kh, kw = size
     taps = kh * kw
     (sh, sw), (ph, pw), (dh, dw) = attrs["strides"], attrs["pads"][:2], attrs["dilations"]
@@ -444,9 +448,10 @@ def build_deform_conv_gather(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _deform_conv_attrs(node)
     if attrs is None or not _is_float(ctx) or len(node.output) != 1:
-        return None
+        raise Declined("attributes DeformConv cannot express, inputs not float, or more than one "
+                       "output")
     if len(node.input) != 3 or not all(node.input):
-        return None
+        raise Declined("needs input, offset and weight, none left empty")
     return _deform_conv_gather(ctx, attrs, ["input", "offset", "weight"],
                                "mmcv_deform_conv_gather")
 
@@ -456,9 +461,10 @@ def build_modulated_deform_conv_gather(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _deform_conv_attrs(node)
     if attrs is None or not _is_float(ctx) or len(node.output) != 1:
-        return None
+        raise Declined("attributes DeformConv cannot express, inputs not float, or more than one "
+                       "output")
     if not all(_present(node.input, i) for i in range(4)) or len(node.input) > 5:
-        return None
+        raise Declined("needs input, offset, mask and weight given (and at most a bias)")
     inputs = ["input", "offset", "mask", "weight", "bias"][:len(node.input)]
     return _deform_conv_gather(ctx, attrs, inputs, "mmcv_modulated_deform_conv_gather")
 
@@ -495,31 +501,31 @@ def build_batched_nms(ctx) -> FunctionProto | None:
     node = ctx.node
     attrs = _attributes(node)
     if set(attrs) - _BATCHED_NMS_ATTRS or not _is_float(ctx):
-        return None
+        raise Declined("unknown attribute(s), or inputs not float")
     if len(node.input) != 2 or not all(node.input):
-        return None
+        raise Declined("needs boxes and scores, none left empty")
     return_index = int(attrs.get("return_index", 0))
     outputs = ["dets", "labels", "index"]
     n_out = len(node.output)
     if return_index not in (0, 1) or not 1 <= n_out <= 2 + return_index:
-        return None
+        raise Declined("return_index must be 0 or 1, with 1 to 2 + return_index outputs")
     if "num_classes" not in attrs or "keep_topk" not in attrs:
-        return None
+        raise Declined("num_classes and keep_topk must be given")
     num_classes, keep_topk = int(attrs["num_classes"]), int(attrs["keep_topk"])
     topk = int(attrs.get("topk", 0))
     score_threshold = float(attrs.get("score_threshold", 0.0))
     if keep_topk <= 0 or score_threshold < 0:
-        return None  # no output shape / kept scores below the empty slots' 0
+        raise Declined("keep_topk must be positive and score_threshold not negative")
     score_dims = _declared_dims(ctx, node.input[1])
     box_dims = _declared_dims(ctx, node.input[0])
     if score_dims is not None and (len(score_dims) != 3
                                    or score_dims[2] not in (None, num_classes)):
-        return None
+        raise Declined("scores are not (batch, boxes, num_classes)")
     if box_dims is not None and (len(box_dims) != 4 or box_dims[3] not in (None, 4)):
-        return None
+        raise Declined("boxes are not (batch, boxes, classes or 1, 4)")
     int_types = [_declared_int_type(ctx, name) for name in node.output[1:]]
     if None in int_types:
-        return None
+        raise Declined("the labels' (and index's) integer type is not declared")
     g = _Body(ctx.opset)
     minus_inf = g.const(-np.inf, np.float32)
     n, c = g.dim("scores", 1), g.dim("scores", 2)
