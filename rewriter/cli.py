@@ -277,6 +277,9 @@ def cli(ctx: click.Context, plugin_specs, debug, verbose, quiet):
     """Find the operators a target runtime cannot run, and rewrite the model until it runs."""
     ctx.obj = {"plugins": tuple(plugin_specs), "debug": debug}
     _logging(verbose, quiet)
+    from rewriter import progress
+
+    progress.enable(sys.stderr, quiet=quiet > 0)  # only on a terminal
 
 
 @cli.command(epilog="""\b

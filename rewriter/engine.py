@@ -13,6 +13,7 @@ from typing import Any
 
 from onnx import ModelProto
 
+from rewriter import progress
 from rewriter.apply.splice import Region, apply_decompositions, apply_kernels, cleanup
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import Detection, detect, find_unsupported, recheck
@@ -161,6 +162,16 @@ class RewriteResult:
     model: Any  # the same kind as the input: path (written), ModelProto or onnx_ir.Model
     report: RewriteReport
 
+def taken_names(detections: Sequence[Detection]) -> set[str] | None:
+    """The value names the model defined when detected (main graph's node outputs and
+    typed values, the values every graph declares), which new names must avoid; None
+    when unknown."""
+    if not detections:
+        return None
+    d = detections[0]
+    return set(d.produced).union(d.declared, d.main_types)
+
+
 def _detect(model: ModelProto, targets: Sequence[Target]) -> list[Finding]:
     findings = []
     for target in targets:
@@ -210,7 +221,8 @@ def _rewrite_proto(
         p.prepare(work, ctx)
     planner = Planner(targets, plugins, passes, ctx, prefer)
 
-    detections = [detect(work, t) for t in targets]
+    with progress.stage("detect", f"{report.before.nodes} nodes"):
+        detections = [detect(work, t) for t in targets]
     findings = [f for d in detections for f in d.findings]
     declared = detections[0].declared if detections else {}
     constants = LazyConstants(work)
@@ -218,15 +230,16 @@ def _rewrite_proto(
     unfixable = []
     relevant_pass: set[int] = set()
     explained: dict[tuple, dict] = {}
-    for f in findings:
-        candidates = planner.candidates(f, constants, declared)
-        if explain:
-            _explain(explained, f, candidates)
-        if not any(c.accepted for c in candidates):
-            unfixable.append(f)
-            why[id(f)] = why_not(f, candidates)
-            if any(c.kind == RemedyKind.PASS and c.relevant for c in candidates):
-                relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
+    with progress.stage("plan", f"{len(findings)} findings"):
+        for f in findings:
+            candidates = planner.candidates(f, constants, declared)
+            if explain:
+                _explain(explained, f, candidates)
+            if not any(c.accepted for c in candidates):
+                unfixable.append(f)
+                why[id(f)] = why_not(f, candidates)
+                if any(c.kind == RemedyKind.PASS and c.relevant for c in candidates):
+                    relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
     report.explain = list(explained.values())
     # A finding whose input types are unknown here (downstream of an op no schema types)
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
@@ -257,34 +270,39 @@ def _rewrite_proto(
     conflicts: list[str] = []
     main_types: dict[str, str] = {}  # after the rewrite, when the re-check knows them
     pass_ran = False
+    taken = taken_names(detections)  # grown with each name the splice makes
     for round_index in range(MAX_ROUNDS):
         report.rounds = round_index + 1
         if not findings:
             break
         for_passes = [f for f in findings if not _decomposed(f, planner)]
-        retargeted = apply_kernels(work, findings, planner, ctx)
-        work, changed = apply_decompositions(work, findings, planner, ctx, retargeted, regions)
-        changed = changed or bool(retargeted)
-        ran = False
-        for p in passes:
-            if any(ask_offers(p, f, ctx)[0] for f in for_passes):
-                result = run_pass(p, work, ctx)
-                if result is not None:
-                    work, changed, ran = result, True, True
+        with progress.stage("apply", f"{len(findings)} remedies"):
+            retargeted = apply_kernels(work, findings, planner, ctx)
+            work, changed = apply_decompositions(work, findings, planner, ctx, retargeted,
+                                                 regions, taken)
+            changed = changed or bool(retargeted)
+            ran = False
+            for p in passes:
+                if any(ask_offers(p, f, ctx)[0] for f in for_passes):
+                    result = run_pass(p, work, ctx)
+                    if result is not None:
+                        work, changed, ran = result, True, True
+                        taken = None  # names the pass made: read them again if needed
         pass_ran = pass_ran or ran
         if not changed:
             break
-        fast = None
-        if round_index == 0 and not retargeted and not ran and not unfixable:
-            fast = _recheck(work, targets, detections, findings, planner)
-        if fast is not None:
-            findings, found_conflicts, checked, main_types = fast
-            conflicts.extend(found_conflicts)
-            report.recheck_scope = (f"{checked} node(s) outside the proven bodies whose "
-                                    "input types changed or that hold subgraphs")
-        else:
-            findings = _detect(work, targets)
-            report.recheck_scope = "whole model"
+        with progress.stage("re-check", "the rewritten nodes"):
+            fast = None
+            if round_index == 0 and not retargeted and not ran and not unfixable:
+                fast = _recheck(work, targets, detections, findings, planner)
+            if fast is not None:
+                findings, found_conflicts, checked, main_types = fast
+                conflicts.extend(found_conflicts)
+                report.recheck_scope = (f"{checked} node(s) outside the proven bodies whose "
+                                        "input types changed or that hold subgraphs")
+            else:
+                findings = _detect(work, targets)
+                report.recheck_scope = "whole model"
     if provisional and findings and not partial:  # what waited on types is still left
         left = {id(f): why_not(f, planner.candidates(f, LazyConstants(work), declared))
                 for f in findings if f.node is not None}
@@ -296,15 +314,16 @@ def _rewrite_proto(
     report.remaining = findings
     report.after = ModelStats.from_counts(counts)
     report.kernels = _kernel_summary(work)
-    if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
-            and (regions or conflicts)):
-        report.verification, report.verification_scope = verify_regions(
-            work, model, regions, declared, conflicts, base_dir, main_types)
-    else:
-        report.verification = verify(work, model, base_dir)
-        report.verification_scope = "whole model"
-        if conflicts and report.verification.get("shape_inference") == "ok":
-            report.verification["shape_inference"] = conflicts[0]
+    with progress.stage("validate", f"{report.after.nodes} nodes"):
+        if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
+                and (regions or conflicts)):
+            report.verification, report.verification_scope = verify_regions(
+                work, model, regions, declared, conflicts, base_dir, main_types)
+        else:
+            report.verification = verify(work, model, base_dir)
+            report.verification_scope = "whole model"
+            if conflicts and report.verification.get("shape_inference") == "ok":
+                report.verification["shape_inference"] = conflicts[0]
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report

@@ -92,7 +92,7 @@ def test_no_import_cycle():
 
 # the layers, lowest first; a module's layer is its longest matching prefix
 LAYERS = [
-    ("rewriter.errors", "rewriter.console", "rewriter.graph"),
+    ("rewriter.errors", "rewriter.console", "rewriter.progress", "rewriter.graph"),
     ("rewriter.registry", "rewriter.hookspecs", "rewriter.manager"),
     ("rewriter.io",),
     ("rewriter.detect",),

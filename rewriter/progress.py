@@ -1,0 +1,77 @@
+"""Progress of the long stages (load, detect, plan, apply, validate, save, confirm, compare)
+on stderr, with rich, only where a person watches: the CLI turns it on when stderr is a
+terminal and ``--quiet`` is not given (:func:`enable`); the library is silent otherwise.
+
+A stage shows a spinner with its name while it runs and leaves one line when it ends
+(``✓ detect  1.2s``). Stages started inside a running stage are folded into it (one live
+display at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+
+class Reporter:
+    """Writes stage progress to a terminal stream."""
+
+    def __init__(self, stream: TextIO) -> None:
+        from rich.console import Console
+
+        self.console = Console(file=stream, highlight=False)
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def stage(self, name: str, detail: str = "") -> Iterator[None]:
+        if self.depth:  # folded into the running stage
+            yield
+            return
+        self.depth += 1
+        start = time.perf_counter()
+        text = f"{name} {detail}".strip()
+        ok = False
+        try:
+            with self.console.status(f"{text}…", spinner="dots"):
+                yield
+            ok = True
+        finally:
+            self.depth -= 1
+            mark = "[green]✓[/]" if ok else "[red]✗[/]"
+            self.console.print(f"{mark} {text}  {time.perf_counter() - start:.1f}s")
+
+
+_reporter: Reporter | None = None
+
+
+def enable(stream: TextIO | None = None, *, quiet: bool = False) -> bool:
+    """Show progress on ``stream`` (default stderr) when it is a terminal and not
+    ``quiet``; returns whether it is on. Called by the CLI; off for library callers."""
+    global _reporter
+    stream = stream if stream is not None else sys.stderr
+    is_tty = getattr(stream, "isatty", lambda: False)()
+    _reporter = Reporter(stream) if is_tty and not quiet else None
+    return _reporter is not None
+
+
+def disable() -> None:
+    global _reporter
+    _reporter = None
+
+
+def stage(name: str, detail: Any = "") -> contextlib.AbstractContextManager:
+    """A context manager around one stage: a spinner and a closing line when progress is
+    on, nothing otherwise."""
+    if _reporter is None:
+        return contextlib.nullcontext()
+    return _reporter.stage(name, str(detail) if detail else "")
+
+
+def loaded_name(model: Any) -> str:
+    """How a stage names a model: its path, or "(in memory)"."""
+    import os
+
+    return str(model) if isinstance(model, (str, os.PathLike)) else "(in memory)"
