@@ -1270,3 +1270,37 @@ def test_session_of_a_model_proto_reads_its_data_from_the_current_directory(h, m
     x = np.array([[1.0, 2.0]], np.float32)
     (y,) = rewriter.session(_in_memory_external()).run(None, {"X": x})
     np.testing.assert_allclose(y, x @ w + np.array([0.5, -1.0, 2.0], np.float32), rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- not UTF-8
+# ONNX's strings are proto2 strings: protobuf parses one that is not UTF-8 and hands it over
+# as bytes, which crashed `inspect` (found by benchmarks/fuzz.py on mutated corpus models).
+
+NOT_UTF8 = {  # the field's valid text in matmul_model() and its replacement
+    "node name": (b"add_bias", b"add_bi\xffs"),
+    "op type": (b"MatMul", b"MatM\xfel"),
+    "value name": (b"XW", b"X\xc3"),
+    "producer": (b"tests", b"te\xc3(s"),
+    "graph input": (b"\n\x01X", b"\n\x01\xff"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(NOT_UTF8))
+def test_names_that_are_not_utf8_are_refused_in_one_line(field, command, h, capsys):
+    good, bad = NOT_UTF8[field]
+    data = matmul_model().SerializeToString()
+    assert good in data
+    h.model.write_bytes(data.replace(good, bad))
+    before = snapshot(h.root)
+    expect_one_error_line(capsys, [command, str(h.model)], h.model, "not valid UTF-8")
+    assert snapshot(h.root) == before
+
+
+def test_an_external_data_location_that_is_not_utf8_is_refused(h):
+    model = matmul_model()
+    w = model.graph.initializer[0]
+    _safe(h, w, w.raw_data)
+    h.model.write_bytes(model.SerializeToString().replace(b"w.bin", b"w.\xffin"))
+    with pytest.raises(ExternalDataError) as info:
+        rio.load_model(h.model)
+    assert "not valid UTF-8" in str(info.value) and "'W'" in str(info.value)

@@ -133,6 +133,7 @@ def _validate(loaded: LoadedModel, where: str, base_dir: Path) -> None:
     """Structure, external data and opset imports: the checks every model goes through,
     from a file or given in memory."""
     scopes = list(iter_scopes(loaded.model))  # one walk for every check
+    validate_text(loaded.model, where, scopes=scopes)
     validate_structure(loaded.model, where, scopes=scopes)
     loaded.external_files = validate_external_data(loaded.model, base_dir, where,
                                                    scopes=scopes)
@@ -169,6 +170,72 @@ def add_imports(model: ModelProto, missing: list[tuple[str, object]]) -> list:
             target.append(helper.make_opsetid(domain, 1))
             added.append((target, target[len(target) - 1]))
     return added
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def _not_text(values) -> bool:
+    """Whether some value is bytes: protobuf gives a string field that is not valid UTF-8
+    (ONNX's are proto2, so parsing does not refuse it) as bytes."""
+    try:
+        "".join(values)
+    except TypeError:
+        return True
+    return False
+
+
+def _value_info_text(infos) -> list:
+    values = []
+    for v in infos:
+        values.append(v.name)
+        if v.type.HasField("tensor_type"):
+            values.extend(d.dim_param for d in v.type.tensor_type.shape.dim)
+    return values
+
+
+def validate_text(model: ModelProto, where: str, *, scopes: list | None = None) -> None:
+    """Every name the tool reads (ops, domains, node, graph-input/output, tensor and
+    dimension names, producer, metadata) must be UTF-8 text, as ONNX requires; one that is
+    not (a corrupt or hostile file: protobuf hands it over as bytes) is refused, naming
+    where it is. Node inputs and outputs are checked by :func:`validate_structure`."""
+    def refuse(place: str, values) -> None:
+        bad = next(v for v in values if isinstance(v, bytes))
+        raise ModelError(where, f"{place}: a name is not valid UTF-8 text ({bad[:40]!r})")
+
+    top = [model.producer_name, model.producer_version, model.domain]
+    top += [o.domain for o in model.opset_import]
+    top += [x for p in model.metadata_props for x in (p.key, p.value)]
+    if _not_text(top):
+        refuse("model header (producer, domain, opset imports, metadata)", top)
+    for scope in iter_scopes(model) if scopes is None else scopes:
+        if scope.graph is not None:
+            g = scope.graph
+            names = [g.name, *_value_info_text(g.input), *_value_info_text(g.output),
+                     *(t.name for t in g.initializer),
+                     *(t.values.name for t in g.sparse_initializer)]
+            if _not_text(names) or _not_text(_value_info_text(g.value_info)):
+                refuse(f"{scope.path}: graph, input, output or initializer names",
+                       names + _value_info_text(g.value_info))
+        else:
+            f = scope.function
+            names = [f.name, f.domain, *f.input, *f.output, *f.attribute,
+                     *(o.domain for o in f.opset_import)]
+            if _not_text(names):
+                refuse(f"{scope.path}: function name, domain, inputs or outputs", names)
+        nodes = scope.nodes  # (their inputs and outputs: validate_structure)
+        try:
+            [n.op_type + n.domain + n.name for n in nodes]  # noqa: B018 - str + bytes raises
+            "".join([a.name for n in nodes if n.attribute for a in n.attribute])
+        except TypeError:
+            for i, node in enumerate(nodes):
+                values = [node.op_type, node.domain, node.name,
+                          *(a.name for a in node.attribute)]
+                if _not_text(values):
+                    label = f"node {i}" if isinstance(node.name, bytes) else \
+                        node_label(i, node)
+                    refuse(f"{scope.path}/{label}: op, domain, name or attribute names",
+                           values)
 
 
 # ----------------------------------------------------------------------------- structure
@@ -215,6 +282,10 @@ def validate_structure(model: ModelProto, where: str, *, scopes: list | None = N
                     if name and name not in local and not any(name in s for s in parents):
                         pending.append((i, name))
             define(node.output)
+        if _not_text(local):  # protobuf's bytes for a name that is not UTF-8
+            bad = next(n for n in local if isinstance(n, bytes))
+            raise ModelError(where, f"{scope.path}: a value name is not valid UTF-8 text "
+                             f"({bad[:40]!r})")
         local.discard("")  # an empty output name defines nothing
         local.update(n for n in names if not n)  # ...unless the graph declared one
         defined_in[id(scope)] = local
@@ -356,6 +427,10 @@ def validate_external_data(
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
+        if not isinstance(location, str):
+            raise ExternalDataError(
+                where, f"external data of {_tensor_label(site, tensor)}: location is not valid "
+                f"UTF-8 text ({location[:40]!r})")
         try:
             reason = location_reasons[location]
         except KeyError:
