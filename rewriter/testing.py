@@ -683,9 +683,10 @@ def without_oracle(registry: Registry, plugins: Sequence[str] | None = None) -> 
 RUNTIMES = ("onnxruntime", "reference", "openvino")  # the runtimes a rewrite is run on
 
 
-def value_info(name: str, elem: int | str, shape: Sequence[int | str | None] | None = None
-               ) -> ValueInfoProto:
-    """A tensor's declaration: ``value_info("x", "float", [2, 3])`` (or ``TensorProto.FLOAT``)."""
+def value_info(name: str, elem: int | str = TensorProto.FLOAT,
+               shape: Sequence[int | str | None] | None = None) -> ValueInfoProto:
+    """A tensor's declaration: ``value_info("x", "float", [2, 3])`` (or ``TensorProto.FLOAT``;
+    default float, shape unknown)."""
     if isinstance(elem, str):
         elem = _elem(elem, None)
     return helper.make_tensor_value_info(name, elem, shape)
@@ -761,18 +762,27 @@ def run_onnxruntime(model: ModelProto, feeds: Mapping[str, Any]) -> list[Any]:
     return session.run(None, dict(feeds))
 
 
-def rewritten(model: ModelProto, targets: str | Sequence[str] = "onnxruntime",
-              plugins: Plugins | None = None, *, standard_only: bool = False,
-              verify: bool = False, **kwargs: Any) -> ModelProto:
-    """``model`` rewritten for ``targets`` (no confirmation; verified only with ``verify``),
-    asserting nothing is left unfixed; with ``standard_only`` also that only ai.onnx nodes
-    remain (in subgraphs too)."""
+def rewrite_fully(model: ModelProto, targets: str | Sequence[str] = "onnxruntime",
+                  plugins: Plugins | None = None, *, verify: bool = False, **kwargs: Any):
+    """:func:`rewriter.rewrite` of ``model`` for ``targets`` (no confirmation; verified only
+    with ``verify``; ``kwargs`` as it takes them), asserting nothing is left unfixed; the
+    result (``.model``, ``.report``)."""
     from rewriter.api import rewrite
-    from rewriter.graph.walk import iter_nodes
 
     targets = [targets] if isinstance(targets, str) else list(targets)
     result = rewrite(model, targets, plugins=plugins, confirm=False, verify=verify, **kwargs)
     assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
+    return result
+
+
+def rewritten(model: ModelProto, targets: str | Sequence[str] = "onnxruntime",
+              plugins: Plugins | None = None, *, standard_only: bool = False,
+              verify: bool = False, **kwargs: Any) -> ModelProto:
+    """The model :func:`rewrite_fully` gives; with ``standard_only`` asserting only ai.onnx
+    nodes remain (in subgraphs too)."""
+    from rewriter.graph.walk import iter_nodes
+
+    result = rewrite_fully(model, targets, plugins, verify=verify, **kwargs)
     if standard_only:
         left = {str(OpId(s.domain, s.node.op_type)) for s in iter_nodes(result.model)
                 if s.domain}

@@ -18,6 +18,9 @@ from rewriter_plugins import mmdeploy
 import rewriter
 from rewriter.api import rewrite
 from rewriter.errors import UnfixableError
+from rewriter.testing import make_model, rewrite_fully, rewritten
+from rewriter.testing import run_onnxruntime as run_ort
+from rewriter.testing import value_info as vi
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")
@@ -26,36 +29,9 @@ F32 = TensorProto.FLOAT
 MM = "mmdeploy"
 
 
-def _vi(name, elem=F32, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes, inputs, outputs, opset, domain=MM, initializers=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
-                                                    helper.make_opsetid(domain, 1)])
-    model.ir_version = 9
-    return model
-
-
-def _rewritten(model, plugins, **kwargs):
-    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False,
-                     **kwargs)
-    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
-    return result
-
-
-def _decomposed(model, plugins):
-    out = _rewritten(model, plugins).model
-    nodes = list(out.graph.node)
-    nodes += [inner for n in nodes for a in n.attribute if a.g for inner in a.g.node]
-    assert {n.domain for n in nodes} <= {"", "ai.onnx"}
-    return out
-
-
-def _run(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+def _mmmodel(nodes, inputs, outputs, opset, domain=MM, initializers=()):
+    return make_model(nodes, inputs, outputs, opset=opset, domains=[domain],
+                      initializers=initializers, ir_version=9)
 
 
 # -- grid_sampler -----------------------------------------------------------------------
@@ -63,13 +39,13 @@ def _run(model, feeds):
 
 def _grid_model(opset, **attrs):
     node = helper.make_node("grid_sampler", ["input", "grid"], ["output"], domain=MM, **attrs)
-    return _model([node], [_vi("input", F32, [2, 3, 5, 7]), _vi("grid", F32, [2, 4, 6, 2])],
-                  [_vi("output")], opset)
+    return _mmmodel([node], [vi("input", F32, [2, 3, 5, 7]), vi("grid", F32, [2, 4, 6, 2])],
+                  [vi("output")], opset)
 
 
 def test_grid_sampler_bicubic_below_opset_16_has_no_remedy(plugins):
     with pytest.raises(UnfixableError):
-        _rewritten(_grid_model(13, interpolation_mode=2), plugins)
+        rewrite_fully(_grid_model(13, interpolation_mode=2), "onnxruntime", plugins)
 
 
 @pytest.mark.parametrize("opset", [11, 17])
@@ -77,24 +53,24 @@ def test_grid_sampler_inside_if_branch(plugins, opset):
     torch = pytest.importorskip("torch")
     sampler = helper.make_node("grid_sampler", ["input", "grid"], ["t"], domain=MM,
                                interpolation_mode=0, padding_mode=1, align_corners=0)
-    then_branch = helper.make_graph([sampler], "then", [], [_vi("t", F32, [1, 2, 3, 4])])
+    then_branch = helper.make_graph([sampler], "then", [], [vi("t", F32, [1, 2, 3, 4])])
     else_branch = helper.make_graph([helper.make_node("Identity", ["zeros"], ["e"])], "else",
-                                    [], [_vi("e", F32, [1, 2, 3, 4])])
+                                    [], [vi("e", F32, [1, 2, 3, 4])])
     node = helper.make_node("If", ["cond"], ["output"], then_branch=then_branch,
                             else_branch=else_branch)
-    model = _model([node], [_vi("cond", TensorProto.BOOL, []), _vi("input", F32, [1, 2, 5, 5]),
-                            _vi("grid", F32, [1, 3, 4, 2]), _vi("zeros", F32, [1, 2, 3, 4])],
-                   [_vi("output", F32, [1, 2, 3, 4])], opset)
-    out = _decomposed(model, plugins)
+    model = _mmmodel([node], [vi("cond", TensorProto.BOOL, []), vi("input", F32, [1, 2, 5, 5]),
+                            vi("grid", F32, [1, 3, 4, 2]), vi("zeros", F32, [1, 2, 3, 4])],
+                   [vi("output", F32, [1, 2, 3, 4])], opset)
+    out = rewritten(model, "onnxruntime", plugins, standard_only=True)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
     grid = rng.uniform(-1.2, 1.2, (1, 3, 4, 2)).astype(np.float32)
     zeros = np.zeros((1, 2, 3, 4), np.float32)
-    (got,) = _run(out, {"cond": np.array(True), "input": x, "grid": grid, "zeros": zeros})
+    (got,) = run_ort(out, {"cond": np.array(True), "input": x, "grid": grid, "zeros": zeros})
     expected = torch.nn.functional.grid_sample(torch.from_numpy(x), torch.from_numpy(grid),
                                                padding_mode="border", align_corners=False)
     np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-5)
-    (got,) = _run(out, {"cond": np.array(False), "input": x, "grid": grid, "zeros": zeros})
+    (got,) = run_ort(out, {"cond": np.array(False), "input": x, "grid": grid, "zeros": zeros})
     assert not got.any()
 
 
@@ -106,9 +82,9 @@ def _onnx_roi_align(x, rois, mode, aligned, **attrs):
     node = helper.make_node("RoiAlign", ["X", "boxes", "index"], ["Y"], mode=mode,
                             coordinate_transformation_mode="half_pixel" if aligned
                             else "output_half_pixel", **attrs)
-    model = _model([node], [_vi("X"), _vi("boxes"), _vi("index", TensorProto.INT64)],
-                   [_vi("Y")], 16)
-    return _run(model, {"X": x, "boxes": rois[:, 1:], "index": rois[:, 0].astype(np.int64)})[0]
+    model = _mmmodel([node], [vi("X"), vi("boxes"), vi("index", TensorProto.INT64)],
+                   [vi("Y")], 16)
+    return run_ort(model, {"X": x, "boxes": rois[:, 1:], "index": rois[:, 0].astype(np.int64)})[0]
 
 
 @pytest.mark.parametrize("aligned", [0, 1])
@@ -129,8 +105,8 @@ def test_roi_align_kernel_matches_onnxruntime_roialign(aligned, sampling_ratio):
 def _roi_model(opset, domain=MM, **attrs):
     node = helper.make_node("MMCVRoiAlign", ["input", "rois"], ["output"], domain=domain,
                             **attrs)
-    return _model([node], [_vi("input", F32, [2, 3, 12, 10]), _vi("rois", F32, [9, 5])],
-                  [_vi("output")], opset, domain)
+    return _mmmodel([node], [vi("input", F32, [2, 3, 12, 10]), vi("rois", F32, [9, 5])],
+                  [vi("output")], opset, domain)
 
 
 @pytest.mark.parametrize("opset,attrs", [(16, dict(mode="max", aligned=1)),
@@ -144,7 +120,7 @@ def test_roi_align_kernel_where_roialign_differs(plugins, opset, attrs):
     x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
     rois = mmdeploy._rois(rng, (9, 5)).astype(np.float32)
     model = _roi_model(opset, output_height=2, output_width=3, spatial_scale=0.75, **attrs)
-    result = _rewritten(model, plugins)
+    result = rewrite_fully(model, "onnxruntime", plugins)
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
     (got,) = rewriter.session(result.model).run(None, {"input": x, "rois": rois})
     expected = roi_align(x, rois, output_height=2, output_width=3, spatial_scale=0.75,
@@ -183,8 +159,8 @@ def test_numpy_deform_conv_matches_onnxruntime_deformconv():
     node = helper.make_node("DeformConv", names, ["Y"], strides=a["stride"],
                             pads=a["padding"] * 2, dilations=a["dilation"], group=2,
                             offset_group=2)
-    model = _model([node], [_vi(n) for n in names], [_vi("Y")], 19)
-    (got,) = _run(model, dict(X=v["input"], W=v["weight"], offset=v["offset"], B=v["bias"],
+    model = _mmmodel([node], [vi(n) for n in names], [vi("Y")], 19)
+    (got,) = run_ort(model, dict(X=v["input"], W=v["weight"], offset=v["offset"], B=v["bias"],
                               mask=v["mask"]))
     expected = deform_conv2d(v["input"], v["offset"], v["weight"], v["mask"], v["bias"],
                              strides=a["stride"], pads=a["padding"] * 2,
@@ -201,20 +177,20 @@ def test_deform_conv_gather_with_initializer_weight_in_if_branch(plugins):
                         dilation=(2, 1))
     conv = helper.make_node("MMCVModulatedDeformConv2d", ["input", "offset", "mask", "weight",
                                                           "bias"], ["t"], domain=MM, **a)
-    then_branch = helper.make_graph([conv], "then", [], [_vi("t", F32, None)])
+    then_branch = helper.make_graph([conv], "then", [], [vi("t", F32, None)])
     else_branch = helper.make_graph([helper.make_node("Identity", ["offset"], ["e"])], "else",
-                                    [], [_vi("e", F32, None)])
+                                    [], [vi("e", F32, None)])
     node = helper.make_node("If", ["cond"], ["output"], then_branch=then_branch,
                             else_branch=else_branch)
-    model = _model([node], [_vi("cond", TensorProto.BOOL, []),
-                            _vi("input", F32, ["N", 4, "H", "W"]),
-                            _vi("offset", F32, ["N", 24, "h", "w"]),
-                            _vi("mask", F32, ["N", 12, "h", "w"])], [_vi("output", F32, None)],
+    model = _mmmodel([node], [vi("cond", TensorProto.BOOL, []),
+                            vi("input", F32, ["N", 4, "H", "W"]),
+                            vi("offset", F32, ["N", 24, "h", "w"]),
+                            vi("mask", F32, ["N", 12, "h", "w"])], [vi("output", F32, None)],
                    11, initializers=[numpy_helper.from_array(v["weight"], "weight"),
                                      numpy_helper.from_array(v["bias"], "bias")])
     feeds = {"cond": np.array(True), "input": v["input"], "offset": v["offset"],
              "mask": v["mask"]}
-    (got,) = _run(_decomposed(model, plugins), feeds)
+    (got,) = run_ort(rewritten(model, "onnxruntime", plugins, standard_only=True), feeds)
     expected = deform_conv2d(v["input"], v["offset"], v["weight"], v["mask"], v["bias"],
                              strides=a["stride"], pads=a["padding"] * 2,
                              dilations=a["dilation"], offset_groups=2)
@@ -225,9 +201,9 @@ def test_deform_conv_declines_groups_with_offset_groups(plugins):
     v, a = _deform_case(np.random.default_rng(0), groups=2, dg=2)
     node = helper.make_node("MMCVDeformConv2d", ["input", "offset", "weight"], ["output"],
                             domain=MM, **a)
-    model = _model([node], [_vi(n) for n in ("input", "offset", "weight")], [_vi("output")], 19)
+    model = _mmmodel([node], [vi(n) for n in ("input", "offset", "weight")], [vi("output")], 19)
     with pytest.raises(UnfixableError):
-        _rewritten(model, plugins)
+        rewrite_fully(model, "onnxruntime", plugins)
 
 
 # -- OpenVINO as the oracle --------------------------------------------------------------
@@ -274,8 +250,8 @@ def test_roi_align_rotated_kernel_matches_openvino(clockwise, aligned, sampling_
     attrs = dict(output_height=3, output_width=4, spatial_scale=0.5,
                  sampling_ratio=sampling_ratio, aligned=aligned, clockwise=clockwise)
     node = helper.make_node("MMCVRoIAlignRotated", ["X", "rois"], ["Y"], domain=MM, **attrs)
-    model = _model([node], [_vi("X", F32, [2, 3, 10, 12]), _vi("rois", F32, [6, 6])],
-                   [_vi("Y")], 11)
+    model = _mmmodel([node], [vi("X", F32, [2, 3, 10, 12]), vi("rois", F32, [6, 6])],
+                   [vi("Y")], 11)
     rng = np.random.default_rng(51 + clockwise)
     rois = np.stack([rng.integers(0, 2, 6), rng.uniform(0, 24, 6), rng.uniform(0, 20, 6),
                      rng.uniform(0.2, 16, 6), rng.uniform(0.2, 16, 6),
@@ -317,13 +293,13 @@ def test_deformable_conv_2d_matches_openvino(plugins, attrs):
     shapes = {"data": [2, 4, 6, 5], "deformation": [2, 2 * 2 * 9, out_h, out_w],
               "filters": [6, 4 // groups, 3, 3]}
     node = helper.make_node("DeformableConv2D", list(shapes), ["out"], **attrs)
-    model = _model([node], [_vi(n, F32, s) for n, s in shapes.items()], [_vi("out")], 11,
+    model = _mmmodel([node], [vi(n, F32, s) for n, s in shapes.items()], [vi("out")], 11,
                    domain=MM)
     feeds = {"data": rng.standard_normal(shapes["data"]).astype(np.float32),
              "deformation": rng.uniform(-3, 3, shapes["deformation"]).astype(np.float32),
              "filters": rng.standard_normal(shapes["filters"]).astype(np.float32)}
     (expected,) = _openvino(model, feeds)
-    result = _rewritten(model, plugins)
+    result = rewrite_fully(model, "onnxruntime", plugins)
     (got,) = rewriter.session(result.model).run(None, feeds)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     torch_sampled = deform_conv2d(feeds["data"], feeds["deformation"], feeds["filters"],
@@ -335,10 +311,10 @@ def test_deformable_conv_2d_matches_openvino(plugins, attrs):
 def test_deformable_conv_2d_auto_pad_declined(plugins):
     node = helper.make_node("DeformableConv2D", ["data", "deformation", "filters"], ["out"],
                             auto_pad="SAME_UPPER")
-    model = _model([node], [_vi(n) for n in ("data", "deformation", "filters")],
-                   [_vi("out")], 11, domain=MM)
+    model = _mmmodel([node], [vi(n) for n in ("data", "deformation", "filters")],
+                   [vi("out")], 11, domain=MM)
     with pytest.raises(UnfixableError, match="auto_pad"):
-        _rewritten(model, plugins)
+        rewrite_fully(model, "onnxruntime", plugins)
 
 
 # -- NMSMatch ----------------------------------------------------------------------------
@@ -381,7 +357,7 @@ def _boxes(rng, batch, count):
 def test_nms_match(plugins):
     path = _corpus("mmdeploy_nms_match")
     model = onnx.load(str(path))
-    result = _rewritten(model, plugins)
+    result = rewrite_fully(model, "onnxruntime", plugins)
     sess = rewriter.session(result.model)
     rng = np.random.default_rng(70)
     total = 0
@@ -453,9 +429,9 @@ def test_batched_nms_rewrite_verifies(plugins):
                  return_index=1)
     node = helper.make_node("TRTBatchedNMS", ["boxes", "scores"], ["dets", "labels", "index"],
                             domain=MM, **attrs)
-    model = _model([node], [_vi("boxes", F32, [1, 10, 1, 4]), _vi("scores", F32, [1, 10, 3])],
-                   [_vi("dets", F32, [1, 5, 5]), _vi("labels", TensorProto.INT64, [1, 5]),
-                    _vi("index", TensorProto.INT64, [1, 5])], 11)
+    model = _mmmodel([node], [vi("boxes", F32, [1, 10, 1, 4]), vi("scores", F32, [1, 10, 3])],
+                   [vi("dets", F32, [1, 5, 5]), vi("labels", TensorProto.INT64, [1, 5]),
+                    vi("index", TensorProto.INT64, [1, 5])], 11)
     rng = np.random.default_rng(90)
     feeds = {"boxes": mmdeploy._nms_boxes(rng, (1, 10, 1, 4)).astype(np.float32),
              "scores": mmdeploy._nms_scores(rng, (1, 10, 3)).astype(np.float32)}
@@ -473,10 +449,10 @@ def test_batched_nms_negative_threshold_runs_the_kernel(plugins):
     node = helper.make_node("TRTBatchedNMS", ["boxes", "scores"], ["dets", "labels", "index"],
                             domain=MM, num_classes=1, background_label_id=-1, keep_topk=4, topk=3,
                             score_threshold=-0.5, iou_threshold=0.5, return_index=1)
-    model = _model([node], [_vi("boxes", F32, [1, 3, 1, 4]), _vi("scores", F32, [1, 3, 1])],
-                   [_vi("dets"), _vi("labels", TensorProto.INT64),
-                    _vi("index", TensorProto.INT64)], 11)
-    result = _rewritten(model, plugins)
+    model = _mmmodel([node], [vi("boxes", F32, [1, 3, 1, 4]), vi("scores", F32, [1, 3, 1])],
+                   [vi("dets"), vi("labels", TensorProto.INT64),
+                    vi("index", TensorProto.INT64)], 11)
+    result = rewrite_fully(model, "onnxruntime", plugins)
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
     boxes = np.tile(np.array([0, 0, 1, 1], np.float32), (1, 3, 1, 1))  # identical boxes
     scores = np.array([[[-0.1], [-0.2], [-0.9]]], np.float32)  # -0.9 is no candidate
@@ -535,11 +511,11 @@ def test_detectron_detection_output_unsorted_path_matches_openvino(plugins):
                             domain="org.openvinotoolkit", num_classes=3, post_nms_count=2,
                             max_detections_per_image=12, nms_threshold=0.3,
                             deltas_weights=[1.0, 2.0, 3.0, 4.0])
-    model = _model([node], [_vi("rois", F32, [10, 4]), _vi("deltas", F32, [10, 12]),
-                            _vi("scores", F32, [10, 3]), _vi("im_info", F32, [1, 3])],
-                   [_vi("boxes", F32, [12, 4]), _vi("classes", TensorProto.INT64, [12]),
-                    _vi("scores_out", F32, [12])], 11, domain="org.openvinotoolkit")
-    sess = rewriter.session(_rewritten(model, plugins).model)
+    model = _mmmodel([node], [vi("rois", F32, [10, 4]), vi("deltas", F32, [10, 12]),
+                            vi("scores", F32, [10, 3]), vi("im_info", F32, [1, 3])],
+                   [vi("boxes", F32, [12, 4]), vi("classes", TensorProto.INT64, [12]),
+                    vi("scores_out", F32, [12])], 11, domain="org.openvinotoolkit")
+    sess = rewriter.session(rewrite_fully(model, "onnxruntime", plugins).model)
     rng = np.random.default_rng(101)
     unsorted = 0
     for _ in range(6):
