@@ -16,6 +16,9 @@ from onnx import TensorProto, helper, load, numpy_helper
 from rewriter.api import rewrite
 from rewriter.errors import UnfixableError
 from rewriter.manager import load_plugins
+from rewriter.testing import make_model, rewritten
+from rewriter.testing import run_onnxruntime as run_ort
+from rewriter.testing import value_info as vi
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")
@@ -34,39 +37,11 @@ def plugins():
     return load_plugins(autoload=False)
 
 
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes, inputs, outputs, initializers=(), opset=OPSET):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
-    model.ir_version = 10 if opset >= 21 else 8
-    return model
-
-
-def _run(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def _rewritten(model, plugins, target="reference"):
-    result = rewrite(model, [target], plugins=plugins, confirm=False, verify=False)
-    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
-    out = result.model
-    nodes = list(out.graph.node)
-    nodes += [inner for n in nodes for a in n.attribute if a.g for inner in a.g.node]
-    domains = {n.domain for n in nodes}
-    assert domains <= {"", "ai.onnx"}, domains
-    return out
-
-
 def _check(model, plugins, feeds, elem, expected=None):
     """Rewrite, run, and compare with ``expected`` (default: onnxruntime on the original)."""
     if expected is None:
-        expected = _run(model, feeds)
-    got = _run(_rewritten(model, plugins), feeds)
+        expected = run_ort(model, feeds)
+    got = run_ort(rewritten(model, "reference", plugins, standard_only=True), feeds)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.dtype == np.dtype(NP[elem])
@@ -83,7 +58,7 @@ def test_nhwc_conv_unknown_rank_falls_back_to_the_kernel(plugins):
     """No kernel_shape and no constant weight: the spatial rank is unknown, so the
     decomposition declines and the plugin's Python kernel (any rank) is chosen."""
     node = helper.make_node("NhwcConv", ["X", "W"], ["Y"], domain=MS)
-    model = _model([node], [_vi("X", F32), _vi("W", F32)], [_vi("Y", F32)])
+    model = make_model([node], [vi("X", F32), vi("W", F32)], [vi("Y", F32)], opset=OPSET)
     result = rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False,
                      explain=True)
     (out,) = result.model.graph.node
@@ -95,14 +70,15 @@ def test_inside_if_branch(plugins):
     rng = np.random.default_rng(9)
     then_branch = helper.make_graph(
         [helper.make_node("FastGelu", ["X", "bias"], ["t"], domain=MS)],
-        "then", [], [_vi("t", F32, [2, 3, 8])])
+        "then", [], [vi("t", F32, [2, 3, 8])])
     else_branch = helper.make_graph(
         [helper.make_node("QuickGelu", ["X"], ["e"], domain=MS, alpha=1.5)],
-        "else", [], [_vi("e", F32, [2, 3, 8])])
+        "else", [], [vi("e", F32, [2, 3, 8])])
     node = helper.make_node("If", ["cond"], ["Y"], then_branch=then_branch,
                             else_branch=else_branch)
-    model = _model([node], [_vi("cond", TensorProto.BOOL, []), _vi("X", F32, [2, 3, 8]),
-                            _vi("bias", F32, [8])], [_vi("Y", F32, [2, 3, 8])])
+    model = make_model([node], [vi("cond", TensorProto.BOOL, []), vi("X", F32, [2, 3, 8]),
+                                vi("bias", F32, [8])], [vi("Y", F32, [2, 3, 8])],
+                       opset=OPSET, domains=[MS])
     for cond in (True, False):
         feeds = {**_feeds(rng, F32, 2), "cond": np.array(cond)}
         _check(model, plugins, feeds, F32)
@@ -120,11 +96,11 @@ def _node_model(op_type, names, values, outputs=("Y",), opset=OPSET, domain=MS,
     """One node reading ``names`` ("" for an absent input): graph inputs for every value
     except ``initializers``, which become initializers."""
     node = helper.make_node(op_type, list(names), list(outputs), domain=domain, **attrs)
-    inputs = [_vi(n, _dtype_of(values[n]), list(values[n].shape)) for n in names
+    inputs = [vi(n, _dtype_of(values[n]), list(values[n].shape)) for n in names
               if n and n not in initializers]
     inits = [numpy_helper.from_array(values[n], n) for n in initializers]
     outs = [helper.make_value_info(o, helper.TypeProto()) for o in outputs if o]
-    return _model([node], inputs, outs, inits, opset=opset)
+    return make_model([node], inputs, outs, initializers=inits, opset=opset, domains=[MS])
 
 
 def test_bias_softmax_inner_broadcast_declines(plugins):

@@ -7,6 +7,8 @@ known mask rank, nodes inside If branches, the corpus models.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper, load, numpy_helper
@@ -18,10 +20,13 @@ from rewriter_plugins.com_microsoft_attention import (
     restore_padding_kernel,
 )
 
+from rewriter import testing
 from rewriter import testing as oracle_check
 from rewriter.api import rewrite
 from rewriter.errors import UnfixableError
 from rewriter.manager import load_plugins
+from rewriter.testing import run_onnxruntime as run_ort
+from rewriter.testing import value_info as vi
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")
@@ -37,16 +42,8 @@ def plugins():
     return load_plugins(autoload=False)
 
 
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes, inputs, outputs, opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
-    model.ir_version = 8
-    return model
+# a model importing ai.onnx 17 and com.microsoft (its nodes may sit in subgraphs)
+_ms_model = functools.partial(testing.make_model, opset=17, domains=[MS])
 
 
 def _sample(plugins, op_type, sample, dtype="float"):
@@ -61,25 +58,11 @@ def _rand(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _run(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def _rewritten(model, plugins):
-    result = rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
-    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
-    nodes = list(result.model.graph.node)
-    nodes += [inner for n in nodes for a in n.attribute if a.g for inner in a.g.node]
-    assert {n.domain for n in nodes} <= {"", "ai.onnx"}
-    return result.model
-
-
 def _check(model, plugins, feeds, expected=None):
     """Rewrite, run, compare with ``expected`` (default: onnxruntime on the original)."""
     if expected is None:
-        expected = _run(model, feeds)
-    got = _run(_rewritten(model, plugins), feeds)
+        expected = run_ort(model, feeds)
+    got = run_ort(testing.rewritten(model, "reference", plugins, standard_only=True), feeds)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.shape == np.shape(e)
@@ -96,7 +79,8 @@ def test_attention_known_mask_rank(plugins):
     mask[1] = [1, 0, 1, 1]  # a fully masked row is float32 rounding against float64
     model.graph.initializer.append(numpy_helper.from_array(mask, "x3"))
     del model.graph.input[3]
-    assert "If" not in {n.op_type for n in _rewritten(model, plugins).graph.node}
+    decomposed = testing.rewritten(model, "reference", plugins, standard_only=True)
+    assert "If" not in {n.op_type for n in decomposed.graph.node}
     expected = [attention_reference(feeds["x0"], feeds["x1"], feeds["x2"], mask,
                                     num_heads=N)[0]]
     _check(model, plugins, feeds, expected)
@@ -109,7 +93,7 @@ def test_attention_reference_matches_onnxruntime(plugins):
                            attention._attention_sample("past-causal-mask-2d", 17))
     feeds["x3"][1, :3] = 1  # no fully masked row (its float32 scores lose ~1e-3 near -1e4)
     feeds["x3"][0, :2] = [0, 1]  # query 0 sees keys 0..3: key 0 masked, 1..3 in the past
-    expected = _run(model, feeds)
+    expected = run_ort(model, feeds)
     got = attention_reference(feeds["x0"], feeds["x1"], feeds["x2"], feeds["x3"],
                               num_heads=N, unidirectional=1, past=feeds["x4"])
     for g, e in zip(got, expected):
@@ -119,7 +103,7 @@ def test_attention_reference_matches_onnxruntime(plugins):
 @pytest.mark.parametrize("attrs", [dict(do_rotary=1), dict(past_present_share_buffer=1)])
 def test_attention_declines(plugins, attrs):
     node = helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=2, **attrs)
-    model = _model([node], [_vi("x", F32, [1, 2, 4]), _vi("w", F32, [4, 12])], [_vi("y", F32)])
+    model = _ms_model([node], [vi("x", F32, [1, 2, 4]), vi("w", F32, [4, 12])], [vi("y", F32)])
     with pytest.raises(UnfixableError):
         rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
@@ -133,7 +117,7 @@ def test_multi_head_attention_forms_it_declines(plugins, inputs, shapes):
     value of different layouts: declined."""
     node = helper.make_node("MultiHeadAttention", inputs, ["y"], domain=MS, num_heads=2)
     names = [n for n in inputs if n]
-    model = _model([node], [_vi(n, F32, s) for n, s in zip(names, shapes)], [_vi("y", F32)])
+    model = _ms_model([node], [vi(n, F32, s) for n, s in zip(names, shapes)], [vi("y", F32)])
     with pytest.raises(UnfixableError):
         rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
@@ -168,14 +152,14 @@ def _inside_if(plugins, op_type, sample):
     then_node = helper.make_node(op_type, list(node.input), branch, domain=MS)
     then_node.attribute.extend(node.attribute)
     passed = [n for n in node.input if n][:len(outputs)]
-    then_branch = helper.make_graph([then_node], "then", [], [_vi(o, F32) for o in branch])
+    then_branch = helper.make_graph([then_node], "then", [], [vi(o, F32) for o in branch])
     else_branch = helper.make_graph(
         [helper.make_node("Identity", [i], [o + "_e"]) for i, o in zip(passed, outputs)],
-        "else", [], [_vi(o + "_e", F32) for o in outputs])
+        "else", [], [vi(o + "_e", F32) for o in outputs])
     if_node = helper.make_node("If", ["cond"], outputs, then_branch=then_branch,
                                else_branch=else_branch)
-    inputs = [_vi("cond", TensorProto.BOOL, [])] + list(model.graph.input)
-    wrapped = _model([if_node], inputs, [_vi(o, F32) for o in outputs])
+    inputs = [vi("cond", TensorProto.BOOL, [])] + list(model.graph.input)
+    wrapped = _ms_model([if_node], inputs, [vi(o, F32) for o in outputs])
     wrapped.graph.initializer.extend(model.graph.initializer)
     for cond in (True, False):
         _check(wrapped, plugins, {**feeds, "cond": np.array(cond)})
@@ -213,11 +197,11 @@ def test_decoder_masked_mha_packed_and_cross_attention_decline(plugins):
                               domain=MS, num_heads=2, past_present_share_buffer=1)
     cross = helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "k", "v"], ["y"],
                              domain=MS, num_heads=2)
-    for node, inputs in ((packed, [_vi("q", F32, [4, 1, 48]), _vi("pk", F32, [4, 2, 6, 8]),
-                                   _vi("pv", F32, [4, 2, 6, 8]), _vi("past", I32, [1])]),
-                         (cross, [_vi("q", F32, [2, 1, 16]), _vi("k", F32, [2, 2, 5, 8]),
-                                  _vi("v", F32, [2, 2, 5, 8])])):
-        model = _model([node], inputs, [_vi(o, F32) for o in node.output])
+    for node, inputs in ((packed, [vi("q", F32, [4, 1, 48]), vi("pk", F32, [4, 2, 6, 8]),
+                                   vi("pv", F32, [4, 2, 6, 8]), vi("past", I32, [1])]),
+                         (cross, [vi("q", F32, [2, 1, 16]), vi("k", F32, [2, 2, 5, 8]),
+                                  vi("v", F32, [2, 2, 5, 8])])):
+        model = _ms_model([node], inputs, [vi(o, F32) for o in node.output])
         with pytest.raises(UnfixableError):
             rewrite(model, ["reference"], plugins=plugins, confirm=False, verify=False)
 
@@ -244,7 +228,7 @@ def test_packed_attention_corpus_runs_on_onnxruntime(plugins):
     feeds = {"input": packed, "weight": _rand(rng, [hidden, 3 * hidden], scale=0.3),
              "bias": _rand(rng, [3 * hidden]), "token_offset": token_offset,
              "cumulative_sequence_length": cumulated}
-    got = _run(result.model, feeds)[0]
+    got = run_ort(result.model, feeds)[0]
     restored = restore_padding_kernel(packed, token_offset)
     attended = attention_reference(restored, feeds["weight"], feeds["bias"], counts,
                                    num_heads=12, mask_filter_value=-3.4028234663852886e38)[0]
@@ -298,7 +282,7 @@ def _with_total_sequence_length(model):
     copy = ModelProto()
     copy.CopyFrom(model)
     copy.graph.node[0].input[6] = "total_sequence_length"
-    copy.graph.input.append(_vi("total_sequence_length", I32, []))
+    copy.graph.input.append(vi("total_sequence_length", I32, []))
     return copy
 
 
@@ -317,9 +301,9 @@ def test_gqa_corpus_without_total_sequence_length(plugins):
     rng = np.random.default_rng(15)
     for batch, seq, past, seqlens in GQA_CORPUS_STEPS:
         feeds = _gqa_corpus_feeds(rng, batch, seq, past, seqlens)
-        expected = _run(with_total, {**feeds, "total_sequence_length": np.array(
+        expected = run_ort(with_total, {**feeds, "total_sequence_length": np.array(
             max(seqlens) + 1, np.int32)})
-        got = _run(decomposed, feeds)
+        got = run_ort(decomposed, feeds)
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e, **TOL)
 
@@ -328,12 +312,12 @@ def test_gqa_corpus_with_total_sequence_length(plugins):
     """The corpus model with input 6 supplied: rewritten for the reference target, it
     agrees with onnxruntime's kernel (prompt and token generation, rotary, packed QKV)."""
     model = _with_total_sequence_length(_corpus("ov_com_microsoft_gqa_rotary.onnx"))
-    rewritten = _rewritten(model, plugins)
+    rewritten = testing.rewritten(model, "reference", plugins, standard_only=True)
     rng = np.random.default_rng(16)
     for batch, seq, past, seqlens in GQA_CORPUS_STEPS:
         feeds = _gqa_corpus_feeds(rng, batch, seq, past, seqlens)
         feeds["total_sequence_length"] = np.array(max(seqlens) + 1, np.int32)
-        for g, e in zip(_run(rewritten, feeds), _run(model, feeds), strict=True):
+        for g, e in zip(run_ort(rewritten, feeds), run_ort(model, feeds), strict=True):
             np.testing.assert_allclose(g, e, **TOL)
 
 
@@ -353,5 +337,5 @@ def test_dmmha_corpus_compares_ok(plugins):
     result = rewrite(model, ["reference", "onnxruntime"], plugins=plugins, confirm=False,
                      compare_options={"inputs": feeds})
     assert result.report.verification["compare"] == "ok", result.report.verification
-    for g, e in zip(_run(result.model, feeds), _run(model, feeds), strict=True):
+    for g, e in zip(run_ort(result.model, feeds), run_ort(model, feeds), strict=True):
         np.testing.assert_allclose(g, e, **TOL)
