@@ -1304,3 +1304,90 @@ def test_an_external_data_location_that_is_not_utf8_is_refused(h):
     with pytest.raises(ExternalDataError) as info:
         rio.load_model(h.model)
     assert "not valid UTF-8" in str(info.value) and "'W'" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- main process
+# What would be allocated, blocked on or crashed in the tool's own process (issue 15).
+
+
+def symbolic_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["X"], ["Y"], name="relu")], "g",
+        [vi("X", TensorProto.FLOAT, ["N", 4])], [vi("Y", TensorProto.FLOAT, ["N", 4])])
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def expect_usage_line(capsys, argv: list[str], *words: str) -> str:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "internal error" not in err and "Traceback" not in err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def test_a_huge_dim_is_refused_before_allocation(h, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    save_proto(symbolic_model(), h.model)
+    tracemalloc.start()
+    try:
+        expect_usage_line(capsys, ["run", str(h.model), "--dim", f"N={10**12}"],
+                          "past the input limit", "ONNX_REWRITER_MAX_INPUT_MIB")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 2**20, peak
+
+
+def test_an_npz_is_sized_before_it_is_decompressed(h, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.setenv("ONNX_REWRITER_MAX_INPUT_MIB", "1")
+    save_proto(symbolic_model(), h.model)
+    bomb = h.outside / "inputs.npz"
+    np.savez_compressed(bomb, X=np.zeros((2**16, 4), np.float32))  # 1 MiB, a few KiB packed
+    assert bomb.stat().st_size < 64 * 1024
+    expect_usage_line(capsys, ["run", str(h.model), "--inputs", str(bomb)],
+                      "decompressed", "past the input limit")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--seed", "-1"], ["--seed"]),
+    (["--timeout", "nan"], ["--timeout", "nan"]),
+    (["--timeout", "0"], ["--timeout"]),
+    (["--memory-limit", "0"], ["--memory-limit"]),
+    (["--custom-ops-library", "/no/such/lib.so"], ["/no/such/lib.so"]),
+    (["--dim", "nosuchdim=7"], ["nosuchdim", "no symbolic dimension"]),
+    (["--dim", "N=-3"], ["cannot be negative"]),
+])
+def test_bad_option_values_are_one_line(argv, words, h, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    save_proto(symbolic_model(), h.model)
+    before = snapshot(h.root)
+    expect_usage_line(capsys, ["run", str(h.model), *argv], *words)
+    assert snapshot(h.root) == before
+
+
+def test_real_cli_fifo_as_inputs_does_not_hang(h):
+    save_proto(symbolic_model(), h.model)
+    fifo = h.outside / "inputs.npz"
+    os.mkfifo(fifo)
+    env = dict(os.environ, COLUMNS="1000")
+    proc = subprocess.run(CLI + ["run", str(h.model), "--inputs", str(fifo)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "FIFO" in lines[0] and str(fifo) in lines[0], proc.stderr
+
+
+def test_a_plugin_calling_sys_exit_at_import_is_an_error(h, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+    plugin = h.outside / "quitter.py"
+    plugin.write_text("import sys\nsys.exit(0)\n")
+    save_proto(symbolic_model(), h.model)
+    rc = main(["-p", str(plugin), "check", str(h.model), "--no-confirm"])
+    out, err = capsys.readouterr()
+    assert rc == 2, (rc, out, err)
+    assert "quitter" in err and "Traceback" not in err, err
