@@ -6,6 +6,7 @@ target (which has neither domain) through ``rewriter.api.rewrite`` and run on on
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,9 @@ from onnx import TensorProto, helper
 
 from rewriter.api import rewrite
 from rewriter.manager import load_plugins
+from rewriter.testing import make_model, rewritten
+from rewriter.testing import run_onnxruntime as run_ort
+from rewriter.testing import value_info as vi
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -29,31 +33,12 @@ def bench_plugins():
     return load_plugins([str(PLUGIN)], autoload=False)
 
 
-def _model(node, inputs, outputs, initializers=()):
-    graph = helper.make_graph([node], "g", inputs, outputs, initializer=list(initializers))
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(node.domain, 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 8
-    return model
+_bench_model = functools.partial(make_model, opset=OPSET, ir_version=8)
 
 
-def _vi(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _run(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def _rewritten(model, plugins):
-    result = rewrite(model, ["reference"], plugins=plugins, confirm=False)
-    report = result.report
-    assert not report.remaining, [f.as_dict() for f in report.remaining]
-    rewritten = result.model
-    ops = {(n.domain or "", n.op_type) for n in rewritten.graph.node}
-    assert not {d for d, _ in ops} - {"", "ai.onnx"}, ops
-    return rewritten
+def _verified(model, plugins):
+    """Rewritten for the reference evaluator and verified: only standard ops left."""
+    return rewritten(model, "reference", plugins, standard_only=True, verify=True)
 
 
 def _inputs(rng, shape, dtype=np.float32, scale=3.0):
@@ -69,15 +54,15 @@ def test_fast_gelu_matches_onnxruntime(bench_plugins, with_bias):
     rng = np.random.default_rng(0)
     inputs = ["X", "bias"] if with_bias else ["X"]
     node = helper.make_node("FastGelu", inputs, ["Y"], domain="com.microsoft")
-    graph_inputs = [_vi("X", TensorProto.FLOAT, [2, 5, HIDDEN])]
+    graph_inputs = [vi("X", TensorProto.FLOAT, [2, 5, HIDDEN])]
     feeds = {"X": _inputs(rng, (2, 5, HIDDEN))}
     if with_bias:
-        graph_inputs.append(_vi("bias", TensorProto.FLOAT, [HIDDEN]))
+        graph_inputs.append(vi("bias", TensorProto.FLOAT, [HIDDEN]))
         feeds["bias"] = rng.standard_normal(HIDDEN).astype(np.float32)
-    model = _model(node, graph_inputs, [_vi("Y", TensorProto.FLOAT, [2, 5, HIDDEN])])
-    expected = _run(model, feeds)[0]  # onnxruntime's contrib kernel
-    rewritten = _rewritten(model, bench_plugins)
-    got = _run(rewritten, feeds)[0]
+    model = _bench_model([node], graph_inputs, [vi("Y", TensorProto.FLOAT, [2, 5, HIDDEN])])
+    expected = run_ort(model, feeds)[0]  # onnxruntime's contrib kernel
+    rewritten = _verified(model, bench_plugins)
+    got = run_ort(rewritten, feeds)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     # the literal CastLikes were folded for the known float input: 12 nodes with a bias
     assert len(rewritten.graph.node) == (12 if with_bias else 11)
@@ -119,15 +104,15 @@ def test_fast_gelu_float16(bench_plugins):
     """float16 in, float16 constants: close to the float64 formula at float16 precision."""
     node = helper.make_node("FastGelu", ["X", "bias"], ["Y"], domain="com.microsoft")
     shape = [2, 3, HIDDEN]
-    model = _model(node, [_vi("X", TensorProto.FLOAT16, shape),
-                          _vi("bias", TensorProto.FLOAT16, [HIDDEN])],
-                   [_vi("Y", TensorProto.FLOAT16, shape)])
+    model = _bench_model([node], [vi("X", TensorProto.FLOAT16, shape),
+                                  vi("bias", TensorProto.FLOAT16, [HIDDEN])],
+                         [vi("Y", TensorProto.FLOAT16, shape)])
     rng = np.random.default_rng(4)
     x = _inputs(rng, shape, np.float16)
     bias = rng.standard_normal(HIDDEN).astype(np.float16)
     v = x.astype(np.float64) + bias
     expected = 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
-    got = _run(_rewritten(model, bench_plugins), {"X": x, "bias": bias})[0]
+    got = run_ort(_verified(model, bench_plugins), {"X": x, "bias": bias})[0]
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), expected, rtol=1e-2, atol=1e-2)
 
@@ -171,13 +156,13 @@ def test_skip_layer_norm_matches_onnxruntime(bench_plugins, case):
     }
     feeds = {k: v for k, v in feeds.items() if k in node_inputs}
     shapes = {"input": list(shape), "skip": list(shape)}
-    graph_inputs = [_vi(k, TensorProto.FLOAT, shapes.get(k, [HIDDEN])) for k in feeds]
+    graph_inputs = [vi(k, TensorProto.FLOAT, shapes.get(k, [HIDDEN])) for k in feeds]
     out_shapes = {"output": list(shape), "sum": list(shape), "mean": [2, 5, 1],
                   "inv_std_var": [2, 5, 1]}
-    graph_outputs = [_vi(n, TensorProto.FLOAT, out_shapes[n]) for n in node_outputs if n]
-    model = _model(node, graph_inputs, graph_outputs)
-    expected = _run(model, feeds)
-    got = _run(_rewritten(model, bench_plugins), feeds)
+    graph_outputs = [vi(n, TensorProto.FLOAT, out_shapes[n]) for n in node_outputs if n]
+    model = _bench_model([node], graph_inputs, graph_outputs)
+    expected = run_ort(model, feeds)
+    got = run_ort(_verified(model, bench_plugins), feeds)
     for name, e, g in zip([n for n in node_outputs if n], expected, got):
         np.testing.assert_allclose(g.reshape(e.shape), e, rtol=1e-4, atol=1e-5, err_msg=name)
 
@@ -188,16 +173,16 @@ def test_skip_layer_norm_tiny_variance_uses_default_epsilon(bench_plugins):
     node = helper.make_node("SkipLayerNormalization", ["input", "skip", "gamma"], ["output"],
                             domain="com.microsoft")
     shape = [1, 2, HIDDEN]
-    model = _model(node, [_vi("input", TensorProto.FLOAT, shape),
-                          _vi("skip", TensorProto.FLOAT, shape),
-                          _vi("gamma", TensorProto.FLOAT, [HIDDEN])],
-                   [_vi("output", TensorProto.FLOAT, shape)])
+    model = _bench_model([node], [vi("input", TensorProto.FLOAT, shape),
+                                  vi("skip", TensorProto.FLOAT, shape),
+                                  vi("gamma", TensorProto.FLOAT, [HIDDEN])],
+                         [vi("output", TensorProto.FLOAT, shape)])
     x = np.ones(shape, np.float32)
     x[0, 1, 0] += 1e-4  # variance ~1e-9: 1e-12 and 1e-5 give visibly different outputs
     feeds = {"input": x, "skip": np.zeros(shape, np.float32),
              "gamma": np.ones(HIDDEN, np.float32)}
-    expected = _run(model, feeds)[0]
-    got = _run(_rewritten(model, bench_plugins), feeds)[0]
+    expected = run_ort(model, feeds)[0]
+    got = run_ort(_verified(model, bench_plugins), feeds)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
 
 
@@ -208,13 +193,13 @@ def test_fused_swish_matches_numpy(bench_plugins, alpha):
     attrs = {} if alpha is None else {"alpha": alpha}
     node = helper.make_node("FusedSwish", ["X"], ["Y"], domain="com.acme", **attrs)
     shape = [3, 4, HIDDEN]
-    model = _model(node, [_vi("X", TensorProto.FLOAT, shape)],
-                   [_vi("Y", TensorProto.FLOAT, shape)])
+    model = _bench_model([node], [vi("X", TensorProto.FLOAT, shape)],
+                         [vi("Y", TensorProto.FLOAT, shape)])
     x = _inputs(np.random.default_rng(2), shape, scale=4.0)
     x.flat[4:6] = [30.0, -30.0]
     a = 1.0 if alpha is None else alpha
     expected = x / (1 + np.exp(-a * x.astype(np.float64)))
-    got = _run(_rewritten(model, bench_plugins), {"X": x})[0]
+    got = run_ort(_verified(model, bench_plugins), {"X": x})[0]
     np.testing.assert_allclose(got, expected.astype(np.float32), rtol=1e-5, atol=1e-6)
 
 
@@ -242,6 +227,6 @@ def test_generated_model_rewrites_and_agrees(bench_plugins, tmp_path):
     x = rng.standard_normal((2, 3, 16)).astype(np.float32)
     for branch in (True, False):
         feeds = {"x": x, "use_branch": np.array(branch)}
-        expected = _run(only_swish.model, feeds)[0]
-        got = _run(everything.model, feeds)[0]
+        expected = run_ort(only_swish.model, feeds)[0]
+        got = run_ort(everything.model, feeds)[0]
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

@@ -8,6 +8,7 @@ algorithm (dynamic shapes too), the four corpus models.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -16,9 +17,12 @@ import pytest
 from onnx import TensorProto, helper, load
 
 import rewriter
+from rewriter import testing
 from rewriter.api import rewrite
 from rewriter.errors import UnfixableError
 from rewriter.plan.functions import DecompositionContext
+from rewriter.testing import run_onnxruntime as run_ort
+from rewriter.testing import value_info as vi
 from tests.conftest import CORPUS
 
 ort = pytest.importorskip("onnxruntime")
@@ -33,30 +37,8 @@ TOL = {F32: dict(rtol=1e-4, atol=1e-5), F16: dict(rtol=1e-2, atol=2e-3),
 MS, ATEN, CAFFE2 = "com.microsoft", "org.pytorch.aten", "org.pytorch._caffe2"
 
 
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes, inputs, outputs, opset=13, initializers=(), domains=(MS, ATEN)):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
-    model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = 8
-    return model
-
-
-def _ort(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
-
-
-def _rewritten(model, plugins):
-    result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
-    assert not result.report.remaining, [f.as_dict() for f in result.report.remaining]
-    nodes = list(result.model.graph.node)
-    nodes += [inner for n in nodes for a in n.attribute if a.g for inner in a.g.node]
-    assert {n.domain for n in nodes} <= {"", "ai.onnx"}
-    return result.model
+# a model importing ai.onnx 13, com.microsoft and org.pytorch.aten (nodes may sit in subgraphs)
+_pt_model = functools.partial(testing.make_model, opset=13, domains=[MS, ATEN], ir_version=8)
 
 
 def _declines(model, plugins):
@@ -91,7 +73,7 @@ def test_double_gelu_runs_the_kernel_on_onnxruntime(plugins):
     """onnxruntime has no double Erf: for it, the body is refused and the numpy kernel runs
     the node."""
     x = _rand(np.random.default_rng(6), [3, 8], F64, 3.0)
-    model = _model([_aten(["X"], operator="gelu")], [_vi("X", F64)], [_vi("Y", F64)], opset=9)
+    model = _pt_model([_aten(["X"], operator="gelu")], [vi("X", F64)], [vi("Y", F64)], opset=9)
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
     (got,) = rewriter.session(result.model, plugins=plugins).run(None, {"X": x})
@@ -132,7 +114,7 @@ def test_builder_accepts_what_it_declines_elsewhere():
 def test_unknown_operator_has_no_remedy(plugins):
     """im2col has no body, and the ATen kernel's accepts() declines it at planning."""
     node = _aten(["X"], operator="im2col")
-    model = _model([node], [_vi("X", F32, [1, 2, 4, 4])], [_vi("Y", F32)])
+    model = _pt_model([node], [vi("X", F32, [1, 2, 4, 4])], [vi("Y", F32)])
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False,
                      explain=True)
     assert result.report.remaining
@@ -146,8 +128,8 @@ def test_computed_output_size_runs_the_kernel(plugins):
     """org.pytorch.aten with a computed output size: the body needs the size when built, so
     it declines and the numpy kernel runs the node."""
     node = helper.make_node("adaptive_avg_pool2d", ["X", "S"], ["Y"], domain=ATEN)
-    model = _model([node], [_vi("X", F32, [1, 2, 5, 4]), _vi("S", TensorProto.INT64, [2])],
-                   [_vi("Y", F32)])
+    model = _pt_model([node], [vi("X", F32, [1, 2, 5, 4]), vi("S", TensorProto.INT64, [2])],
+                   [vi("Y", F32)])
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
     x = _rand(np.random.default_rng(15), [1, 2, 5, 4], F32)
@@ -164,17 +146,17 @@ def test_layer_norm_inside_if(plugins):
     x, w = _rand(rng, [2, 3, 6], F32), _rand(rng, [6], F32)
     ln = _aten(["X", "W"], output="inner", operator="layer_norm", normalized_shape=[6],
                eps=1e-5)
-    then_branch = helper.make_graph([ln], "then", [], [_vi("inner", F32)])
+    then_branch = helper.make_graph([ln], "then", [], [vi("inner", F32)])
     else_branch = helper.make_graph([helper.make_node("Identity", ["X"], ["other"])], "else",
-                                    [], [_vi("other", F32)])
+                                    [], [vi("other", F32)])
     node = helper.make_node("If", ["C"], ["Y"], then_branch=then_branch,
                             else_branch=else_branch)
-    model = _model([node], [_vi("C", TensorProto.BOOL, []), _vi("X", F32, [2, 3, 6]),
-                            _vi("W", F32, [6])], [_vi("Y", F32)], opset=11)
-    out = _rewritten(model, plugins)
-    (got,) = _ort(out, {"C": np.array(True), "X": x, "W": w})
+    model = _pt_model([node], [vi("C", TensorProto.BOOL, []), vi("X", F32, [2, 3, 6]),
+                            vi("W", F32, [6])], [vi("Y", F32)], opset=11)
+    out = testing.rewritten(model, "onnxruntime", plugins, standard_only=True)
+    (got,) = run_ort(out, {"C": np.array(True), "X": x, "W": w})
     _expect(got, _torch(F.layer_norm, x, (6,), w), F32)
-    (other,) = _ort(out, {"C": np.array(False), "X": x, "W": w})
+    (other,) = run_ort(out, {"C": np.array(False), "X": x, "W": w})
     np.testing.assert_array_equal(other, x)
 
 
@@ -288,8 +270,8 @@ def test_generate_proposals_kernel(plugins, pre, post, thresh, plus_one):
                  min_size=3.0, legacy_plus_one=plus_one)
     node = helper.make_node("GenerateProposals", list("sdia"), ["rois", "probs"],
                             domain=CAFFE2, **attrs)
-    model = _model([node], [_vi(k, F32, v.shape) for k, v in feeds.items()],
-                   [_vi("rois", F32), _vi("probs", F32)], opset=9, domains=(CAFFE2,))
+    model = _pt_model([node], [vi(k, F32, v.shape) for k, v in feeds.items()],
+                   [vi("rois", F32), vi("probs", F32)], opset=9, domains=(CAFFE2,))
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False,
                      prefer="kernel")
     assert not result.report.remaining
@@ -348,7 +330,7 @@ def test_corpus_models(plugins):
                if o.domain in ("", "ai.onnx")) == 9
 
     x = _rand(np.random.default_rng(13), [1, 1, 4, 4], F32)
-    (got,) = _ort(results["pool"].model, {"x": x})
+    (got,) = run_ort(results["pool"].model, {"x": x})
     _expect(got, F.adaptive_avg_pool2d(torch.from_numpy(x), (2, 2)).numpy(), F32)
 
     attrs = {a.name: helper.get_attribute_value(a) for a in proposals.graph.node[0].attribute}
@@ -388,7 +370,8 @@ def test_torch_aten_fallback_export(plugins):
                           operator_export_type=torch.onnx.OperatorExportTypes.ONNX_ATEN_FALLBACK)
     model = load(io.BytesIO(buffer.getvalue()))
     assert {n.domain for n in model.graph.node} >= {ATEN}
-    got = _ort(_rewritten(model, plugins), {model.graph.input[0].name: x.numpy()})
+    decomposed = testing.rewritten(model, "onnxruntime", plugins, standard_only=True)
+    got = run_ort(decomposed, {model.graph.input[0].name: x.numpy()})
     for value, expected in zip(got, Model()(x)):
         np.testing.assert_allclose(value, expected.numpy(), rtol=1e-5, atol=1e-5)
 
@@ -409,7 +392,7 @@ def test_torch_aten_fallback_export(plugins):
 def test_aten_kernel_list_attributes(plugins, node, feeds, expected):
     """``prefer="kernel"``: the numpy ATen kernel receives normalized_shape, shifts/dims."""
     elem = I64 if feeds["X"].dtype == np.int64 else F32
-    model = _model([node], [_vi("X", elem, feeds["X"].shape)], [_vi("Y", elem)], opset=13)
+    model = _pt_model([node], [vi("X", elem, feeds["X"].shape)], [vi("Y", elem)], opset=13)
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False,
                      prefer="kernel")
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
@@ -436,11 +419,11 @@ def test_generate_proposals_decomposed(plugins, opset, pre, post, thresh, plus_o
     node = helper.make_node("GenerateProposals", list("sdia"), ["rois", "probs"],
                             domain=CAFFE2, **attrs)
     shapes = {k: list(v.shape) if static or k == "a" else None for k, v in feeds.items()}
-    model = _model([node], [_vi(k, F32, shapes[k]) for k in feeds],
-                   [_vi("rois", F32), _vi("probs", F32)], opset=opset, domains=(CAFFE2,))
-    rewritten = _rewritten(model, plugins)
+    model = _pt_model([node], [vi(k, F32, shapes[k]) for k in feeds],
+                   [vi("rois", F32), vi("probs", F32)], opset=opset, domains=(CAFFE2,))
+    rewritten = testing.rewritten(model, "onnxruntime", plugins, standard_only=True)
     assert "Loop" in {n.op_type for n in rewritten.graph.node}
-    rois, probs = _ort(rewritten, feeds)
+    rois, probs = run_ort(rewritten, feeds)
     expected_rois, expected_probs = _proposals_oracle(
         *feeds.values(), 0.25, pre, post, thresh, 3.0, plus_one)
     assert len(expected_probs) > 3
