@@ -563,3 +563,50 @@ def test_two_writers_to_one_output_leave_one_whole_pair(tmp_path):
     assert pair_of(out) in PAIRS
     assert temp_files(out_dir) == []
     assert data_files(out) == output_io.referenced_data(out)
+
+
+# ----------------------------------------------------------------------------- hangs
+
+HANGING_BUILDER = textwrap.dedent('''
+    """A decomposition builder that never returns."""
+    import time
+
+    from rewriter import hookimpl
+
+
+    def forever(ctx):
+        while True:
+            time.sleep(3600)
+
+
+    @hookimpl
+    def register_decompositions(registry):
+        registry.add("com.acme", "Stuck", forever, description="acme:Stuck")
+    ''')
+
+
+def test_a_builder_that_never_returns_is_stopped_by_its_time_limit(tmp_path, monkeypatch):
+    """A plugin's builder past its time limit is that plugin's error (naming the plugin,
+    the node and the limit); ``rewrite`` ends instead of hanging."""
+    from rewriter.api import rewrite
+    from rewriter.errors import PluginError
+    from rewriter.manager import load_plugins
+    from rewriter.plan import functions
+
+    monkeypatch.setattr(functions, "BUILDER_TIME_LIMIT_S", 1.0)
+    path = tmp_path / "stuck.py"
+    path.write_text(HANGING_BUILDER)
+    plugins = load_plugins([str(path)], autoload=False)
+    graph = helper.make_graph(
+        [helper.make_node("Stuck", ["X"], ["Y"], name="stuck", domain="com.acme")], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.acme", 1)],
+                              ir_version=8)
+    start = time.monotonic()
+    with pytest.raises(PluginError) as info:
+        rewrite(model, ["reference"], plugins=plugins, confirm=False)
+    assert time.monotonic() - start < 60
+    text = str(info.value)
+    assert "longer than 1s" in text and "'stuck'" in text and "\n" not in text, text

@@ -1391,3 +1391,28 @@ def test_a_plugin_calling_sys_exit_at_import_is_an_error(h, capsys, monkeypatch)
     out, err = capsys.readouterr()
     assert rc == 2, (rc, out, err)
     assert "quitter" in err and "Traceback" not in err, err
+
+
+def test_outputs_keep_the_umask(h):
+    path = external_matmul(h.dir)
+    loaded = rio.load_model(path)
+    previous = os.umask(0o027)
+    try:
+        out = rio.save_model(loaded.model, h.outside / "out.onnx", source=loaded)
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in h.outside.iterdir()}
+    assert modes == {"out.onnx": 0o640, "out.onnx.data": 0o640}, modes
+    assert out == h.outside / "out.onnx"
+
+
+def test_a_250_byte_output_name_is_written_with_its_data(h):
+    path = external_matmul(h.dir)
+    loaded = rio.load_model(path)
+    out = h.outside / ("é" * 122 + ".onnx")  # 249 bytes: legal, its data names too long
+    assert len(os.fsencode(out.name)) == 249
+    rio.save_model(loaded.model, out, source=loaded)
+    back = rio.load_model(out)
+    assert [len(os.fsencode(n)) <= 255 for n in back.external_files] == [True]
+    assert temp_leftovers(h.outside) == []
+    np.testing.assert_array_equal(run_ort(out), run_ort(path))
