@@ -20,6 +20,7 @@ from rewriter.detect.walker import CheckReport, TargetResult, confirm_model, fin
 from rewriter.errors import OutputError
 from rewriter.io.model import LoadedModel, as_loaded
 from rewriter.manager import Plugins, load_plugins
+from rewriter.report.render import plan_key
 
 if TYPE_CHECKING:
     from rewriter.engine import RewriteResult
@@ -128,8 +129,8 @@ def check(
 
 
 def finding_key(finding: Any) -> tuple[str, str]:
-    """How ``check`` matches a finding with the rewrite plan: its path and op type."""
-    return (finding.path, finding.op_type)
+    """:func:`plan_key` of a finding."""
+    return plan_key(finding.path, finding.op_type)
 
 
 def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
@@ -153,7 +154,7 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
             whys = [c["why"] for c in item["candidates"] if c["why"]]
             text = "none: " + (whys[0] if whys else "no plugin offers one")
         for path in item["paths"]:
-            plan[(path, item["finding"]["op_type"])] = text
+            plan[plan_key(path, item["finding"]["op_type"])] = text
     for f in findings:  # found only by a real load (runtime-refused): not in the plan
         plan.setdefault(finding_key(f), "none: found by loading the model; rewrite plans "
                         "from the static findings")

@@ -793,6 +793,62 @@ def ops(ctx, filter_text, as_json, markdown, plugin_specs, debug):
     ctx.exit(EXIT_OK)
 
 
+def _option_row(param: click.Parameter) -> list[str]:
+    """One row of the options table of docs/cli.md: names, value, default, help."""
+    names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
+    if isinstance(param, click.Option) and (param.is_flag or param.count):
+        value = ""
+    else:
+        value = f"`{param.metavar or param.type.name.upper()}`" if isinstance(
+            param, click.Option) else ""
+        if isinstance(param.type, click.Choice):
+            value = " \\| ".join(f"`{c}`" for c in param.type.choices)
+    default = ""
+    if isinstance(param, click.Option) and param.show_default and param.default not in (
+            None, (), False):
+        default = f"`{param.default[0] if isinstance(param.default, tuple) else param.default}`"
+    text = " ".join((getattr(param, "help", None) or "").split())
+    if getattr(param, "multiple", False) and "repeatable" not in text:
+        text += " (repeatable)"
+    return [names, value.replace("|", "\\|") if "\\|" not in value else value, default,
+            text.replace("|", "\\|")]
+
+
+def reference_markdown() -> str:
+    """docs/cli.md: every command's usage, description, options and examples, from the
+    click commands themselves (tests/test_cli_docs.py keeps the file current)."""
+    import inspect as pyinspect
+
+    out = ["# CLI reference", "",
+           "Generated from the commands themselves (`python -c \"from rewriter.cli import "
+           "reference_markdown as r; print(r(), end='')\" > docs/cli.md`); "
+           "`tests/test_cli_docs.py` fails when it is stale. Exit codes, targets and plugins: "
+           "see the [README](../README.md); problems: [troubleshooting](troubleshooting.md).",
+           ""]
+    commands = [(None, cli)] + sorted(cli.commands.items())
+    for name, command in commands:
+        ctx = click.Context(command, info_name=f"onnx-rewriter {name}" if name
+                            else "onnx-rewriter")
+        out += [f"## `onnx-rewriter{' ' + name if name else ''}`", "",
+                "```", " ".join(command.collect_usage_pieces(ctx)).join(
+                    [f"{ctx.info_name} ", ""]), "```", ""]
+        out += [pyinspect.cleandoc(command.help or ""), ""]
+        rows = [_option_row(p) for p in command.params
+                if isinstance(p, click.Option) and not p.hidden]
+        rows.append(["`-h`, `--help`", "", "", "Show the help and exit."])
+        out += ["| option | value | default | what |", "|---|---|---|---|"]
+        out += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        if command.epilog:
+            example = [line for line in command.epilog.splitlines()
+                       if line.strip() and line.strip() != "\b"]
+            out += ["```bash"] + [line.strip() for line in example
+                                   if line.strip().startswith("onnx-rewriter")] + ["```", ""]
+            rest = [line for line in example if not line.strip().startswith(("onnx-rewriter",
+                                                                              "Example"))]
+            out += [" ".join(rest), ""] if rest else []
+    return "\n".join(out).rstrip() + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Usage errors (a bad option value) are one line too;
     SIGTERM and SIGHUP end the run as cleanly as Ctrl-C (exit 128 + the signal)."""

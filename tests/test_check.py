@@ -271,12 +271,14 @@ def _disagreements(model, target, plugins) -> tuple[int, list[str]]:
 
         model = onnx.load(model, load_external_data=False)
     (result,) = check(model, target, plugins=plugins, confirm=False).results
+    from rewriter.api import finding_key
+
     named = {key: not text.startswith("none: ") for key, text in result.plan.items()}
-    assert set(named) == {(f.path, f.op_type) for f in result.findings}
+    assert set(named) == {finding_key(f) for f in result.findings}
     if not named:
         return 0, []
     done = rewrite(model, target, plugins=plugins, partial=True, verify=False, confirm=False)
-    left = {(f.path, f.op_type) for f in done.report.remaining}
+    left = {finding_key(f) for f in done.report.remaining}
     return len(named), [f"{target}: {key}: check says {result.plan[key]!r}, rewrite "
                         f"{'leaves it' if key in left else 'fixes it'}"
                         for key, says in named.items() if says != (key not in left)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rewriter.detect.targets import REASONS
@@ -42,13 +43,23 @@ def short_rule(text: str) -> str:
     return f"{head.split(' (', 1)[0]} [{plugin}"
 
 
+_NODE_INDEX = re.compile(r"node \d+ \(")
+
+
+def plan_key(path: str, op_type: str) -> tuple[str, str]:
+    """How ``check`` matches a finding with the rewrite plan and what the rewrite left: its
+    path without node indices where the node is named (a rewrite upstream renumbers the
+    nodes: ``graph/node 1 (y)`` may be ``graph/node 9 (y)`` after it), and its op type."""
+    return (_NODE_INDEX.sub("node (", path), op_type)
+
+
 def _group_remedy(paths: list[str], op_type: str, plan: dict
                   ) -> tuple[list[str], list[str], str]:
     """The remedies ``rewrite`` applies to a group's findings (its plan) as "KIND
     (PLUGIN)", their rules, and why not when none does ("" when every finding has one)."""
     chosen, rules, why = [], [], ""
     for path in paths:
-        text = plan.get((path, op_type))
+        text = plan.get(plan_key(path, op_type))
         if text is None:
             continue
         if text.startswith("none: "):
