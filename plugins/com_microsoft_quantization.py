@@ -44,7 +44,7 @@ from rewriter_plugins.com_microsoft_attention import (
     embed_layer_norm_body,
 )
 
-from rewriter.plugin import Arg, OpSample
+from rewriter.plugin import Arg, Declined, OpSample
 from rewriter.plugin import present as _present
 
 DOMAIN = "com.microsoft"
@@ -94,7 +94,8 @@ def build_dynamic_quantize_matmul(ctx) -> FunctionProto | None:
     if (node.attribute or not all(_present(node.input, i) for i in range(3))
             or len(node.input) > 5 or len(node.output) != 1 or not node.output[0]
             or not _is(ctx, 0, ["tensor(float)"]) or not _is(ctx, 1, _INT8)):
-        return None
+        raise Declined("takes no attributes; A (float), B (int8 or uint8) and b_scale given, "
+                       "b_zero_point and bias optional; one output")
     b = _Body(ctx.opset, TensorProto.FLOAT)
     zero = b.literal(0.0)
     low = b.op("Min", b.op("ReduceMin", "A", keepdims=0), zero)
@@ -121,7 +122,8 @@ def build_matmul_integer_to_float(ctx) -> FunctionProto | None:
             or len(node.input) > 7 or len(node.output) != 1 or not node.output[0]
             or not _is(ctx, 0, _INT8) or not _is(ctx, 1, _INT8)
             or not _is(ctx, 2, ["tensor(float)"])):
-        return None
+        raise Declined("takes no attributes; A and B (int8 or uint8), a_scale (float) and "
+                       "b_scale given, zero points and bias optional; one output")
     b = _Body(ctx.opset, TensorProto.FLOAT)
     y = _integer_product(b, "A", "B", _zero_point(node, 4, "a_zero_point"),
                          _zero_point(node, 5, "b_zero_point"),
@@ -147,8 +149,13 @@ def build_qattention(ctx) -> FunctionProto | None:
             or not all(_present(node.input, i) for i in range(5)) or len(node.input) > 9
             or not _present(node.output, 0) or len(node.output) > 2
             or not _is(ctx, 0, ["tensor(uint8)"]) or not _is(ctx, 1, _INT8)
-            or not _is(ctx, 2, ["tensor(float)"]) or attention_mask_declines(ctx, 5)):
-        return None
+            or not _is(ctx, 2, ["tensor(float)"])):
+        raise Declined("needs num_heads, no rotary or shared past buffer; input (uint8), weight "
+                       "(int8 or uint8), bias (float) and both scales given; one or two "
+                       "outputs")
+    if attention_mask_declines(ctx, 5):
+        raise Declined("mask_index has a form the body cannot read (rank not 1-4, or the "
+                       "GPU-only 1-D (3B + 2) form)")
     b = _Body(ctx.opset, TensorProto.FLOAT)
     qkv = _integer_product(b, "input", "weight", _zero_point(node, 6, "input_zero_point"),
                            _zero_point(node, 7, "weight_zero_point"),
@@ -177,7 +184,8 @@ def build_qembed_layer_norm(ctx) -> FunctionProto | None:
             or any(_present(node.input, i) != segments for i in (4, 10, 15))
             or not _present(node.output, 0) or len(node.output) > 2
             or not all(_is(ctx, i, _INT8) for i in tables if _present(node.input, i))):
-        return None
+        raise Declined("takes 18 inputs (segment inputs all given or all left empty), only "
+                       "epsilon, int8/uint8 tables; one or two outputs")
     b = _Body(ctx.opset, TensorProto.FLOAT)
     dequantized = []
     for i in tables:

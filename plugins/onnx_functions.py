@@ -21,7 +21,7 @@ which runs Bernoulli by expanding that body, gives 0 for p = 1.)
 
 from __future__ import annotations
 
-from rewriter.plugin import Arg, DecompositionContext, OpSample, hookimpl
+from rewriter.plugin import Arg, Declined, DecompositionContext, OpSample, hookimpl
 
 # ops whose backend cases cannot be the oracle, with what checks them instead
 _OWN_ORACLES = {
@@ -55,16 +55,17 @@ def function_ops() -> list[tuple[str, str, int]]:
 
 
 def lower_to_function_body(ctx: DecompositionContext):
-    """The spec's own body for this node at the model's opset (None when it has none or
-    it cannot be built for these types)."""
+    """The spec's own body for this node at the model's opset (Declined when it has none
+    or it cannot be built for these types)."""
     from rewriter.plugin import BodyUnavailable, schema_function_body
 
     try:
         body = schema_function_body(ctx.node, ctx.opset, ctx.input_types, ctx.declared)
-    except BodyUnavailable:
-        return None
+    except BodyUnavailable as e:
+        raise Declined(f"the spec's body needs more types: {e}" if str(e) else
+                       "the spec's body cannot be built without knowing more types") from None
     if body is None:
-        return None
+        raise Declined(f"the op has no function body at opset {ctx.opset}")
     for entry in body.opset_import:  # the spec's bodies are valid up to the next version
         if entry.domain in ("", "ai.onnx"):
             entry.version = ctx.opset
