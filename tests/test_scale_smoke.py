@@ -185,3 +185,19 @@ def test_provenance_is_compact_and_names_readable(tmp_path):
     assert all(stamp_of(n, read_table(stripped)) is None for n in stripped.graph.node)
     assert [n.name for n in stripped.graph.node] == [n.name for n in model.graph.node]
     assert stripped_size < size
+
+
+def test_confirmation_by_default_is_sized_by_node_count(generated, plugins, monkeypatch):
+    """A session's creation costs by node, not by byte: a model past
+    CONFIRM_MAX_NODES main-graph nodes is not confirmed by default, however small its
+    file; --confirm still forces it."""
+    import rewriter.detect.targets as targets
+    from rewriter.detect.targets import TargetOptions, resolve_targets
+
+    _, path = generated
+    loaded = load_model(path)
+    for option, limit, expected in [(None, 10**6, True), (None, 1000, False),
+                                    (True, 1000, True)]:
+        monkeypatch.setattr(targets, "CONFIRM_MAX_NODES", limit)
+        (target,) = resolve_targets(plugins, ["onnxruntime"], TargetOptions(confirm=option))
+        assert target.wants_confirm(loaded) is expected, (option, limit)
