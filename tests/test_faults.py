@@ -610,3 +610,48 @@ def test_a_builder_that_never_returns_is_stopped_by_its_time_limit(tmp_path, mon
     assert time.monotonic() - start < 60
     text = str(info.value)
     assert "longer than 1s" in text and "'stuck'" in text and "\n" not in text, text
+
+
+CRASHING_KERNEL = textwrap.dedent('''
+    """A kernel for com.acme::Crash that crashes the process running it."""
+    import ctypes
+
+    from rewriter import hookimpl
+    from rewriter.plugin import kernel
+
+
+    @kernel(signatures=["float -> float"])
+    def crash(x):
+        ctypes.string_at(0)  # SIGSEGV
+        return x
+
+
+    @hookimpl
+    def register_kernels(registry):
+        registry.add("com.acme", "Crash", f"{__name__}:crash")
+    ''')
+
+
+def test_run_survives_a_crashing_kernel(tmp_path):
+    """``run`` executes kernels in the child runner ``compare`` uses: a segfaulting
+    kernel is one error line (exit 2), not the end of the tool."""
+    plugin = tmp_path / "crasher.py"
+    plugin.write_text(CRASHING_KERNEL)
+    graph = helper.make_graph(
+        [helper.make_node("Crash", ["X"], ["Y"], name="crash", domain="com.acme")], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.acme", 1)],
+                              ir_version=8)
+    from rewriter.api import rewrite
+    from rewriter.manager import load_plugins
+
+    out = tmp_path / "k.onnx"
+    rewrite(model, ["onnxruntime"], output=out, prefer="kernel", verify=False, confirm=False,
+            plugins=load_plugins([str(plugin)]))
+    assert out.exists()
+    ran = run_cli(["-p", str(plugin), "run", str(out), "-o", str(tmp_path / "y.npz")])
+    line = expect_one_line(ran, str(out))
+    assert "SIGSEGV" in line or "crash" in line.lower(), line
+    assert not (tmp_path / "y.npz").exists() and temp_files(tmp_path) == []
