@@ -85,7 +85,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import FunctionProto, GraphProto, NodeProto, TensorProto, helper
 
-from rewriter.plugin import Arg, FunctionBuilder, OpSample, kernel
+from rewriter.plugin import Arg, Declined, FunctionBuilder, OpSample, kernel
 from rewriter.plugin import present as _present
 
 DOMAIN = "com.microsoft"
@@ -284,16 +284,19 @@ def build_attention(ctx) -> FunctionProto | None:
             or _present(node.input, 6) or len(node.input) > 7
             or _unknown_attributes(node, _ATTENTION_ATTRIBUTES)
             or ctx.attribute("do_rotary", 0) or ctx.attribute("past_present_share_buffer", 0)):
-        return None
+        raise Declined("needs input and weights given, one known float type, no "
+                       "past_sequence_length (input 6), one or two outputs, known attributes, "
+                       "no rotary or shared past buffer")
     num_heads = ctx.attribute("num_heads")
     if not num_heads:
-        return None
+        raise Declined("num_heads must be given")
     sizes = ctx.attribute("qkv_hidden_sizes")
     sizes = [int(v) for v in sizes] if sizes else None
     if sizes is not None and (len(sizes) != 3 or any(v <= 0 or v % num_heads for v in sizes)):
-        return None
+        raise Declined("qkv_hidden_sizes must be 3 positive multiples of num_heads")
     if attention_mask_declines(ctx, 3):
-        return None
+        raise Declined("mask_index has a form the body cannot read (rank not 1-4, or the GPU-only "
+                       "1-D (3B + 2) form)")
 
     names = ["input", "weights", "bias", "mask_index", "past", "attention_bias"]
     b = _Body(ctx.opset, elem)
@@ -353,7 +356,8 @@ def attention_from_qkv(ctx, b: _Body, qkv: str, sizes: list[int] | None, inputs:
              outputs=["present"])
         outputs.append("present")
     elif len(node.output) > 1:
-        return None
+        raise Declined("only output and present are computed (an output after an empty "
+                       "present is used)")
     return b.function(DOMAIN, name, inputs, outputs)
 
 
@@ -412,11 +416,13 @@ def build_multi_head_attention(ctx) -> FunctionProto | None:
             or any(_present(node.input, i) for i in (8, 9)) or len(node.input) > 10
             or _present(node.output, 3) or len(node.output) > 3
             or _present(node.input, 6) != _present(node.input, 7)):
-        return None
+        raise Declined("needs query, num_heads, one known float type and known attributes; no "
+                       "cache inputs 8-9, no output 3, past_key and past_value both or neither")
     form = _mha_form(ctx)
     if form is None or (form != "separate" and (_present(node.input, 3)
                                                 or _present(node.input, 6))):
-        return None  # a bias or a past with packed or BNSH inputs: declined
+        raise Declined("this query/key/value layout is not decomposed (or a bias or a past with "
+                       "packed or BNSH inputs)")
     names = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias",
              "past_key", "past_value"]
     inputs = names[:len(node.input)]
@@ -528,7 +534,8 @@ def build_rotary_embedding(ctx) -> FunctionProto | None:
             or ctx.attribute("is_packed_batching", 0) or ctx.attribute("scale", 1.0) != 1.0
             or not all(_present(node.input, i) for i in range(4)) or len(node.input) > 4
             or not _single_output(node)):
-        return None
+        raise Declined("needs input, position_ids, cos_cache and sin_cache of a known float type, "
+                       "known attributes, no packed batching, scale 1, one output")
     num_heads = int(ctx.attribute("num_heads", 0))
     interleaved = bool(ctx.attribute("interleaved", 0))
     b = _Body(ctx.opset, elem)
@@ -556,7 +563,7 @@ def build_rotary_embedding(ctx) -> FunctionProto | None:
     elif rank is None:
         out = _dispatch_rank(b, "input", [4, 3], make)
     else:
-        return None
+        raise Declined("the input's rank must be 3 or 4")
     b.op("Identity", out, outputs=["output"])
     return b.function(DOMAIN, "rotary_embedding",
                       ["input", "position_ids", "cos_cache", "sin_cache"], ["output"])
@@ -596,7 +603,9 @@ def build_embed_layer_norm(ctx) -> FunctionProto | None:
             or not all(_present(node.input, i) for i in (0, 2, 3, 5, 6))
             or _present(node.input, 1) != _present(node.input, 4) or len(node.input) > 9
             or not _present(node.output, 0) or len(node.output) > 3):
-        return None
+        raise Declined("needs input_ids, word, position embeddings, gamma and beta of a known "
+                       "float type; segment_ids and its embedding both or neither; known "
+                       "attributes")
     names = ["input_ids", "segment_ids", "word_embedding", "position_embedding",
              "segment_embedding", "gamma", "beta", "mask", "position_ids"]
     b = _Body(ctx.opset, elem)
@@ -654,7 +663,7 @@ def build_remove_padding(ctx) -> FunctionProto | None:
     elem = _elem(ctx, 0)
     if (elem is None or node.attribute or len(node.input) != 2
             or not all(_present(node.input, i) for i in range(2)) or len(node.output) > 4):
-        return None
+        raise Declined("takes input and sequence_token_count, no attributes, at most 4 outputs")
     b = _Body(ctx.opset, elem)
     batch, seq = b.dim("input", 0), b.dim("input", 1)
     count = b.op("Cast", "sequence_token_count", to=TensorProto.INT64)
@@ -690,7 +699,7 @@ def build_restore_padding(ctx) -> FunctionProto | None:
     elem = _elem(ctx, 0)
     if (elem is None or node.attribute or len(node.input) != 2
             or not all(_present(node.input, i) for i in range(2)) or not _single_output(node)):
-        return None
+        raise Declined("takes input and token_offset, no attributes, one output")
     b = _Body(ctx.opset, elem)
     tokens_1 = b.unsqueeze(b.dim("input", 0), [0])
     offsets = b.op("Cast", b.op("Reshape", "token_offset", b.ints([-1])), to=TensorProto.INT64)
@@ -746,7 +755,7 @@ def build_group_query_attention(ctx) -> FunctionProto | None:
     node = ctx.node
     elem = _elem(ctx, 0)
     if elem is None or _gqa_declines(ctx):
-        return None
+        raise Declined("a GroupQueryAttention form not decomposed (type, attributes or inputs)")
     num_heads, kv_heads = int(ctx.attribute("num_heads")), int(ctx.attribute("kv_num_heads"))
     window = int(ctx.attribute("local_window_size", -1))
     softcap = float(ctx.attribute("softcap", 0.0))
@@ -914,13 +923,16 @@ def build_decoder_masked_mha(ctx) -> FunctionProto | None:
             or (beams and _present(node.input, 4))  # a bias read through the beams: declined
             or not _present(node.output, 0) or len(node.output) > 3
             or _present(node.output, 1) != _present(node.output, 2)):
-        return None
+        raise Declined("needs num_heads, one known float type, past_present_share_buffer=1, "
+                       "no output_qk, known attributes; query, key, value, past_key, "
+                       "past_value and past_sequence_length given; no attention_bias with "
+                       "beams; present_key and present_value both or neither")
     for i in (0, 1, 2):
         if _present(node.input, i) and _rank(ctx, node.input[i]) not in (None, 3):
-            return None
+            raise Declined("query, key and value must be 3-D")
     mask_rank = _rank(ctx, node.input[3]) if _present(node.input, 3) else None
     if mask_rank not in (None, 2):
-        return None
+        raise Declined("the mask must be 2-D")
     b = _Body(ctx.opset, elem)
     zero, one = b.const(0, np.int64), b.const(1, np.int64)
     q, k, v = "query", "key", "value"
