@@ -655,3 +655,22 @@ def test_run_survives_a_crashing_kernel(tmp_path):
     line = expect_one_line(ran, str(out))
     assert "SIGSEGV" in line or "crash" in line.lower(), line
     assert not (tmp_path / "y.npz").exists() and temp_files(tmp_path) == []
+
+
+def test_a_memory_limit_too_small_for_the_worker_says_so(tmp_path, capsys, monkeypatch):
+    """``--memory-limit 64``: the worker cannot even import onnxruntime under it; the error
+    says the limit is too small (it showed an import failure of some shared library)."""
+    from rewriter.cli import main
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["X"], ["Y"], name="relu")], "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), tmp_path / "relu.onnx")
+    rc = main(["run", str(tmp_path / "relu.onnx"), "--memory-limit", "64"])
+    _, err = capsys.readouterr()
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "memory limit of 64 MiB is too small" in lines[0], err

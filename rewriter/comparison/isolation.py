@@ -369,6 +369,26 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, MemoryError) or "bad_alloc" in text or "Failed to allocate" in text
 
 
+_MEMORY_WORDS = ("failed to map segment", "cannot allocate memory", "bad_alloc",
+                 "out of memory", "failed to allocate")
+
+
+def _out_of_memory(e: BaseException | None) -> bool:
+    """Whether ``e`` (or what caused it) is the address-space limit biting: a MemoryError,
+    or a shared library that could not be mapped while importing."""
+    while e is not None:
+        if isinstance(e, MemoryError) or any(w in str(e).lower() for w in _MEMORY_WORDS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _limit_too_small(limit: int, e: BaseException) -> str:
+    return (f"the memory limit of {limit / 2**20:,.0f} MiB is too small for the worker to "
+            "load onnxruntime and the plugins; give a larger --memory-limit "
+            f"({_first_line(e)})")
+
+
 MAX_PLUGIN_SETS = 4
 
 
@@ -515,6 +535,8 @@ def serve(argv: Sequence[str] | None = None) -> int:
             _write_message(out, _ACCEPTED)
         except Exception as e:  # noqa: BLE001 - e.g. a kernel class the worker cannot import
             result = RunResult("error", error=f"the worker cannot read the job: {_first_line(e)}")
+            if config.memory_limit and _out_of_memory(e):
+                result = RunResult("oom", error=_limit_too_small(config.memory_limit, e))
         else:
             if limit:
                 signal.alarm(max(1, math.ceil(limit + CHILD_GRACE_S)))
