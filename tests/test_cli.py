@@ -247,3 +247,18 @@ def test_verbose_logs_the_stages_and_quiet_silences_them(capsys):
     code, _, err = run(capsys, "-q", "check", FAILING, "--no-confirm")
     assert "INFO" not in err
     logging.getLogger("rewriter").setLevel(logging.NOTSET)
+
+
+@pytest.mark.slow
+def test_check_over_the_corpus_folder_in_one_call(corpus, schema, capsys):
+    """Every model of the shared corpus (subfolders too) checked by one call, in parallel."""
+    code, out, err = run(capsys, "check", corpus, "--no-confirm", "--json")
+    doc = valid(schema, out)
+    files = sorted(str(p) for p in corpus.rglob("*.onnx"))
+    assert sorted(m["model"] for m in doc["models"]) == files and len(files) > 40
+    assert code == doc["exit_code"] == max(m["exit_code"] for m in doc["models"])
+    assert not [m for m in doc["models"] if m.get("error")], err
+    with_findings = [m for m in doc["models"] if not m["ok"]]
+    assert with_findings and doc["summary"][0].startswith(f"{len(files)} models: ")
+    assert doc["summary"][1].endswith(
+        f"of {len(with_findings)} fixable: run `onnx-rewriter rewrite MODEL -o OUT`")

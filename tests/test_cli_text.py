@@ -53,6 +53,7 @@ def test_rewrite_of_the_readme_examples_fits_80_columns(model, at_80_columns, tm
         out, err = capsys.readouterr()
         assert code == 0, err
         assert not _too_wide(out + err, str(tmp_path)), _too_wide(out + err, str(tmp_path))
+        assert out.count("\n") < 40  # --explain grouped like check, not thousands of lines
     assert out_path.exists()
 
 
