@@ -151,10 +151,14 @@ def test_check_many_models_summary_and_worst_exit_code(tmp_path, capsys):
     assert out.rstrip().endswith("2 of 3 fixable: run `onnx-rewriter rewrite MODEL -o OUT`")
     assert "[no-kernel]" in out and "[unknown-domain]" in out  # reason codes
     # a folder is its .onnx files; a missing one makes it exit 2, the rest still checked
-    code, out, err = run(capsys, "check", folder, tmp_path / "nope.onnx", "--no-confirm")
+    code, out, err = run(capsys, "check", folder, tmp_path / "nope.onnx", "--no-confirm",
+                         "--report", tmp_path / "many.md")
     assert code == 2 and "5 models: 1 runs on every target, 3 with findings, 1 could not " \
         "be checked" in out
     assert "no such file" in " ".join(out.split())
+    report = (tmp_path / "many.md").read_text()  # a section per model, the summary first
+    assert report.index("**5 models: 1 runs") < report.index("## `")
+    assert report.count("\n## `") == 5 and "| `com.acme::Mystery(1)` | unknown-domain |" in report
 
 
 def test_github_annotations(tmp_path, capsys):
