@@ -307,7 +307,7 @@ def _conv_activation(b: Body, x: str, kind: str, params: Sequence[float]) -> str
 def build_fast_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not _present(node.input, 0) or not _single_output(node) or node.attribute:
-        return None
+        raise Declined("takes X (and an optional bias), no attributes, one output")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     x = b.op("Add", "X", "bias") if _present(node.input, 1) else "X"
     return b.function(DOMAIN, "fast_gelu", _inputs(node, ["X", "bias"]), [_fast_gelu(b, x)])
@@ -317,7 +317,7 @@ def build_fast_gelu(ctx) -> FunctionProto | None:
 def build_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not _present(node.input, 0) or not _single_output(node) or node.attribute:
-        return None
+        raise Declined("takes X, no attributes, one output")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     return b.function(DOMAIN, "gelu", ["X"], [_gelu(b, "X")])
 
@@ -326,7 +326,7 @@ def build_gelu(ctx) -> FunctionProto | None:
 def build_bias_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node):
-        return None
+        raise Declined("takes X and bias, one output")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     return b.function(DOMAIN, "bias_gelu", ["A", "B"], [_gelu(b, b.op("Add", "A", "B"))])
 
@@ -336,7 +336,7 @@ def build_quick_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not _present(node.input, 0) or not _single_output(node)
             or _unknown_attributes(node, ["alpha"])):
-        return None
+        raise Declined("takes X, only alpha, one output")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     alpha = b.literal(ctx.attribute("alpha", QUICKGELU_DEFAULT_ALPHA), "X")
     y = b.op("Mul", "X", b.op("Sigmoid", b.op("Mul", alpha, "X")))
@@ -348,7 +348,7 @@ def build_gemm_fast_gelu(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
             or node.attribute):
-        return None
+        raise Declined("needs X and W given (bias optional), no attributes, one output")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     x = b.op("MatMul", "X", "W")
     if _present(node.input, 2):
@@ -361,7 +361,7 @@ def build_gemm_fast_gelu(ctx) -> FunctionProto | None:
 def build_bias_add(ctx) -> FunctionProto | None:
     node = ctx.node
     if not all(_present(node.input, i) for i in range(3)) or not _single_output(node):
-        return None
+        raise Declined("needs input, bias and skip, one output")
     b = Body(_body_opset(ctx))
     y = b.op("Add", b.op("Add", "X", "bias"), "skip")
     return b.function(DOMAIN, "bias_add", ["X", "bias", "skip"], [y])
@@ -380,9 +380,9 @@ def build_bias_softmax(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
             or _unknown_attributes(node, ["axis", "is_inner_broadcast"])):
-        return None
+        raise Declined("takes data and bias, only axis and is_inner_broadcast, one output")
     if ctx.attribute("is_inner_broadcast") != 0:
-        return None  # inner broadcast aligns the bias from the left: not numpy's rule
+        raise Declined("is_inner_broadcast=1 is not decomposed")
     b = Body(_body_opset(ctx))
     y = _softmax_flattened(b, b.op("Add", "data", "bias"), ctx.attribute("axis", 1))
     return b.function(DOMAIN, "bias_softmax", ["data", "bias"], [y])
@@ -412,7 +412,7 @@ def _skip_norm_body(ctx, name: str, formal: Sequence[str], bias_index: int,
     node = ctx.node
     if (not all(_present(node.input, i) for i in range(3)) or not _present(node.output, 0)
             or _unknown_attributes(node, ["epsilon"])):
-        return None
+        raise Declined("needs input, skip and gamma, the first output, only epsilon")
     elem = _shared_elem_type(ctx, 0, 1, 2)
     epsilon = ctx.attribute("epsilon", SKIPLN_DEFAULT_EPSILON)
     b = Body(_body_opset(ctx), elem)
@@ -470,16 +470,16 @@ def build_layer_norm_before_17(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _present(node.output, 0)
             or _unknown_attributes(node, ["axis", "epsilon", "stash_type"])):
-        return None
+        raise Declined("needs X and Scale, the first output, only axis, epsilon and stash_type")
     axis = ctx.attribute("axis", -1)
     if axis >= 0:
         rank = _declared_rank(ctx, node.input[0])
         if rank is None or axis >= rank:
-            return None  # the axes to reduce need the rank
+            raise Declined("a non-negative axis needs the input's rank, which is not declared")
         axis -= rank
     elem = _shared_elem_type(ctx, 0, 1)
     if elem is None:
-        return None
+        raise Declined("the element type of X and Scale is unknown")
     stash = ctx.attribute("stash_type", 1) == 1 and elem in _LOW_PRECISION
     b = Body(_body_opset(ctx), TensorProto.FLOAT if stash else elem)
     x = b.cast("X", TensorProto.FLOAT) if stash else "X"
@@ -518,10 +518,10 @@ def build_simplified_layer_norm(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _present(node.output, 0)
             or _unknown_attributes(node, ["axis", "epsilon", "stash_type"])):
-        return None
+        raise Declined("needs X and Scale, the first output, only axis, epsilon and stash_type")
     axis = ctx.attribute("axis", -1)
     if axis >= 0:
-        return None  # the axes to reduce need the rank, which is not known here
+        raise Declined("a non-negative axis needs the input's rank, which is not known here")
     elem, scale_elem = _elem_type(ctx, 0), _elem_type(ctx, 1)
     stash = ctx.attribute("stash_type", 1) == 1 and elem in _LOW_PRECISION
     b = Body(_body_opset(ctx), TensorProto.FLOAT if stash else elem)
@@ -558,7 +558,7 @@ def build_fused_matmul(ctx) -> FunctionProto | None:
     known = ["alpha", "transA", "transB", "transBatchA", "transBatchB"]
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
             or _unknown_attributes(node, known)):
-        return None
+        raise Declined("needs A and B, one output, known attributes")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     a = _transposed(b, "A", ctx.attribute("transA", 0), ctx.attribute("transBatchA", 0))
     bb = _transposed(b, "B", ctx.attribute("transB", 0), ctx.attribute("transBatchB", 0))
@@ -577,14 +577,14 @@ def build_fused_gemm(ctx) -> FunctionProto | None:
                              "activation_gamma"]
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
             or _unknown_attributes(node, gemm_attributes + activation_attributes)):
-        return None
+        raise Declined("needs A and B, one output, known attributes")
     b = Body(_body_opset(ctx), _elem_type(ctx))
     attrs = {a: ctx.attribute(a) for a in gemm_attributes}
     y = b.op("Gemm", *_inputs(node, ["A", "B", "C"]), **attrs)
     kind = ctx.attribute("activation", b"")
     kind = kind.decode() if isinstance(kind, bytes) else kind
     if not kind or kind == "Clip":
-        return None  # onnxruntime rejects a FusedGemm without an activation, or with Clip
+        raise Declined("onnxruntime rejects a FusedGemm without an activation, or with Clip")
     y = _activation(b, y, kind, ctx.attribute("activation_alpha"),
                     ctx.attribute("activation_beta"), ctx.attribute("activation_gamma"))
     return b.function(DOMAIN, "fused_gemm", _inputs(node, ["A", "B", "C"]), [y])
@@ -626,16 +626,16 @@ def _conv_body(ctx, name: str, channels_last: bool, fused: bool) -> FunctionProt
     allowed = list(_CONV_ATTRIBUTES) + (list(_FUSED_ATTRIBUTES) if fused else [])
     if (not (_present(node.input, 0) and _present(node.input, 1)) or not _single_output(node)
             or _unknown_attributes(node, allowed)):
-        return None
+        raise Declined("needs X and W, one output, known attributes")
     if not fused and len(node.input) > 3:
-        return None
+        raise Declined("a plain Conv takes at most 3 inputs")
     has_z = fused and _present(node.input, 3)
     b = Body(_body_opset(ctx), _elem_type(ctx))
     x = "X"
     if channels_last:
         rank = _spatial_rank(ctx)
         if rank is None:
-            return None
+            raise Declined("channels-last needs the input's rank, which is not declared")
         x = b.op("Transpose", "X", perm=[0, rank + 1, *range(1, rank + 1)])
     weight = "W"
     if channels_last and not fused:  # NhwcConv: M x k... x C/group -> M x C/group x k...
@@ -678,7 +678,7 @@ def build_trilu(ctx) -> FunctionProto | None:
     node = ctx.node
     if (not _present(node.input, 0) or not _single_output(node)
             or _unknown_attributes(node, ["upper"])):
-        return None
+        raise Declined("takes input (and k), only upper, one output")
     upper = ctx.attribute("upper", 1)
     inputs = _inputs(node, ["X", "k"])
     b = Body(_body_opset(ctx))
@@ -686,7 +686,7 @@ def build_trilu(ctx) -> FunctionProto | None:
         return b.function(DOMAIN, "trilu", inputs, [b.op("Trilu", *inputs, upper=upper)])
     elem = _any_elem_type(ctx, 0)
     if elem is None or elem == TensorProto.BFLOAT16:
-        return None
+        raise Declined("the element type is unknown or bfloat16")
     # column - row compared with k: upper keeps col - row >= k, lower keeps col - row <= k
     shape = b.op("Shape", "X")
     zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
@@ -724,19 +724,20 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
     known = ["K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"]
     if (not all(_present(node.input, i) for i in range(3)) or not _single_output(node)
             or _unknown_attributes(node, known) or ctx.attribute("weight_prepacked", 0)):
-        return None
+        raise Declined("needs A, B and scales, one output, known attributes, no prepacked weight")
     k, n = ctx.attribute("K"), ctx.attribute("N")
     bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size")
     if bits not in (2, 4, 8) or not k or not n or not block:
-        return None
+        raise Declined("needs bits 2, 4 or 8, and K, N and block_size")
     elem = _shared_elem_type(ctx, 0, 2)
     if elem is None:
-        return None
+        raise Declined("the element type of A and scales is unknown")
     if _present(node.input, 4) and (bits != 4 or _any_elem_type(ctx, 3) == TensorProto.UINT8):
         # onnxruntime 1.32 refuses g_idx with 8 bits, computes something else with 2, and
         # ignores packed zero points with it (matmul_nbits_impl.cc reads them into a
         # variable it never uses): no single meaning to reproduce
-        return None
+        raise Declined("g_idx with bits other than 4, or with packed zero points, has no single "
+                       "meaning in onnxruntime")
     blocks = -(-k // block)
     b = Body(_body_opset(ctx), elem)
     q = b.op("Reshape", _unpack_bits(b, "B", bits), b.ints([n, blocks, block]))
@@ -749,7 +750,7 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
         elif zp_type == elem:
             zp = "zero_points"
         else:
-            return None
+            raise Declined("zero_points must be uint8 (packed) or the element type of A")
         zp = b.op("Reshape", zp, b.ints([n, blocks, 1]))
     else:
         zp = b.const(np.array(2 ** (bits - 1)), elem)
@@ -825,7 +826,7 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
     known = ["bits", "block_size", "gather_axis", "quantize_axis"]
     if (not all(_present(node.input, i) for i in range(3)) or not _single_output(node)
             or _unknown_attributes(node, known)):
-        return None
+        raise Declined("needs data, indices and scales, one output, known attributes")
     data_type, out_type = _any_elem_type(ctx, 0), _elem_type(ctx, 2)
     bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size", 128)
     gather_axis, quantize_axis = ctx.attribute("gather_axis", 0), ctx.attribute(
@@ -833,14 +834,15 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
     data = ctx.constant(node.input[0])
     rank = data.ndim if data is not None else None
     if out_type is None or not block:
-        return None
+        raise Declined("the output type or block_size is unknown")
     if rank is None:
         if gather_axis < 0 or quantize_axis < 0:
-            return None
+            raise Declined("negative axes need the data's rank, which is not known (data is not a "
+                           "constant)")
     else:
         gather_axis, quantize_axis = gather_axis % rank, quantize_axis % rank
     if gather_axis == quantize_axis:
-        return None
+        raise Declined("gather_axis and quantize_axis must differ")
     b = Body(_body_opset(ctx), out_type)
     if data_type in (TensorProto.INT4, TensorProto.UINT4):
         q = b.cast("data", TensorProto.INT32)
@@ -848,12 +850,13 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
         default_zp = 0
     elif data_type == TensorProto.UINT8 and bits in (2, 4, 8):
         if gather_axis != 0 or (rank is None and bits != 8):
-            return None
+            raise Declined("packed uint8 data needs gather_axis 0 (and a constant data below 8 "
+                           "bits)")
         q = _unpack_bits(b, "data", bits)
         zp = _unpack_bits(b, "zero_points", bits) if _present(node.input, 3) else None
         default_zp = 2 ** (bits - 1)
     else:
-        return None
+        raise Declined("data must be int4, uint4, or uint8 with bits 2, 4 or 8")
     if zp is not None and data_type == TensorProto.UINT8 and bits != 8:
         # packed zero points carry padding up to a whole byte along the last axis
         zp = b.slice(zp, [0], b.shape_part("scales", -1), [-1])
@@ -875,7 +878,7 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
     elif rank is not None and quantize_axis == rank - 1:
         out_axis = -1
     else:
-        return None
+        raise Declined("quantize_axis after gather_axis must be the last axis of a constant data")
     scales = _repeat_blocks(b, scales, out_axis, block, rows)
     values = b.cast(rows, out_type)
     if zp is not None:
@@ -921,7 +924,7 @@ def _qdq_builder(op_type: str):
         node = ctx.node
         if (not (_present(node.input, 0) and _present(node.input, 1))
                 or not _single_output(node) or _unknown_attributes(node, ["axis"])):
-            return None
+            raise Declined("needs x and scale, one output, only axis")
         if dequantize:
             quantized = _any_elem_type(ctx, 0)
         elif _present(node.input, 2):
@@ -931,12 +934,13 @@ def _qdq_builder(op_type: str):
         needed = _qdq_opset(quantized, _elem_type(ctx, 1), dequantize)
         b = Body(_body_opset(ctx))
         if needed is None or b.opset < needed:
-            return None
+            raise Declined("these element types need a later ai.onnx opset than the model's (or "
+                           "none has them)")
         inputs = _inputs(node, ["x", "scale", "zero_point"])
         axis = ctx.attribute("axis")
         scale = ctx.constant(node.input[1])
         if axis is None and (scale is None or scale.ndim != 0):
-            return None  # per-tensor needs a scalar scale; unknown: not sure it is one
+            raise Declined("per-tensor needs a scalar scale; unknown: not sure it is one")
         y = b.op(op_type, *inputs, axis=axis)
         return b.function(DOMAIN, op_type.lower(), inputs, [y])
 

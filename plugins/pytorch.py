@@ -92,7 +92,7 @@ from typing import Any
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter.plugin import FunctionBuilder, hookimpl
+from rewriter.plugin import Declined, FunctionBuilder, hookimpl
 from rewriter.plugin import present as _present
 
 ATEN_DOMAIN = "org.pytorch.aten"
@@ -830,24 +830,30 @@ def _body_opset(ctx) -> int:
 
 
 def build_call(call: AtenCall | None, ctx) -> FunctionProto | None:
-    """The body for a resolved call (None: declined)."""
-    if call is None or len(ctx.node.output) != 1 or not ctx.node.output[0]:
-        return None
+    """The body for a resolved call (Declined: not this call)."""
+    if call is None:
+        raise Declined("no ATen schema of the operator takes these arguments (an unknown "
+                       "operator, argument or type)")
+    if len(ctx.node.output) != 1 or not ctx.node.output[0]:
+        raise Declined("the body gives one output; the node uses another")
     opset = _body_opset(ctx)
     if opset < MIN_OPSETS[call.operator]:
-        return None
+        raise Declined(f"aten::{call.operator} needs ai.onnx opset "
+                       f"{MIN_OPSETS[call.operator]}; the body would be at {opset}")
     main = _MAIN_TENSOR.get(call.operator) or next(iter(call.tensors))
     elem = _ELEM_TYPES.get(call.tensor_types.get(main) or "")
     if elem is None or (elem not in _FLOAT_TYPES.values()
                         and elem not in _OTHER_TYPES.get(call.operator, ())):
-        return None  # an unknown element type, or one the operator does not take here
+        raise Declined(f"an unknown element type, or one aten::{call.operator} does not take "
+                       "here")
     for arg, formal in call.tensors.items():
         if formal is not None:
             call.shapes[arg] = _declared_shape(ctx, ctx.node.input[int(formal[2:])])
     b = _Body(opset, _compute_type(elem))
     outputs = _BODIES[call.operator](b, call, elem)
     if outputs is None:
-        return None
+        raise Declined(f"aten::{call.operator}: these argument values have no body at opset "
+                       f"{opset}")
     name = call.operator.replace(".", "_")
     return b.positional_function(f"aten_{name}", len(ctx.node.input), outputs)
 
@@ -918,7 +924,7 @@ def build_ms_atenop(ctx) -> FunctionProto | None:
     """``com.microsoft::ATenOp``: ``name="aten::op"``, JSON arguments."""
     parsed = parse_atenop(ctx.node)
     if parsed is None:
-        return None
+        raise Declined("name is not 'aten::OP' with a JSON object of arguments")
     operator, overload, arguments = parsed
     types = list(ctx.input_types or [])
     call = _first(lambda name: _resolve_named(name, list(ctx.node.input), arguments, types),
@@ -1009,17 +1015,19 @@ def build_generate_proposals(ctx) -> FunctionProto | None:
     """caffe2 GenerateProposals on upright boxes, from standard ops (opset >= 9)."""
     node = ctx.node
     attrs = _attributes(node, ())
-    if any(name not in _PROPOSAL_ATTRIBUTES for name in attrs):
-        return None
+    unknown = sorted(name for name in attrs if name not in _PROPOSAL_ATTRIBUTES)
+    if unknown:
+        raise Declined(f"unknown attribute(s) {', '.join(unknown)}")
     if len(node.input) != 4 or not all(node.input) or not any(node.output):
-        return None
+        raise Declined("needs scores, bbox_deltas, im_info and anchors, and an output used")
     if list(ctx.input_types or [])[:4] != ["tensor(float)"] * 4:
-        return None
+        raise Declined("the four inputs must be float")
     opset = _body_opset(ctx)
     anchor_shape = _declared_shape(ctx, node.input[3])
     if opset < MIN_PROPOSALS_OPSET or anchor_shape is None or len(anchor_shape) != 2 \
             or anchor_shape[1] != 4:
-        return None  # rotated anchors (A, 5), or a width the body cannot know
+        raise Declined(f"needs ai.onnx opset {MIN_PROPOSALS_OPSET} and anchors declared (A, 4) "
+                       "(rotated anchors (A, 5), or a width the body cannot know)")
     spatial_scale = float(attrs.get("spatial_scale", 0.0625))
     pre_nms_topN = int(attrs.get("pre_nms_topN", 6000))
     post_nms_topN = int(attrs.get("post_nms_topN", 300))
@@ -1027,10 +1035,11 @@ def build_generate_proposals(ctx) -> FunctionProto | None:
     min_size = float(attrs.get("min_size", 16.0))
     plus_one = bool(attrs.get("legacy_plus_one", 1))
     if spatial_scale <= 0:
-        return None
+        raise Declined("spatial_scale must be positive")
     count = _proposal_count(ctx, node.input[0])
     if count is None and opset < 10:
-        return None  # TopK's k is an attribute before opset 10: the count must be known
+        raise Declined("before opset 10 TopK's k is an attribute: the candidate count must be "
+                       "declared")
 
     b = _Body(opset, TensorProto.FLOAT)
     scores, deltas, im_info, anchors = "in0", "in1", "in2", "in3"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import rewriter
 from rewriter import testing
 from rewriter.api import rewrite
 from rewriter.errors import UnfixableError
-from rewriter.plan.functions import DecompositionContext
+from rewriter.plugin import Declined, DecompositionContext
 from rewriter.testing import run_onnxruntime as run_ort
 from rewriter.testing import value_info as vi
 from tests.conftest import CORPUS
@@ -99,7 +100,9 @@ def test_builder_declines(node, opset):
     from rewriter_plugins.pytorch import build_aten
 
     ctx = DecompositionContext(node, opset, {"": opset}, ["tensor(float)"] * len(node.input))
-    assert build_aten(ctx) is None
+    with pytest.raises(Declined) as declined:
+        build_aten(ctx)
+    assert str(declined.value)  # a reason --explain shows
 
 
 def test_builder_accepts_what_it_declines_elsewhere():
@@ -121,7 +124,7 @@ def test_unknown_operator_has_no_remedy(plugins):
     (explained,) = result.report.explain
     why = {c["kind"]: c["why"] for c in explained["candidates"] if c["plugin"] == "pytorch"}
     assert "aten::im2col has no numpy kernel" in why["kernel"]
-    assert why["decomposition"].startswith("declined")
+    assert why["decomposition"].startswith("no ATen schema of the operator takes these")
 
 
 def test_computed_output_size_runs_the_kernel(plugins):
@@ -449,9 +452,12 @@ def test_generate_proposals_single_output_and_declines(plugins):
 
     node = helper.make_node("GenerateProposals", list("sdia"), ["rois"], domain=CAFFE2)
     assert list(build_generate_proposals(ctx(node, 11)).output) == ["out0"]
-    assert build_generate_proposals(ctx(node, 11, anchors=(3, 5))) is None
-    assert build_generate_proposals(ctx(node, 11, anchors=None)) is None
     odd = helper.make_node("GenerateProposals", list("sdia"), ["rois"], domain=CAFFE2, foo=1)
-    assert build_generate_proposals(ctx(odd, 11)) is None
-    assert build_generate_proposals(ctx(node, 9, scores=("n", 3, "h", "w"))) is None
+    for declined_ctx, reason in ((ctx(node, 11, anchors=(3, 5)), "anchors declared (A, 4)"),
+                                 (ctx(node, 11, anchors=None), "anchors declared (A, 4)"),
+                                 (ctx(odd, 11), "unknown attribute(s) foo"),
+                                 (ctx(node, 9, scores=("n", 3, "h", "w")),
+                                  "the candidate count must be declared")):
+        with pytest.raises(Declined, match=re.escape(reason)):
+            build_generate_proposals(declined_ctx)
     assert build_generate_proposals(ctx(node, 10, scores=("n", 3, "h", "w"))) is not None
