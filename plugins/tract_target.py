@@ -284,6 +284,7 @@ class TractTarget(Target):
         self._shapes: dict = {}
         self._model_runs = False
         self._graph_inputs: set[str] = set()
+        self._fed_refusals: set[str] = set()  # paths of nodes refused for such inputs
         self._confirmations: dict[tuple, Confirmation] = {}
 
     @property
@@ -301,6 +302,7 @@ class TractTarget(Target):
         the whole model when it is small (then no node needs a probe)."""
         self._constants = model_constants(model)
         self._graph_inputs = {i.name for i in model.graph.input} - set(self._constants)
+        self._fed_refusals = set()
         self._shapes = {}
         self._model_runs = self._whole_model_runs(model)
         if not self._model_runs and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
@@ -359,19 +361,26 @@ class TractTarget(Target):
         verdict = _VERDICTS[key]
         if verdict is None:
             return None
-        if _CONSTANT_WORDS.search(verdict[1]) and not self._fed(query, in_body):
-            # tract wants an input's value, and the node's non-constant inputs are computed
-            # (a Reshape's shape from Shape and Concat): typing the whole model folds what it
-            # can; the confirmation (or, after a rewrite, the verification) decides
-            return None
+        if _CONSTANT_WORDS.search(verdict[1]):
+            if not self._fed(query, in_body):
+                # tract wants an input's value, and the node's non-constant inputs are
+                # computed (a Reshape's shape from Shape and Concat): typing the whole model
+                # folds what it can; the confirmation (or, after a rewrite, the
+                # verification) decides
+                return None
+            if not in_body:
+                self._fed_refusals.add(query.path)
         return self.finding(query, verdict[0], verdict[1])
 
     def _fed(self, query: NodeQuery, in_body: bool) -> bool:
         """Whether some non-constant input of the node is an input of the main graph (its
-        value is known only when the model runs): a decomposition body's inputs are not
-        known to be."""
-        return not in_body and any(n in self._graph_inputs for n in query.inputs
-                                   if n and n not in self._constants)
+        value is known only when the model runs). In a decomposition body: whether the node
+        decomposed was refused for wanting the value of such an input (its body hands the
+        same input on; a body's own values are not the model's)."""
+        if in_body:
+            return query.path.split("/<body>/")[0] in self._fed_refusals
+        return any(n in self._graph_inputs for n in query.inputs
+                   if n and n not in self._constants)
 
     def _with_guessed_ranks(self, build, label: str, verdict, in_body: bool):
         """An input of unknown rank: the node runs if tract types it with some common rank
