@@ -73,7 +73,7 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
 
-from rewriter.plugin import Arg, FunctionBuilder, OpSample, declining, hookimpl
+from rewriter.plugin import Arg, Declined, FunctionBuilder, OpSample, declining, hookimpl
 from rewriter.plugin import present as _present
 
 DOMAIN = "onnx-lowering"
@@ -175,10 +175,10 @@ def build_cumprod(ctx) -> FunctionProto | None:
     node = ctx.node
     if (len(node.input) != 2 or not all(_present(node.input, i) for i in range(2))
             or len(node.output) != 1 or not _known(node, ["exclusive", "reverse"])):
-        return None
+        raise Declined("needs x and axis, one output, only exclusive and reverse")
     elem = _elem(ctx, 0)
     if elem is None:
-        return None
+        raise Declined("the element type of x is unknown")
     exclusive, reverse = ctx.attribute("exclusive", 0), ctx.attribute("reverse", 0)
     b = _Body(_opset(ctx))
     shape = b.op("Shape", "x")
@@ -216,7 +216,7 @@ def build_float_mod(ctx) -> FunctionProto | None:
     elem = _float_elem(ctx, 0)
     if (elem is None or ctx.attribute("fmod", 0) != 0 or len(node.input) != 2
             or len(node.output) != 1 or not _known(node, ["fmod"])):
-        return None
+        raise Declined("needs A and B of a known float type, fmod=0, one output")
     b = _Body(_opset(ctx))
     zero = b.const(np.array(0.0), elem, hint="zero")
     quotient = b.op("Div", "A", "B")
@@ -246,10 +246,11 @@ def build_det(ctx) -> FunctionProto | None:
     shape = _shape(ctx, node.input[0]) if node.input else None
     if (elem is None or len(node.input) != 1 or len(node.output) != 1 or node.attribute
             or shape is None or len(shape) < 2):
-        return None
+        raise Declined("needs one input of a known float type with a declared shape of rank 2 or "
+                       "more, no attributes, one output")
     n = shape[-1] if shape[-1] == shape[-2] else None
     if not n or n > MAX_DET_SIZE:
-        return None
+        raise Declined(f"the matrices must be declared square, at most {MAX_DET_SIZE} wide")
     b = _Body(_opset(ctx))
     zero = b.const(np.array(0.0), elem, hint="zero")
     a = "X"
@@ -290,7 +291,7 @@ def build_unsqueeze(ctx) -> FunctionProto | None:
     """``Unsqueeze`` as ``Reshape`` to a shape of static length."""
     node = ctx.node
     if len(node.input) != 2 or not _present(node.input, 1) or len(node.output) != 1:
-        return None
+        raise Declined("needs data and axes, one output")
     b = _Body(_opset(ctx))
     shape = b.op("Shape", "data")
     rank = b.op("Size", shape)
@@ -327,12 +328,12 @@ def build_pad_wrap(ctx) -> FunctionProto | None:
     rank = _rank(ctx, node.input[0]) if node.input else None
     if (mode != "wrap" or rank is None or not _present(node.input, 1) or len(node.output) != 1
             or len(node.input) > 4 or not _known(node, ["mode"])):
-        return None
+        raise Declined("needs mode wrap, data of a declared rank, pads given, one output")
     axes = list(range(rank))
     if _present(node.input, 3):
         constant = ctx.constant(node.input[3])
         if constant is None:
-            return None
+            raise Declined("axes must be a constant")
         axes = [int(a) % rank for a in constant.ravel()]
     b = _Body(_opset(ctx))
     pads = b.cast("pads", TensorProto.INT64)
@@ -362,7 +363,8 @@ def build_max_unpool(ctx) -> FunctionProto | None:
     if (not kernel or elem is None or len(node.output) != 1 or len(node.input) > 3
             or not all(_present(node.input, i) for i in range(2))
             or not _known(node, ["kernel_shape", "pads", "strides"])):
-        return None
+        raise Declined("needs X and I, kernel_shape, a known element type, one output, only "
+                       "kernel_shape, pads and strides")
     spatial = len(kernel)
     strides = list(ctx.attribute("strides", [1] * spatial))
     pads = list(ctx.attribute("pads", [0] * 2 * spatial))
@@ -397,7 +399,8 @@ def build_dropout(ctx) -> FunctionProto | None:
     elem = _float_elem(ctx, 0)
     if (elem is None or not _present(node.input, 2) or len(node.input) > 3
             or not _known(node, ["seed"]) or len(node.output) > 2):
-        return None
+        raise Declined("needs data of a known float type and training_mode given, only seed, at "
+                       "most 2 outputs")
     b = _Body(_opset(ctx))
     one = b.const(np.array(1.0), elem, hint="one")
     ratio = "ratio" if _present(node.input, 1) else b.const(np.array(0.5), elem, hint="ratio")
@@ -424,11 +427,11 @@ def build_optional_has_element(ctx) -> FunctionProto | None:
     """No input: ``false``; a plain tensor input: ``true``."""
     node = ctx.node
     if len(node.output) != 1 or node.attribute:
-        return None
+        raise Declined("needs one output and no attributes")
     types = list(ctx.input_types or [])
     given = _present(node.input, 0)
     if given and not (types and types[0] and types[0].startswith("tensor(")):
-        return None  # an optional or sequence value: its emptiness is not known here
+        raise Declined("an optional or sequence value: its emptiness is not known here")
     b = _Body(_opset(ctx))
     y = b.const(np.array(given), np.bool_, hint="has_element")
     return b.function(DOMAIN, "optional_has_element", ["input"] if node.input else [], [y])
@@ -440,7 +443,7 @@ def build_optional_get_element(ctx) -> FunctionProto | None:
     types = list(ctx.input_types or [])
     if (len(node.input) != 1 or not _present(node.input, 0) or len(node.output) != 1
             or not (types and types[0] and types[0].startswith("tensor("))):
-        return None
+        raise Declined("needs a tensor input and one output")
     b = _Body(_opset(ctx))
     return b.function(DOMAIN, "optional_get_element", ["input"], [b.op("Identity", "input")])
 
@@ -457,7 +460,8 @@ def build_stft(ctx) -> FunctionProto | None:
     if (elem is None or len(node.input) > 4 or not all(_present(node.input, i) for i in (0, 1))
             or not (_present(node.input, 2) or _present(node.input, 3))
             or len(node.output) != 1 or not _known(node, ["onesided"]) or rank not in (None, 3)):
-        return None
+        raise Declined("needs signal of a known float type (rank 3 where declared), "
+                       "frame_step, a window or a frame_length, one output, only onesided")
     onesided = ctx.attribute("onesided", 1)
     b = _Body(_opset(ctx))
     zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
@@ -513,7 +517,7 @@ def build_mel_weight_matrix(ctx) -> FunctionProto | None:
     node = ctx.node
     if (len(node.input) != 5 or not all(_present(node.input, i) for i in range(5))
             or len(node.output) != 1 or not _known(node, ["output_datatype"])):
-        return None
+        raise Declined("needs its 5 inputs given, one output, only output_datatype")
     out_type = ctx.attribute("output_datatype", TensorProto.FLOAT)
     b = _Body(_opset(ctx))
     d = TensorProto.DOUBLE
@@ -588,10 +592,11 @@ def build_linear_attention(ctx) -> FunctionProto | None:
             or not all(_present(node.input, i) for i in range(3))
             or not _known(node, ["update_rule", "q_num_heads", "kv_num_heads", "scale",
                                  "chunk_size"])):
-        return None
+        raise Declined("needs a known update_rule, q_num_heads a multiple of kv_num_heads, query, "
+                       "key and value of a known float type, known attributes")
     gated, delta = _UPDATE_RULES[rule]
     if _present(node.input, 4) != gated or _present(node.input, 5) != delta:
-        return None  # the rule's inputs, and no others
+        raise Declined("the update rule's inputs (and no others) must be given")
     state_type = _float_elem(ctx, 3) if _present(node.input, 3) else elem
     b = _Body(_opset(ctx))
     f32 = TensorProto.FLOAT
@@ -705,20 +710,21 @@ def build_resize(ctx) -> FunctionProto | None:
             or not _known(node, _RESIZE_ATTRIBUTES) or len(node.output) != 1
             or len(node.input) > 4 or not _present(node.input, 0)
             or not (_present(node.input, 2) or _present(node.input, 3))):
-        return None
+        raise Declined("needs X of a known float type, scales or sizes, one output, no antialias, "
+                       "keep_aspect_ratio_policy stretch, known modes and attributes")
     by_sizes = _present(node.input, 3)
     if coordinates == "tf_crop_and_resize" and not _present(node.input, 1):
-        return None
+        raise Declined("tf_crop_and_resize needs roi")
     rank = _resize_rank(ctx)
     axes = ctx.attribute("axes")
     if axes is None:
         if rank is None:
-            return None
+            raise Declined("the input's rank is not known")
         axes = list(range(rank))
     elif rank is None:
         rank = _rank(ctx, node.input[0])
         if rank is None:
-            return None
+            raise Declined("the input's rank is not known")
     axes = [a % rank for a in axes]
     b = _Body(_opset(ctx))
     work = TensorProto.DOUBLE if elem == TensorProto.DOUBLE else TensorProto.FLOAT
@@ -852,7 +858,9 @@ def build_grid_sample(ctx) -> FunctionProto | None:
             or elem is None or grid_elem is None or rank is None or rank < 3
             or len(node.input) != 2 or len(node.output) != 1
             or not _known(node, ["mode", "padding_mode", "align_corners"])):
-        return None
+        raise Declined("needs linear or nearest, zeros, border or reflection padding, X and grid "
+                       "of known float types, X of a known rank >= 3, one output, known "
+                       "attributes")
     spatial = rank - 2
     align = bool(ctx.attribute("align_corners", 0))
     b = _Body(_opset(ctx))
@@ -966,7 +974,8 @@ def build_deform_conv(ctx) -> FunctionProto | None:
             or len(node.output) != 1 or _rank(ctx, node.input[0]) not in (None, 4)
             or not _known(node, ["dilations", "group", "kernel_shape", "offset_group", "pads",
                                  "strides"])):
-        return None
+        raise Declined("needs a known float type, a 2-D kernel known, X, W and offset given "
+                       "(rank-4 X), one output, known attributes")
     kh, kw = kernel
     sh, sw = ctx.attribute("strides", [1, 1])
     dh, dw = ctx.attribute("dilations", [1, 1])
@@ -1069,7 +1078,8 @@ def build_quantize_linear(ctx) -> FunctionProto | None:
             or len(node.output) != 1 or len(node.input) > 3
             or not _known(node, ["axis", "block_size", "output_dtype", "saturate",
                                  "precision"])):
-        return None
+        raise Declined("needs blocked or float4 output, a known input rank, float x and scale, a "
+                       "quantized output type, saturate=1, one output, known attributes")
     axis %= rank
     b = _Body(_opset(ctx))
     f32 = TensorProto.FLOAT
@@ -1125,12 +1135,12 @@ def build_scan(ctx) -> FunctionProto | None:
     known = ["body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
              "scan_output_axes", "scan_output_directions"]
     if body is None or not scan_inputs or not _known(node, known):
-        return None
+        raise Declined("needs a body, num_scan_inputs and known attributes")
     states = len(node.input) - scan_inputs
     scan_outputs = len(body.output) - states
     if (states < 0 or len(body.input) != len(node.input) or scan_outputs < 0
             or not all(node.input) or len(node.output) > states + scan_outputs):
-        return None
+        raise Declined("the node's inputs and outputs do not fit its body's")
     in_axes = list(ctx.attribute("scan_input_axes", [0] * scan_inputs))
     in_dirs = list(ctx.attribute("scan_input_directions", [0] * scan_inputs))
     out_axes = list(ctx.attribute("scan_output_axes", [0] * scan_outputs))
@@ -1142,7 +1152,7 @@ def build_scan(ctx) -> FunctionProto | None:
         if value.type.tensor_type.HasField("shape"):
             rank = len(value.type.tensor_type.shape.dim) + 1
         if axis != 0 and (rank is None or not -rank <= axis < rank):
-            return None  # moving the stacked axis needs the element's rank
+            raise Declined("moving the stacked axis needs the element's rank")
         out_ranks.append(rank)
     b = _Body(_opset(ctx))
     formals = [f"s{i}" for i in range(states)] + [f"x{j}" for j in range(scan_inputs)]
@@ -1192,7 +1202,7 @@ def build_array_feature_extractor(ctx) -> FunctionProto | None:
     rank = _rank(ctx, node.input[0]) if node.input else None
     if (len(node.input) != 2 or len(node.output) != 1 or node.attribute or rank is None
             or rank < 1):
-        return None
+        raise Declined("needs X of a known rank >= 1 and Y, no attributes, one output")
     b = _Body(_opset(ctx))
     y = b.op("Gather", "X", b.reshape(b.cast("Y", TensorProto.INT64), [-1]), axis=rank - 1)
     if rank == 1:
@@ -1206,7 +1216,7 @@ def build_binarizer(ctx) -> FunctionProto | None:
     elem = _elem(ctx, 0)
     if len(node.input) != 1 or len(node.output) != 1 or elem is None or not _known(
             node, ["threshold"]):
-        return None
+        raise Declined("needs X of a known element type, only threshold, one output")
     b = _Body(_opset(ctx))
     threshold = b.const(np.array(ctx.attribute("threshold", 0.0)), elem, hint="threshold")
     y = b.cast(b.op("Greater", "X", threshold), elem)
