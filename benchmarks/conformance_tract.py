@@ -69,6 +69,8 @@ def sample(cases, refused: int | None, running: int | None, seed: int) -> list:
     if refused is None and running is None:
         return list(cases)
     no, yes = _common.split_by_runs(TARGET, cases)
+    print(f"tract refuses {len(no)} of {len(no) + len(yes)} cases; sampled {refused} of "
+          f"those and {running} of the others (seed {seed})", file=sys.stderr, flush=True)
     chosen = {c.name for c in _common.seeded(no, refused, seed)}
     chosen |= {c.name for c in _common.seeded(yes, running, seed)}
     return [c for c in cases if c.name in chosen]

@@ -1,0 +1,34 @@
+"""tools/python_versions.py: the lower bounds it pins are pyproject's, and the Pythons it finds
+include the one running the tests (where it is a pyenv one)."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+import python_versions  # noqa: E402
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:3] if p.isdigit())
+
+
+def test_lower_bounds_are_pyprojects_and_installed_versions_meet_them():
+    bounds = python_versions.lower_bounds()
+    assert {"onnx", "onnxruntime"} <= set(bounds)
+    for name in ("onnx", "onnxruntime", "numpy"):
+        assert _version(metadata.version(name)) >= _version(bounds[name]), name
+
+
+def test_the_running_python_is_found_when_it_is_a_pyenv_one():
+    minor = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not str(Path(sys.base_prefix)).startswith(str(python_versions.PYENV)):
+        pytest.skip("not a pyenv Python")
+    found = dict(python_versions.found_pythons([]))
+    assert minor in found
+    assert found[minor].is_file()
