@@ -50,6 +50,16 @@ VERDICTS: dict[str, dict[str, str]] = {
         "onnxruntime": "unchanged", "openvino": "unchanged", "reference": "verified",
         "opset:17": "verified", "opset:13": "verified",
     },
+    # dynamo (opset 20) + onnxscript's fusions on BERT: Attention, BiasGelu, SkipLayerNorm
+    "bert-dynamo-ortfusions": {
+        "onnxruntime": "unchanged", "openvino": "unchanged", "reference": "verified",
+        "opset:17": "verified", "opset:13": "verified",
+    },
+    # dynamo (opset 20) saved by onnxruntime (extended): FusedMatMul, QuickGelu
+    "qwen2-dynamo-ort-extended": {
+        "onnxruntime": "unchanged", "openvino": "unchanged", "reference": "verified",
+        "opset:17": "verified", "opset:13": "verified",
+    },
     # GroupQueryAttention with a KV cache, MatMulNBits with accuracy_level 4 (the body
     # quantizes the activations to int8 per block as onnxruntime does: max abs 2e-7),
     # SkipSimplifiedLayerNormalization

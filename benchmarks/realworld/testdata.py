@@ -28,6 +28,11 @@ TEST_MODELS: dict[str, str] = {
     "whisper-encoder/dynamo+ortfusions":
         "the dynamo export (opset 20) with onnxscript's fusions: MultiHeadAttention, BiasGelu, "
         "SkipLayerNormalization",
+    "bert/dynamo+ortfusions":
+        "the dynamo export (opset 20) with onnxscript's fusions on BERT: Attention, BiasGelu, "
+        "SkipLayerNormalization",
+    "qwen2/dynamo+ort-extended":
+        "the dynamo export (opset 20) saved by onnxruntime (extended): FusedMatMul, QuickGelu",
     "llama/genai-int4":
         "onnxruntime-genai's builder (CPU, int4): GroupQueryAttention with a KV cache, "
         "MatMulNBits, SkipSimplifiedLayerNormalization",

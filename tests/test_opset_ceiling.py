@@ -1,0 +1,101 @@
+"""``rewrite --target opset:13`` and ``opset:17`` from models that import ai.onnx 20 or 22 and
+use vendor ops: the committed real-world models of that kind (``tests/data/realworld``, made
+by ``python benchmarks/realworld testdata``) and the vendor-op node samples raised to opset 22
+(``benchmarks/downconvert_vendor.py``). Each result passes the full checker, imports nothing
+above the ceiling (model and local functions), keeps no vendor op, and computes what the
+original computes: the real models on onnxruntime against the original on onnxruntime (their
+committed inputs), the samples against their registered oracle."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from rewriter.api import rewrite
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import downconvert_vendor  # noqa: E402
+
+ort = pytest.importorskip("onnxruntime")
+
+DATA = Path(__file__).resolve().parent / "data" / "realworld"
+CEILINGS = (13, 17)
+# the committed models that import ai.onnx >= 20 and use vendor ops (checked below)
+MODELS = ("whisper-encoder-dynamo-ortfusions", "llama-genai-int4", "bert-dynamo-ortfusions",
+          "qwen2-dynamo-ort-extended")
+SLOW = {"qwen2-dynamo-ort-extended", "bert-dynamo-ortfusions"}
+# the vendor ops the real exports carry: one sample of each runs by default, all when slow
+REAL_EXPORT_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "MatMulNBits",
+                   "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu",
+                   "FastGelu", "QuickGelu", "FusedMatMul", "RotaryEmbedding",
+                   "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention",
+                   "EmbedLayerNormalization", "SimplifiedLayerNormalization")
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    from rewriter.testing import oracle_plugins
+
+    return oracle_plugins()
+
+
+@pytest.mark.parametrize("name,ceiling", [
+    pytest.param(m, c, id=f"{m}-opset{c}", marks=[pytest.mark.slow] if m in SLOW else [])
+    for m in MODELS for c in CEILINGS])
+def test_committed_new_opset_model_lowers_under_the_ceiling(plugins, name, ceiling):
+    model = onnx.load(str(DATA / f"{name}.onnx"))
+    imports = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    vendor = {n.domain for n in model.graph.node} - {"", "ai.onnx"}
+    assert imports["ai.onnx"] >= 20 and vendor, (imports, vendor)  # what the test is about
+
+    out = rewrite(model, [f"opset:{ceiling}"], plugins=plugins, confirm=False,
+                  verify=False).model
+    onnx.checker.check_model(out, full_check=True)
+    assert downconvert_vendor.above_ceiling(out, ceiling) == []
+
+    with np.load(DATA / f"{name}.inputs.npz") as npz:
+        feeds = dict(npz)
+    expected, got = _run(model, feeds), _run(out, feeds)
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4)
+
+
+def _sample_params():
+    from rewriter.testing import oracle_plugins
+
+    samples, _ = downconvert_vendor.vendor_samples(oracle_plugins())
+    first: set[str] = set()  # the first sample of each op the real exports carry: fast
+    for sample in samples:
+        op = sample.op.split("::")[1]
+        slow = op not in REAL_EXPORT_OPS or op in first
+        first.add(op)
+        for ceiling in CEILINGS:
+            yield pytest.param(sample.label, ceiling, id=f"{sample.label}-opset{ceiling}",
+                               marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.fixture(scope="module")
+def samples(plugins):
+    found, _ = downconvert_vendor.vendor_samples(plugins)
+    return {s.label: s for s in found}
+
+
+@pytest.mark.parametrize("label,ceiling", list(_sample_params()))
+def test_vendor_sample_at_opset_22_lowers_under_the_ceiling(plugins, samples, label, ceiling):
+    result = downconvert_vendor.evaluate(samples[label], ceiling, plugins)
+    assert result["stage"] == "matches", result.get("why")
