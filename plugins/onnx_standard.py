@@ -73,7 +73,7 @@ def build_bitcast(ctx) -> FunctionProto | None:
     to, source = ctx.attribute("to"), _element(ctx)
     if (source is None or len(ctx.node.attribute) != 1 or len(ctx.node.output) != 1
             or len(ctx.node.input) != 1):
-        return None
+        raise Declined("needs one input of a known element type, only to, one output")
     b = FunctionBuilder(ctx.opset)
     if source == T.BOOL and to in _BOOL_BITCASTS:
         y = b.cast("x", to)
@@ -85,7 +85,8 @@ def build_bitcast(ctx) -> FunctionProto | None:
     elif to in _FLOAT_FORMATS and source in _FLOAT_FORMATS[to][2]:
         y = _bits_to_float(b, "x", source, to)
     else:
-        return None
+        raise Declined("only bool to a byte, same-width integers, and an IEEE float and the "
+                       "integer of its width")
     return b.function("onnx-standard", "bitcast", ["x"], [y])
 
 
@@ -207,10 +208,10 @@ def build_dequantize_linear(ctx) -> FunctionProto | None:
     node = ctx.node
     if (len(node.input) > 3 or not (_present(node.input, 0) and _present(node.input, 1))
             or len(node.output) != 1 or any(a.name != "axis" for a in node.attribute)):
-        return None
+        raise Declined("needs x and x_scale (x_zero_point optional), only axis, one output")
     types = list(ctx.input_types or [])
     if types[:1] not in (["tensor(int8)"], ["tensor(uint8)"], ["tensor(int32)"]):
-        return None
+        raise Declined("x must be int8, uint8 or int32")
     b = FunctionBuilder(ctx.opset, TensorProto.FLOAT)
     has_zp = _present(node.input, 2)
     scale, zero_point = "x_scale", "x_zero_point" if has_zp else ""

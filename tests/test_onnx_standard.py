@@ -49,7 +49,7 @@ def test_bitcasts_without_an_arithmetic_form_are_declined():
     tests/test_oracles.py)."""
     from rewriter_plugins.onnx_standard import build_bitcast
 
-    from rewriter.plan.functions import DecompositionContext
+    from rewriter.plugin import Declined, DecompositionContext
 
     def ctx(to, input_type):
         node = helper.make_node("BitCast", ["x"], ["y"], to=to)
@@ -58,11 +58,14 @@ def test_bitcasts_without_an_arithmetic_form_are_declined():
 
     assert build_bitcast(ctx(TensorProto.UINT8, "tensor(bool)")) is not None
     assert build_bitcast(ctx(TensorProto.INT32, "tensor(float)")) is not None
-    assert build_bitcast(ctx(TensorProto.INT16, "tensor(float)")) is None  # widths differ
-    assert build_bitcast(ctx(TensorProto.UINT64, "tensor(int64)")) is None
-    assert build_bitcast(ctx(TensorProto.INT16, "tensor(bfloat16)")) is None
-    assert build_bitcast(ctx(TensorProto.BOOL, "tensor(uint8)")) is None
-    assert build_bitcast(ctx(TensorProto.UINT8, None)) is None  # type unknown
+    for to, source in ((TensorProto.INT16, "tensor(float)"),  # widths differ
+                       (TensorProto.UINT64, "tensor(int64)"),
+                       (TensorProto.INT16, "tensor(bfloat16)"),
+                       (TensorProto.BOOL, "tensor(uint8)")):
+        with pytest.raises(Declined, match="only bool to a byte, same-width integers"):
+            build_bitcast(ctx(to, source))
+    with pytest.raises(Declined, match="a known element type"):
+        build_bitcast(ctx(TensorProto.UINT8, None))
 
 
 def test_corpus_bitcast_matches_its_test_data(plugins):
