@@ -317,7 +317,8 @@ def _model_paths(specs: tuple[str, ...]) -> list[str]:
     paths: list[str] = []
     for spec in specs:
         if os.path.isdir(spec):
-            found = sorted(str(p) for p in Path(spec).rglob("*.onnx") if p.is_file())
+            found = sorted(str(p) for p in Path(spec).rglob("*.onnx") if p.is_file()) \
+                or [spec]  # no models in it: checking the folder says so
         elif os.path.exists(spec) or not glob.has_magic(spec):
             found = [spec]
         else:
