@@ -504,6 +504,50 @@ def _relu_ints(node: NodeProto, env: Env) -> list[NodeProto]:
     return [c_zero, helper.make_node("Max", [node.input[0], zero], [node.output[0]])]
 
 
+@adapter("DequantizeLinear", 19)
+def _dequantize_half_scale(node: NodeProto, env: Env) -> list[NodeProto]:
+    """A float16 scale (opset 19) of 8-bit ``x``: dequantized in float, rounded to float16
+    once. Exact: ``|x - zero_point| <= 255`` times an 11-bit scale fits float's 24 bits, so
+    the one rounding is float16's own."""
+    if (env.elem_type(_input(node, 1)) != TensorProto.FLOAT16
+            or env.elem_type(node.input[0]) not in (TensorProto.INT8, TensorProto.UINT8)):
+        return [node]
+    scale, wide = env.fresh("scale32"), env.fresh("y32")
+    inputs = [node.input[0], scale, *node.input[2:]]
+    return [helper.make_node("Cast", [node.input[1]], [scale], to=TensorProto.FLOAT),
+            _with_outputs(_with_inputs(node, inputs), [wide]),
+            helper.make_node("Cast", [wide], [node.output[0]], to=TensorProto.FLOAT16)]
+
+
+@adapter("DequantizeLinear", 21)
+def _dequantize_16bit(node: NodeProto, env: Env) -> list[NodeProto]:
+    """16-bit ``x`` (opset 21), per tensor (a scalar scale, no blocks): ``(Cast(x) -
+    Cast(zero_point)) * scale`` in float (exact up to the product's one rounding, as the
+    kernel computes it), cast to a float16 scale's type at the end."""
+    x_type, scale_type = env.elem_type(node.input[0]), env.elem_type(_input(node, 1))
+    if (x_type not in (TensorProto.INT16, TensorProto.UINT16) or env.rank(node.input[1]) != 0
+            or _attr(node, "block_size", 0) or scale_type not in (TensorProto.FLOAT,
+                                                                   TensorProto.FLOAT16)):
+        return [node]
+    nodes, x = [], env.fresh("x32")
+    nodes.append(helper.make_node("Cast", [node.input[0]], [x], to=TensorProto.FLOAT))
+    if _input(node, 2):
+        zero, shifted = env.fresh("zp32"), env.fresh("shifted")
+        nodes += [helper.make_node("Cast", [node.input[2]], [zero], to=TensorProto.FLOAT),
+                  helper.make_node("Sub", [x, zero], [shifted])]
+        x = shifted
+    scale = node.input[1]
+    if scale_type == TensorProto.FLOAT16:
+        scale = env.fresh("scale32")
+        nodes.append(helper.make_node("Cast", [node.input[1]], [scale], to=TensorProto.FLOAT))
+        wide = env.fresh("y32")
+        nodes += [helper.make_node("Mul", [x, scale], [wide]),
+                  helper.make_node("Cast", [wide], [node.output[0]], to=TensorProto.FLOAT16)]
+    else:
+        nodes.append(helper.make_node("Mul", [x, scale], [node.output[0]]))
+    return nodes
+
+
 @adapter("IsInf", 20)
 def _isinf_half(node: NodeProto, env: Env) -> list[NodeProto]:
     if env.elem_type(node.input[0]) not in (TensorProto.FLOAT16, TensorProto.BFLOAT16):

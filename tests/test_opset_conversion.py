@@ -600,3 +600,25 @@ def test_remedy_bodies_are_brought_under_the_ceiling_in_the_same_run(plugins, ce
     assert max(_ai_onnx_imports(out)) <= ceiling
     assert {o.domain for o in out.opset_import} == {""}
     assert report.comparison.targets[0].runtime == "onnxruntime"
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("text,overrides", [
+    # a float16 scale (opset 19), per axis: dequantized in float, rounded to float16 once
+    ("""<ir_version: 9, opset_import: ["": 19]>
+    g (int8[2,3] x, float16[3] s, int8[3] z) => (float16[2,3] y) {
+        y = DequantizeLinear <axis: int = 1> (x, s, z) }""", {}),
+    # 16-bit integers (opset 21), per tensor, float and float16 scales
+    ("""<ir_version: 10, opset_import: ["": 21]>
+    g (int16[2,3] x, float s, int16 z) => (float[2,3] y) {
+        y = DequantizeLinear (x, s, z) }""",
+     {"s": np.array(0.37, np.float32), "z": np.array(-3, np.int16)}),
+    ("""<ir_version: 10, opset_import: ["": 21]>
+    g (uint16[2,3] x, float16 s) => (float16[2,3] y) {
+        y = DequantizeLinear (x, s) }""",
+     {"x": np.array([[0, 1, 7], [300, 65535, 4097]], np.uint16),
+      "s": np.array(0.0371, np.float16)}),
+], ids=["float16-scale-19", "int16-21", "uint16-float16-scale-21"])
+def test_dequantize_linear_newer_types_lower_exactly(plugins, text, overrides, opset):
+    """Against onnxruntime's own DequantizeLinear-19/21 kernels, bit for bit."""
+    convert_and_compare(plugins, text, opset, overrides=overrides, rtol=0, atol=0)
