@@ -84,7 +84,7 @@ REMEDIES = {
 }
 
 
-@pytest.mark.slow  # 50-80 s each: a CLI process that rewrites and verifies on runtimes
+@pytest.mark.slow  # 27-80 s each (2 cores, idle or loaded): a CLI run that rewrites and verifies
 @pytest.mark.parametrize("target", sorted(REMEDIES))
 def test_the_distribution_rewrites_an_opset_18_model_for(dist_venv, tmp_path, target):
     model = contoso_model(tmp_path / "m.onnx")
@@ -123,7 +123,7 @@ INDEPENDENT = [
 ]
 
 
-@pytest.mark.slow  # ~100 s: a pytest run in the venv
+@pytest.mark.slow  # 50-100 s: a pytest run in the venv
 def test_the_suite_loads_only_what_it_names(dist_venv, tmp_path):
     # as a user runs it, the installed acme takes the name a test's -p file uses
     acme = tmp_path / "acme.py"
