@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -377,3 +377,73 @@ def test_known_bug_reference_target_on_mish_24():
         check(model, ["reference"], plugins=_plugins(), confirm=False)
     except RewriterError:
         pass  # a clean refusal would do too
+
+
+# ----------------------------------------------------------------------------- graph edits
+
+OP_TYPES = ["Relu", "MatMul", "Add", "If", "Loop", "Gelu", "NoSuchOp", "Constant", "Reshape",
+            "Identity", ""]
+
+
+@st.composite
+def edited_models(draw) -> bytes:
+    """The seed model with 1 to 6 structural edits made through protobuf (so the bytes
+    parse): names rewired, ops swapped, nodes dropped or doubled, tensor types and shapes
+    changed, attributes of the wrong kind, opset imports changed."""
+    model = onnx.ModelProto.FromString(SEED_MODEL)
+    for _ in range(draw(st.integers(1, 6))):
+        g = model.graph
+        branch = next(a.g for a in g.node[0].attribute if a.name == "then_branch") \
+            if g.node and g.node[0].op_type == "If" and g.node[0].attribute else g
+        graph = draw(st.sampled_from([g, branch]))
+        edit = draw(st.sampled_from(["rewire", "op", "drop", "double", "dtype", "dims",
+                                     "attribute", "opset", "output"]))
+        name = draw(st.sampled_from(["X", "W", "C", "t", "Y", "e", "", "ghost"]))
+        if edit == "rewire" and graph.node:
+            node = graph.node[draw(st.integers(0, len(graph.node) - 1))]
+            if node.input:
+                node.input[draw(st.integers(0, len(node.input) - 1))] = name
+            else:
+                node.input.append(name)
+        elif edit == "op" and graph.node:
+            graph.node[0].op_type = draw(st.sampled_from(OP_TYPES))
+        elif edit == "drop" and graph.node:
+            del graph.node[draw(st.integers(0, len(graph.node) - 1))]
+        elif edit == "double" and graph.node:
+            graph.node.append(graph.node[0])
+        elif edit == "dtype" and g.initializer:
+            g.initializer[0].data_type = draw(st.integers(0, 30))
+        elif edit == "dims" and g.initializer:
+            g.initializer[0].dims[:] = draw(st.lists(st.integers(-2, 4), max_size=3))
+        elif edit == "attribute" and graph.node:
+            attr = graph.node[0].attribute.add()
+            attr.name = draw(st.sampled_from(["then_branch", "alpha", "value", "to"]))
+            attr.type = draw(st.integers(0, 14))
+            if draw(st.booleans()):
+                attr.i = draw(st.integers(-2, 2))
+        elif edit == "opset":
+            model.opset_import[0].version = draw(st.integers(-1, 30))
+        elif edit == "output" and graph.output:
+            graph.output[0].name = name
+    return model.SerializeToString()
+
+
+@BOUNDED
+@given(edited_models())
+def test_edited_graphs_load_cleanly_or_are_refused_and_check_never_crashes(data):
+    """What loads must then be checked without a crash: a finding, or a RewriterError in
+    one line."""
+    from rewriter.api import check
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if load_clean_or_refused(data, Path(tmp)) == "refused":
+            event("refused on load")
+            return
+        try:
+            check(load_model(Path(tmp, "fuzz.onnx")), ["onnxruntime", "opset:17"],
+                  plugins=_plugins(), confirm=False)
+        except RewriterError as e:
+            assert "\n" not in str(e), str(e)
+            event("loaded, check refused")
+        else:
+            event("loaded and checked")
