@@ -16,7 +16,7 @@ differently (up to 56 levels apart on the ONNX spec's test image), and ai.onnx::
 
 from __future__ import annotations
 
-from rewriter.plugin import hookimpl
+from rewriter.plugin import RewritePass, hookimpl
 
 CONTRIB = "ai.onnx.contrib"
 EXT = "com.microsoft.extensions"
@@ -56,3 +56,33 @@ def register_kernels(registry):
         for op in ops:
             registry.add_native(domain, op, library="extensions",
                                 description=f"onnxruntime-extensions {domain}::{op}")
+
+
+# onnxruntime-extensions' Azure ops (built only with its Azure option): each sends its
+# inputs to a remote service and returns the answer
+REMOTE = {EXT: ("AzureTritonInvoker", "AzureAudioToText", "AzureTextToText",
+                "OpenAIAudioToText")}
+
+
+class RemoteServiceOps(RewritePass):
+    """Remedies nothing: says why an op that calls a network service cannot be rewritten,
+    which ``check``/``rewrite`` then report instead of "no decomposition"."""
+
+    def handles(self, finding, ctx) -> bool:
+        return finding.op_type in REMOTE.get(finding.domain, ())
+
+    def offers(self, finding, ctx) -> tuple[bool, str]:
+        if not self.handles(finding, ctx):
+            return False, "not an op that calls a network service"
+        return False, (f"{finding.op_type} sends its inputs to a remote inference service over "
+                       "the network (onnxruntime-extensions' Azure ops), so no local graph or "
+                       "kernel computes it (run it with an onnxruntime-extensions build with "
+                       "Azure support and the service's endpoint)")
+
+    def run(self, model, ctx):
+        return None
+
+
+@hookimpl
+def register_passes(registry):
+    registry.add("remote-service-ops", RemoteServiceOps, phase="convert")
