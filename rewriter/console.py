@@ -22,10 +22,21 @@ ASCII_FALLBACKS = {"✓": "ok", "✗": "x", "→": "->", "×": "x", "—": "-", 
                    "≤": "<=", "≥": ">=", "·": "-"}
 
 
-def width(default: int = 80) -> int:
-    """The terminal's width in columns (``COLUMNS`` first; ``default`` when not a terminal),
-    at least 40."""
-    return max(40, shutil.get_terminal_size((default, 24)).columns)
+NO_WRAP = 10**6  # output to a file or pipe: lines are not wrapped (grep sees them whole)
+
+
+def width() -> int:
+    """The width to wrap text at: ``COLUMNS`` when set, else the terminal's width, at least
+    40; :data:`NO_WRAP` when stdout is no terminal and ``COLUMNS`` is not set."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return max(40, int(columns))
+    try:
+        if not os.isatty(sys.__stdout__.fileno()):
+            return NO_WRAP
+        return max(40, shutil.get_terminal_size().columns)
+    except (AttributeError, ValueError, OSError):
+        return NO_WRAP
 
 
 def can_encode(stream: Any, text: str = "".join(ASCII_FALLBACKS)) -> bool:

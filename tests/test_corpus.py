@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -87,6 +88,7 @@ def test_cli_process_exit_code_and_output(corpus, name):
     proc = subprocess.run(
         [sys.executable, "-m", "rewriter.cli", "check", str(corpus / name)],
         capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "1000"},  # one line per reason (text wraps to it)
     )
     assert "Traceback" not in proc.stderr
     expected, words = CLI_CHECKS[name]

@@ -911,7 +911,8 @@ def test_compare_runs_list_attributes_on_the_reference_evaluator(lists):
 
 
 def test_list_attributes_of_another_kind_are_declined_with_the_reason(lists, capsys,
-                                                                     tmp_path):
+                                                                     tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # --explain's reasons on one line each
     nodes = [
         _pick_node("a", name="float_columns", columns=[0.0, 1.0]),
         _pick_node("b", name="int_scales", columns=[0], scales=[1, 2]),

@@ -351,7 +351,9 @@ def test_unfixable_lists_every_finding_and_changes_nothing(plugins, tmp_path):
     assert proto.SerializeToString() == model.SerializeToString()
 
 
-def test_cli_unfixable_exits_1_with_one_line_and_writes_nothing(tmp_path, capsys):
+def test_cli_unfixable_exits_1_with_one_line_and_writes_nothing(tmp_path, capsys,
+                                                               monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # one line (long errors wrap to the terminal)
     source = write_model(tmp_path / "in.onnx", model_from_text(MIXED))
     before = source.read_bytes()
     code, stdout, err = run_cli(["rewrite", source, "-o", tmp_path / "out.onnx"], capsys)

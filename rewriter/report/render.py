@@ -353,18 +353,20 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
                       + ", ".join(item["paths"][:MAX_PATHS_SHOWN])
                       + (f" and {count - MAX_PATHS_SHOWN} more" if count > MAX_PATHS_SHOWN
                          else ""), indent=4)
-        declined = [c for c in item["candidates"] if not c["accepted"]]
-        for c in item["candidates"]:
-            if c["accepted"]:
-                chosen = short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]")
-                lines += para(f"chosen: {chosen}", indent=6, first=2)
-        for c in declined[:EXPLAIN_DECLINED_SHOWN]:
+        # the chosen remedy, then plugins' own answers before placeholders of kinds nobody
+        # registered; the rest counted (--json lists every one)
+        ordered = sorted(item["candidates"],
+                         key=lambda c: (not c["accepted"], c["plugin"] == "-"))
+        shown = [c for c in ordered if c["accepted"]] + \
+            [c for c in ordered if not c["accepted"]][:EXPLAIN_DECLINED_SHOWN]
+        for c in shown:
             rule = (str(c["kind"]) if c["plugin"] == "-"
                     else short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]"))
-            lines += para(f"declined: {rule}: {c['why']}", indent=6, first=2)
-        if len(declined) > EXPLAIN_DECLINED_SHOWN:
-            lines.append(f"  (and {len(declined) - EXPLAIN_DECLINED_SHOWN} more declined; "
-                         "--json lists them)")
+            verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
+            lines += para(f"{rule} — {verdict}", indent=6, first=2)
+        if len(ordered) > len(shown):
+            lines.append(f"  (and {len(ordered) - len(shown)} more declined; --json lists "
+                         "them)")
     return lines
 
 
