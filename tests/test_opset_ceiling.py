@@ -75,6 +75,30 @@ def test_committed_new_opset_model_lowers_under_the_ceiling(plugins, name, ceili
         np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4)
 
 
+# samples that cannot be lowered today, and why (docs/opset-conversion.md): strict, so one
+# that starts passing is noticed
+_NO_GRID_SAMPLE = ("the registration taken at opset 22 uses GridSample/DeformConv, which do "
+                   "not exist (or not in that form) at the ceiling; the one written for older "
+                   "opsets is not offered for an opset-22 model")
+DECLINED = {
+    "mmcv::MMCVDeformConv2d": _NO_GRID_SAMPLE, "mmcv::MMCVModulatedDeformConv2d": _NO_GRID_SAMPLE,
+    "mmcv::grid_sampler": _NO_GRID_SAMPLE, "mmdeploy::MMCVDeformConv2d": _NO_GRID_SAMPLE,
+    "mmdeploy::MMCVModulatedDeformConv2d": _NO_GRID_SAMPLE,
+    "mmdeploy::grid_sampler": _NO_GRID_SAMPLE, "org.pytorch.aten::grid_sampler": _NO_GRID_SAMPLE,
+}
+
+
+def _declined(sample) -> str | None:
+    if sample.op in DECLINED:
+        return DECLINED[sample.op]
+    if sample.op == "com.microsoft::GatherBlockQuantized" and "int4" in sample.label:
+        return "int4 data: no op below opset 21 takes an int4 tensor"
+    if sample.op == "com.microsoft::QuantizeLinear" and (
+            "uint16" in sample.label or "float16-int8" in sample.label):
+        return "QuantizeLinear-19/21 forms (float16 scale, 16-bit) have no adapter to 13/17"
+    return None
+
+
 def _sample_params():
     from rewriter.testing import oracle_plugins
 
@@ -84,9 +108,13 @@ def _sample_params():
         op = sample.op.split("::")[1]
         slow = op not in REAL_EXPORT_OPS or op in first
         first.add(op)
+        marks = [pytest.mark.slow] if slow else []
+        why = _declined(sample)
+        if why:
+            marks.append(pytest.mark.xfail(strict=True, reason=why))
         for ceiling in CEILINGS:
             yield pytest.param(sample.label, ceiling, id=f"{sample.label}-opset{ceiling}",
-                               marks=[pytest.mark.slow] if slow else [])
+                               marks=marks)
 
 
 @pytest.fixture(scope="module")
