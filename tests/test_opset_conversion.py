@@ -493,7 +493,7 @@ def test_cli_rewrite_to_opset_13(tmp_path, capsys):
 
 # What `python benchmarks/downconvert.py` reaches (matching cases, of those importing
 # ai.onnx above N): the counts must not drop.
-FLOOR = {13: 1113, 17: 953}
+FLOOR = {13: 1169, 17: 953}
 # A fixed sample of the suite: conversions of every kind, run on every test run.
 SAMPLE = [
     "test_layer_normalization_4d_axis_negative_2_expanded_ver18",
@@ -512,6 +512,7 @@ SAMPLE = [
     "test_sequence_map_add_2_sequences", "test_mod_mixed_sign_float32",
     "test_gridsample_bilinear", "test_affine_grid_2d_expanded", "test_rms_normalization_2d_axis0",
     "test_bitwise_and_i32_2d",  # declined: no such op at 13/17
+    "test_cast_FLOAT_to_BFLOAT16", "test_castlike_BFLOAT16_to_FLOAT",  # bfloat16 in and out
 ]
 
 
