@@ -1416,3 +1416,19 @@ def test_a_250_byte_output_name_is_written_with_its_data(h):
     assert [len(os.fsencode(n)) <= 255 for n in back.external_files] == [True]
     assert temp_leftovers(h.outside) == []
     np.testing.assert_array_equal(run_ort(out), run_ort(path))
+
+
+@pytest.mark.parametrize("name", ["0:", "C:model.onnx", "a\\..\\b.onnx", "\\x.onnx"])
+def test_output_names_that_read_as_windows_paths_get_loadable_data_names(name, h):
+    """Found by tests/test_properties.py: an output named ``0:`` was written with data
+    ``0:.data``, a location the loader refuses (it reads as a drive letter)."""
+    path = external_matmul(h.dir)
+    loaded = rio.load_model(path)
+    neighbour = h.outside / (name.replace("\\", "_")[:1] + "_" + name.replace("\\", "_")[2:]
+                             if name[1:2] == ":" else name.replace("\\", "_"))
+    rio.save_model(loaded.model, neighbour, source=loaded)  # the name the data would get
+    rio.save_model(loaded.model, h.outside / name, source=loaded)
+    for out in (h.outside / name, neighbour):
+        np.testing.assert_array_equal(run_ort(out), run_ort(path))
+        rio.load_model(out)  # its data names pass the loader's own checks
+    assert temp_leftovers(h.outside) == []

@@ -339,11 +339,17 @@ def write_folder(target: str | os.PathLike, fill: Callable[[Path], Any], *,
 
 def data_base(output: Path) -> str:
     """The stem of the external-data names of ``output``: its name, shortened (with a hash
-    of the full name) where names built on it would be too long for the file system."""
-    name = output.name
-    if len(os.fsencode(name)) <= _NAME_MAX - 16:
+    of the full name) where names built on it would be too long for the file system, with
+    a backslash, and a colon second (``C:``), as ``_``: a location must not read as a path
+    on Windows, and the loader refuses those (found by tests/test_properties.py: an output
+    named ``0:`` was written with data it then refused). A changed name gets the hash too,
+    so it never takes the data names of another output (``0_`` beside ``0:``)."""
+    name = output.name.replace("\\", "_")
+    if name[1:2] == ":":
+        name = name[:1] + "_" + name[2:]
+    if name == output.name and len(os.fsencode(name)) <= _NAME_MAX - 16:
         return name
-    digest = hashlib.blake2b(os.fsencode(name), digest_size=4).hexdigest()
+    digest = hashlib.blake2b(os.fsencode(output.name), digest_size=4).hexdigest()
     head = os.fsencode(name)[:_NAME_MAX - 32].decode("utf-8", "ignore")
     return f"{head}-{digest}"
 
