@@ -362,8 +362,8 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
         for c in shown:
             rule = (str(c["kind"]) if c["plugin"] == "-"
                     else short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]"))
-            verdict = "chosen" if c["accepted"] else f"declined: {c['why']}"
-            lines += para(f"{rule} — {verdict}", indent=6, first=2)
+            text = f"chosen: {rule}" if c["accepted"] else f"{rule} — declined: {c['why']}"
+            lines += para(text, indent=6, first=2)
         if len(ordered) > len(shown):
             lines.append(f"  (and {len(ordered) - len(shown)} more declined; --json lists "
                          "them)")
