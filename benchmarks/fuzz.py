@@ -2,7 +2,9 @@
 
 1. The loader on mutated bytes of every real model in the shared corpus (and the tests'
    seed model): each mutant must load as a validated model (then ``inspect`` must describe
-   it) or be refused with one ModelError line naming the file. Anything else is a failure.
+   it and ``check`` detect what onnxruntime and opset:17 cannot run, or refuse it with a
+   RewriterError) or be refused with one ModelError line naming the file. Anything else is
+   a failure.
 2. The property-based tests of tests/test_properties.py with many more examples
    (``PROPERTY_EXAMPLES``), with Hypothesis's statistics.
 
@@ -30,6 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("ONNX_REWRITER_CORPUS", ROOT.parent / "shared" / "corpus"))
 if not CORPUS.is_dir():
     CORPUS = Path("/work/shared/corpus")
+
+
+TARGETS = ["onnxruntime", "opset:17"]  # what check detects for each loaded mutant
 
 
 def mutate(data: bytes, rng: np.random.Generator) -> bytes:
@@ -66,9 +71,13 @@ def seeds(corpus: Path, max_bytes: int) -> dict[str, bytes]:
 
 
 def fuzz_loader(mutants: int, seed: int, corpus: Path, max_bytes: int) -> dict:
+    from rewriter.api import check
     from rewriter.errors import ModelError, RewriterError
     from rewriter.io.model import load_model
+    from rewriter.manager import load_plugins
     from rewriter.report.summary import inspect_model
+
+    plugins = load_plugins(())
 
     rng = np.random.default_rng(seed)
     models = seeds(corpus, max_bytes)
@@ -95,17 +104,21 @@ def fuzz_loader(mutants: int, seed: int, corpus: Path, max_bytes: int) -> dict:
                 failures.setdefault(key, (name, traceback.format_exc(limit=-3)))
                 counts["crashed"] += 1
                 continue
-            try:
-                inspect_model(loaded)
-            except RewriterError:
-                counts["loaded, inspect refused"] += 1
-                continue
-            except Exception as e:  # noqa: BLE001 - the finding
-                key = f"inspect: {type(e).__name__}: {str(e)[:60]}"
-                failures.setdefault(key, (name, traceback.format_exc(limit=-3)))
-                counts["crashed"] += 1
-                continue
-            counts["loaded"] += 1
+            for stage, work in (("inspect", lambda m=loaded: inspect_model(m)),
+                                ("check", lambda m=loaded: check(m, TARGETS, plugins=plugins,
+                                                                 confirm=False))):
+                try:
+                    work()
+                except RewriterError:
+                    counts[f"loaded, {stage} refused"] += 1
+                    break
+                except Exception as e:  # noqa: BLE001 - the finding
+                    key = f"{stage}: {type(e).__name__}: {str(e)[:60]}"
+                    failures.setdefault(key, (name, traceback.format_exc(limit=-3)))
+                    counts["crashed"] += 1
+                    break
+            else:
+                counts["loaded, inspected and checked"] += 1
     return {"tried": mutants, "seeds": len(models), "counts": dict(counts),
             "failures": failures, "seconds": time.monotonic() - start}
 
