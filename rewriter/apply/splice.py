@@ -88,6 +88,7 @@ def apply_decompositions(
     functions: dict[str, FunctionProto] = {}
     seen: set[int] = set(skip)  # nodes already given a kernel
     produced: set[str] = set()  # outputs of the replaced nodes
+    labels: dict[tuple, str] = {}
     for f in findings:
         if f.node is None or id(f.node) in seen:
             continue
@@ -101,7 +102,11 @@ def apply_decompositions(
                 choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule,
                 replaced_op(f),
             )
-        ctx.record("decomposition", choice.plugin, choice.rule, f.op_label)
+        key = (f.domain, f.op_type, f.version)
+        label = labels.get(key)
+        if label is None:
+            label = labels[key] = f.op_label  # (a str(OpId) per finding costs at 100k)
+        ctx.record("decomposition", choice.plugin, choice.rule, label)
         for kind, plugin, rule, op_label in choice.nested:
             ctx.record(kind, plugin, rule, op_label)
         produced.update(o for o in f.node.output if o)
@@ -132,7 +137,8 @@ def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
     provenance table lists them (:mod:`rewriter.apply.provenance`). Returns the functions
     left for onnx's inliner (bodies that are not simple, and those still called from
     model-local functions)."""
-    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in findings})
+    ops = {(f.domain, f.op_type): f for f in findings}  # one str(OpId) per op, not finding
+    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
     templates = {name: template(fn, table) for name, fn in functions.items()
                  if simple_body(fn, REMEDY_DOMAIN)}
     if not templates:
