@@ -581,7 +581,8 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     )
     report = result.report
     doc = document("rewrite", report.as_dict())
-    _write_report(report_path, doc, protected=_paths_protected(model))
+    if report_path:
+        _write_report(report_path, doc, protected=_paths_protected(model))
     if as_json:
         click.echo(render.dumps(doc))
     else:
@@ -699,10 +700,12 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
     plugins = _load_plugins(obj)
     options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
                                  original_target, timeout, memory_limit, save_inputs)
-    protected = _paths_protected(original) + (_paths_protected(rewritten) if rewritten else [])
+    protected = []
     if report_path:  # refused before any work: never an input
         from rewriter.io.output import check_output_path
 
+        protected = _paths_protected(original) + (
+            _paths_protected(rewritten) if rewritten else [])
         check_output_path(report_path, protected=protected)
     result = run_compare(original, rewritten, targets, plugins=plugins,
                          custom_op_libraries=libraries, localize=not no_localize, **options)
