@@ -1045,3 +1045,12 @@ def test_list_attribute_declarations_and_decoding():
                   "gamma": list[float]}, accepts=lambda n: 1 / 0)(lambda x, **a: x)
     assert node_problem(node, boom) == \
         "the kernel's accepts() failed: ZeroDivisionError: division by zero"
+
+
+def test_a_string_attribute_that_is_not_utf8_stays_bytes():
+    """Found by benchmarks/fuzz.py: a non-UTF-8 string attribute crashed `check` with a
+    UnicodeDecodeError; binary data in a string attribute is passed on as bytes."""
+    from rewriter.plan.kernels import _attr_value
+
+    assert _attr_value(b"\xff\xfe") == b"\xff\xfe"
+    assert _attr_value(b"same") == "same"

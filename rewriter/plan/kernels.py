@@ -762,7 +762,14 @@ def retarget_node(node: NodeProto, use: KernelUse, k: Kernel) -> None:
 
 
 def _attr_value(v: Any) -> Any:
-    return v.decode() if isinstance(v, bytes) else v
+    """A string attribute as text; one that is not UTF-8 (binary data some vendor ops keep
+    in strings) stays bytes."""
+    if isinstance(v, bytes):
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            return v
+    return v
 
 
 def node_problem(node: NodeProto, k: Kernel) -> str | None:
