@@ -122,6 +122,10 @@ class ReferenceTarget(Target):
             module.load_op(domain, op_type, opset)
         except RuntimeContextError:
             return None  # a context-dependent function: expanded per node at run time
+        except AssertionError as e:
+            if "evaluator_cls" in str(e):
+                return None  # a function op (Mish-24, HardSwish-24): the evaluator expands it
+            raise
         except (NotImplementedError, ValueError, KeyError, ImportError, RuntimeError) as e:
             # RuntimeError: onnx 1.23 has no DequantizeLinear/QuantizeLinear before version 19
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
