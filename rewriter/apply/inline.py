@@ -15,6 +15,7 @@ value name>``, made unique against the names the graph already defines.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -96,10 +97,14 @@ def template(fn: FunctionProto, table: ProvenanceTable) -> Template:
 
 def region_base(name: str, labels: Iterable[str]) -> str:
     """``name`` cut so that ``name/label`` stays within :data:`MAX_NAME` characters for
-    every label (a cut name ends with ``~``)."""
+    every label: a cut name ends with ``~`` and 8 hex digits of the whole name's hash, so
+    two long names sharing a prefix stay two names (onnxruntime refuses a graph with two
+    nodes of one name)."""
     room = MAX_NAME - max(len(label) for label in labels) - 1
     if len(name) > room:
-        name = name[:max(room - 1, 0)] + "~"
+        digest = hashlib.blake2s(name.encode("utf-8", "surrogatepass"),
+                                 digest_size=4).hexdigest()
+        name = name[:max(room - 9, 0)] + "~" + digest
     return name
 
 
