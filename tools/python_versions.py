@@ -63,12 +63,19 @@ class Run:
 
 
 def lower_bounds(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, str]:
-    """The ``>=`` bound of each dependency of ``[project] dependencies``."""
-    import tomllib
+    """The ``>=`` bound of each dependency of ``[project] dependencies`` (on Python 3.10,
+    which has no tomllib: of the installed distribution's requirements instead)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        from importlib import metadata
 
-    data = tomllib.loads(pyproject.read_text())
+        specs = [r for r in metadata.requires("onnx-graph-rewriter") or []
+                 if "extra ==" not in r]
+    else:
+        specs = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
     out = {}
-    for spec in data["project"]["dependencies"]:
+    for spec in specs:
         m = re.match(r"^\s*([A-Za-z0-9_.-]+)\s*>=\s*([^,;\s]+)", spec)
         if m:
             out[m.group(1).lower()] = m.group(2)
