@@ -122,6 +122,20 @@ def write_model(path: Path, model: onnx.ModelProto) -> Path:
     return path
 
 
+def cli_without(module: str, argv: list[str]):
+    """Run the CLI in a child process in which ``import MODULE`` fails, as if that optional
+    runtime were not installed; the CompletedProcess (text)."""
+    import subprocess
+    import sys
+
+    wrapper = (f"import sys; sys.modules[{module!r}] = None\n"
+               "from rewriter.cli import cli\n"
+               f"sys.argv = ['onnx-rewriter', *{argv!r}]\n"
+               "cli()\n")
+    return subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
+                          timeout=120)
+
+
 # -- virtual environments holding test distributions ------------------------------------------
 
 

@@ -4,7 +4,6 @@ when OpenVINO is absent, the conformance rescue count and the com.microsoft corp
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import CORPUS, model_from_text
+from tests.conftest import CORPUS, cli_without, model_from_text
 
 NOT_INSTALLED = "error: OpenVINO is not installed: pip install 'onnx-graph-rewriter[openvino]'"
 
@@ -40,12 +39,7 @@ def test_missing_openvino_is_one_line_and_exit_2(tmp_path, command):
             "rewrite": ["rewrite", str(model), "-o", str(tmp_path / "out.onnx")],
             "compare": ["compare", str(model), str(model)]}[command]
     argv += ["--target", "onnxruntime", "--target", "openvino"]
-    wrapper = ("import sys; sys.modules['openvino'] = None\n"  # as if not installed
-               "from rewriter.cli import cli\n"
-               f"sys.argv = ['onnx-rewriter', *{argv!r}]\n"
-               "cli()\n")
-    proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
-                          timeout=120)
+    proc = cli_without("openvino", argv)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == NOT_INSTALLED
     assert "Traceback" not in proc.stderr + proc.stdout

@@ -5,7 +5,6 @@ absent, and the conformance rescue (benchmarks/conformance_tract.py)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import model_from_text
+from tests.conftest import cli_without, model_from_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_INSTALLED = "error: tract is not installed: pip install 'onnx-graph-rewriter[tract]'"
@@ -36,12 +35,7 @@ def test_missing_tract_is_one_line_and_exit_2(tmp_path, command):
     argv = {"check": ["check", str(model)],
             "rewrite": ["rewrite", str(model), "-o", str(tmp_path / "out.onnx")]}[command]
     argv += ["--target", "tract"]
-    wrapper = ("import sys; sys.modules['tract'] = None\n"  # as if not installed
-               "from rewriter.cli import cli\n"
-               f"sys.argv = ['onnx-rewriter', *{argv!r}]\n"
-               "cli()\n")
-    proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True,
-                          timeout=120)
+    proc = cli_without("tract", argv)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == NOT_INSTALLED
     assert not (tmp_path / "out.onnx").exists()
