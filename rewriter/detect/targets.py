@@ -34,6 +34,7 @@ REASONS: dict[str, str] = {
     "opset-too-new": "opset beyond what the runtime supports",
     "ir-too-new": "IR version beyond what the runtime supports",
     "invalid-node": "node does not match the operator's schema",
+    "input-rank": "an input's rank contradicts the operator's schema (invalid on every target)",
     "runtime-refused": "the runtime refused the model",
 }
 

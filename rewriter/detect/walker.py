@@ -9,6 +9,7 @@ from typing import Any
 
 from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
 
+from rewriter.detect.ranks import rank_findings
 from rewriter.detect.targets import Confirmation, Finding, NodeQuery, Target, refused_node
 from rewriter.graph.typeinfer import (
     OutputTypeMemo,
@@ -57,6 +58,7 @@ class TargetResult:
 class CheckReport:
     model_path: str
     results: list[TargetResult]
+    size: dict[str, Any] | None = None  # nodes, initializer and file bytes (rewriter.report.size)
 
     @property
     def findings(self) -> list[Finding]:
@@ -127,16 +129,17 @@ class Detection:
 
 
 def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
-           base_dir=None) -> Detection:
+           base_dir=None, record: bool = True) -> Detection:
     """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs.
 
     When the walk finds nothing, the model is confirmed (:func:`confirm_model`: loaded, and
     run once where the target does) if ``confirm`` says so, or by default when the target
     confirms models of that size (:func:`confirms_here`); a refusal is a finding on the node
-    the runtime names, which the engine remedies like any other."""
+    the runtime names, which the engine remedies like any other. ``record=False`` leaves
+    out what only :func:`recheck` needs (main-graph names produced, owners of subgraphs)."""
     walker = _Walker(model, target)
     walker.keep_nodes = True
-    walker.record = True
+    walker.record = record
     findings = walker.run()
     confirmation = None
     if not findings and (confirm if confirm is not None
@@ -235,7 +238,15 @@ class _Walker:
         for key, f in self.functions.items():
             if key not in self.checked_functions:
                 self._function(key, f, [], opsets)
+        self._add_rank_findings()
         return self.findings
+
+    def _add_rank_findings(self) -> None:
+        """Nodes whose input ranks contradict their schema (invalid on every target), unless
+        the target flagged them already (:mod:`rewriter.detect.ranks`)."""
+        self.findings.extend(rank_findings(
+            self.model, self.target.name, {f.path for f in self.findings}, self.main_types,
+            self.keep_nodes, self.in_main if self.record else None))
 
     def _graph(self, graph: GraphProto, path: str, opsets, outer: dict[str, str],
                main: bool = False) -> None:
@@ -387,6 +398,8 @@ class _Walker:
                     changed.add(o)
         if len(seen) != len(replaced):
             return None  # an output no body node produces (passed through): walk it all
+        self.main_types = types
+        self._add_rank_findings()  # a stale declared shape forgotten may show one
         return Recheck(self.findings, conflicts, checked, types)
 
     def _check_again(self, node, i, opsets, types, stated, changed, conflicts) -> None:
