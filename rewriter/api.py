@@ -16,7 +16,7 @@ from onnx import ModelProto
 
 from rewriter import progress
 from rewriter.detect.targets import TargetOptions, resolve_targets
-from rewriter.detect.walker import CheckReport, TargetResult, confirm_model, find_unsupported
+from rewriter.detect.walker import CheckReport, TargetResult, confirm_model, detect
 from rewriter.errors import OutputError
 from rewriter.io.model import LoadedModel, as_loaded
 from rewriter.manager import Plugins, load_plugins
@@ -109,19 +109,25 @@ def check(
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     results = []
     for target in resolve_targets(plugins, as_targets(targets), options):
-        with progress.stage("detect", f"on {target.name}"):
-            findings = find_unsupported(loaded.model, target)
+        with progress.stage("detect", f"on {target.name}"):  # nodes kept for the plan
+            detection = detect(loaded.model, target, confirm=False, record=False)
+        findings = detection.findings
         result = TargetResult(target.name, target.description, findings)
         wants = confirm if confirm is not None else target.wants_confirm(loaded)
         if not findings and wants:
             log.info("check %s: confirming on %s", loaded.path, target.name)
             with progress.stage("confirm", f"on {target.name}"):
-                confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir)
+                confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir,
+                                                      detection.main_types)
             result.confirmed = not refused
             result.confirmation = confirmation.describe()
             result.findings = refused
         if result.findings:
-            result.plan = planned_remedies(loaded, target, plugins, result.findings)
+            with progress.stage("plan", f"{len(result.findings)} findings"):
+                result.plan = planned_remedies(loaded, target, plugins, result.findings,
+                                               detection.declared)
+        for f in result.findings:
+            object.__setattr__(f, "node", None)  # do not keep the model alive through reports
         log.info("check %s on %s: %d finding(s)", loaded.path, target.name,
                  len(result.findings))
         results.append(result)
@@ -134,19 +140,25 @@ def finding_key(finding: Any) -> tuple[str, str]:
 
 
 def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
-                     findings: Sequence[Any]) -> dict[tuple[str, str], str]:
+                     findings: Sequence[Any], declared: Mapping[str, Any] | None = None,
+                     ) -> dict[tuple[str, str], str]:
     """What ``rewrite`` would apply to each finding for ``target`` alone (its planner, as in
-    ``rewrite --dry-run --explain``): "KIND RULE [PLUGIN]", or "none: WHY"."""
-    from rewriter.engine import rewrite_proto
+    ``rewrite --dry-run --explain``): "KIND RULE [PLUGIN]", or "none: WHY". ``findings``
+    from :func:`~rewriter.detect.walker.detect` (with their nodes) and its ``declared``
+    are planned as they are; others are detected again."""
+    from rewriter.engine import plan_for_check
     from rewriter.errors import RewriterError
 
+    given = findings
+    if declared is None:  # findings without their nodes: detect again
+        detection = detect(loaded.model, target, confirm=False, record=False)
+        findings, declared = detection.findings, detection.declared
     try:
-        _, report = rewrite_proto(loaded.model, [target], plugins, dry_run=True, explain=True,
-                                  model_name=str(loaded.path), base_dir=loaded.base_dir)
+        planned = plan_for_check(loaded.model, target, plugins, findings, declared)
     except RewriterError as e:  # the plan itself failed: say so on every finding
         return {finding_key(f): f"none: {e}" for f in findings}
     plan: dict[tuple[str, str], str] = {}
-    for item in report.explain:
+    for item in planned.explain:
         chosen = next((c for c in item["candidates"] if c["accepted"]), None)
         if chosen is not None:
             text = f"{chosen['kind']} {chosen['rule']} [{chosen['plugin']}]"
@@ -155,14 +167,16 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
             text = "none: " + (whys[0] if whys else "no plugin offers one")
         for path in item["paths"]:
             plan[plan_key(path, item["finding"]["op_type"])] = text
-    for f in findings:  # found only by a real load (runtime-refused): not in the plan
+    for f in given:  # a runtime refusal whose node was not found: not in the plan
         plan.setdefault(finding_key(f), "none: found by loading the model; rewrite plans "
                         "from the static findings")
     named = [v for v in plan.values() if not v.startswith("none: ")]
     # a decomposition or kernel is planned with its body built and checked; a pass (opset
     # conversion) is only asked whether it applies, and a finding downstream of an op no
     # schema types is decided once upstream remedies are spliced: the rewrite settles those
-    if named and (len(named) < len(plan) or any(v.startswith("pass ") for v in named)):
+    # (only those: a plan of proven bodies next to findings nothing remedies stands)
+    if named and (any(v.startswith("pass ") for v in named)
+                  or planned.typed_later):
         plan = _settled(loaded, target, plugins, plan)
     return plan
 

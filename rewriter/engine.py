@@ -226,27 +226,15 @@ def _rewrite_proto(
     findings = [f for d in detections for f in d.findings]
     declared = detections[0].declared if detections else {}
     constants = LazyConstants(work)
-    why: dict[int, str] = {}
-    unfixable = []
-    relevant_pass: set[int] = set()
-    explained: dict[tuple, dict] = {}
     with progress.stage("plan", f"{len(findings)} findings"):
-        for f in findings:
-            candidates = planner.candidates(f, constants, declared)
-            if explain:
-                _explain(explained, f, candidates)
-            if not any(c.accepted for c in candidates):
-                unfixable.append(f)
-                why[id(f)] = why_not(f, candidates)
-                if any(c.kind == RemedyKind.PASS and c.relevant for c in candidates):
-                    relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
-    report.explain = list(explained.values())
+        planned = plan_findings(planner, findings, constants, declared, explain)
+    unfixable, why, relevant_pass = planned.unfixable, planned.why, planned.relevant_pass
+    report.explain = planned.explain
     # A finding whose input types are unknown here (downstream of an op no schema types)
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
     # what is still left then fails the rewrite all the same (nothing is written)
-    provisional = [f for f in unfixable if f.node is not None and id(f) in relevant_pass
-                   and len(unfixable) < len(findings)
-                   and any(t is None for n, t in zip(f.node.input, f.input_types) if n)]
+    provisional = [f for f in unfixable if id(f) in relevant_pass and waits_on_types(f)
+                   and len(unfixable) < len(findings)]
     if len(provisional) < len(unfixable) and not partial:
         if explain or dry_run:
             report.remaining = unfixable
@@ -328,6 +316,68 @@ def _rewrite_proto(
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
 
+@dataclass
+class Planned:
+    """The plan stage over a list of findings (see :func:`plan_findings`)."""
+
+    unfixable: list[Finding]  # no remedy accepted
+    why: dict[int, str]  # id(finding) -> why none (for the unfixable)
+    relevant_pass: set[int]  # ids of unfixable findings a pass is about (may take them typed)
+    explain: list[dict]  # the --explain groups (empty unless asked)
+    # unfixable findings with an untyped input that some plugin's remedy (a registered
+    # decomposition or kernel, or a pass about them) might take once the input is typed
+    typed_later: list[Finding] = field(default_factory=list)
+
+
+def plan_findings(planner: Planner, findings: Sequence[Finding], constants,
+                  declared: Mapping[str, Any], explain: bool = False) -> Planned:
+    """Every finding's candidates from ``planner`` (which plans once per node signature):
+    which have none accepted and why, and, with ``explain``, the ``--explain`` groups."""
+    why: dict[int, str] = {}
+    unfixable = []
+    relevant_pass: set[int] = set()
+    typed_later: list[Finding] = []
+    explained: dict[tuple, dict] = {}
+    answers: dict[int, tuple] = {}  # id(candidates) -> (candidates, answers), per plan
+    for f in findings:
+        candidates = planner.candidates(f, constants, declared)
+        if explain:
+            _explain(explained, f, candidates, answers)
+        if not any(c.accepted for c in candidates):
+            unfixable.append(f)
+            why[id(f)] = why_not(f, candidates)
+            if any(c.kind == RemedyKind.PASS and c.relevant for c in candidates):
+                relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
+            if waits_on_types(f) and any(c.relevant if c.kind == RemedyKind.PASS
+                                         else c.plugin != "-" for c in candidates):
+                typed_later.append(f)
+    return Planned(unfixable, why, relevant_pass, list(explained.values()), typed_later)
+
+
+def plan_for_check(model: ModelProto, target: Target, plugins: Plugins,
+                   findings: Sequence[Finding], declared: Mapping[str, Any],
+                   prefer: str = "decompose") -> Planned:
+    """The plan ``rewrite --dry-run --explain`` makes for ``target`` alone, from findings
+    already detected with their nodes (``detect``): no copy of the model, no second walk."""
+    config = MappingProxyType({"targets": (target.name,), "prefer": prefer,
+                               "partial": False, "dry_run": True})
+    ctx = PassContext([target], plugins.registry, config)
+    passes = pipeline(plugins, [target], config)
+    for p in passes:
+        p.prepare(model, ctx)  # passes must not change the model here
+    planner = Planner([target], plugins, passes, ctx, prefer)
+    return plan_findings(planner, findings, LazyConstants(model), declared, explain=True)
+
+
+def waits_on_types(finding: Finding) -> bool:
+    """Whether one of the finding's node inputs has a type the walk could not infer (it is
+    downstream of an op no schema types): a remedy may take it once those upstream are
+    spliced."""
+    node = finding.node
+    return node is not None and any(t is None for n, t in zip(node.input, finding.input_types)
+                                    if n)
+
+
 def pipeline(plugins: Plugins, targets: Sequence[Target], config: Mapping[str, Any]
              ) -> list[RewritePass]:
     """The passes of one rewrite: every registered pass in phase order, then as each
@@ -353,17 +403,23 @@ def pipeline(plugins: Plugins, targets: Sequence[Target], config: Mapping[str, A
     return passes
 
 
-def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candidate]) -> None:
+def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candidate],
+             memo: dict[int, tuple]) -> None:
     """Add ``finding`` to the ``--explain`` groups: findings of one op whose remedies
-    answered alike are one entry (``count``, ``paths``), with every candidate's answer."""
-    answers = [{"kind": c.kind, "plugin": c.plugin, "rule": c.rule, "accepted": c.accepted,
-                "why": c.why} for c in candidates]
-    key = (finding.target, finding.op_label, finding.reason, finding.detail,
-           tuple(tuple(a.values()) for a in answers))
+    answered alike are one entry (``count``, ``paths``), with every candidate's answer.
+    ``memo`` keeps the answers per candidate list (one per plan, shared by its findings)."""
+    known = memo.get(id(candidates))
+    if known is None:
+        answers = [{"kind": c.kind, "plugin": c.plugin, "rule": c.rule,
+                    "accepted": c.accepted, "why": c.why} for c in candidates]
+        known = memo[id(candidates)] = (candidates, answers,
+                                        tuple(tuple(a.values()) for a in answers))
+    _, answers, answered = known
+    key = (finding.target, finding.op_label, finding.reason, finding.detail, answered)
     group = groups.get(key)
     if group is None:
         groups[key] = {"finding": finding.as_dict(), "count": 1, "paths": [finding.path],
-                       "candidates": answers}
+                       "candidates": [dict(a) for a in answers]}
     else:
         group["count"] += 1
         group["paths"].append(finding.path)
