@@ -131,7 +131,10 @@ def check(
         log.info("check %s on %s: %d finding(s)", loaded.path, target.name,
                  len(result.findings))
         results.append(result)
-    return CheckReport(str(loaded.path), results)
+    from rewriter.report.size import input_file_bytes, model_size
+
+    return CheckReport(str(loaded.path), results,
+                       model_size(loaded.model, input_file_bytes(loaded)))  # report size
 
 
 def finding_key(finding: Any) -> tuple[str, str]:
@@ -304,6 +307,7 @@ def rewrite(
         base_dir=loaded.base_dir if is_path else None,
     )
     report.verify = verify
+    _report_size_and_picture(report, loaded, rewritten, dry_run)
     log.info("rewrite %s: %d remedy application(s), %d finding(s) left", loaded.path,
              sum(report.applied.values()), len(report.remaining))
     if verify and not dry_run and report.applied:
@@ -351,6 +355,7 @@ def rewrite(
         report.output, report.written = str(written), True
     if not keep:
         return RewriteResult(None, report)
+    _report_output_size(report, rewritten, loaded if is_path else None)
     if ir_model is not None:
         import onnx_ir
 
@@ -358,6 +363,28 @@ def rewrite(
     if is_path:
         return RewriteResult(report.output, report)
     return RewriteResult(rewritten, report)
+
+
+def _report_size_and_picture(report: Any, loaded: LoadedModel, rewritten: ModelProto,
+                             dry_run: bool) -> None:
+    """The report's input size and its picture of one replaced node (rewriter.report)."""
+    from rewriter.report.picture import replaced_region
+    from rewriter.report.size import input_file_bytes, model_size
+
+    report.size["input"] = model_size(loaded.model, input_file_bytes(loaded),
+                                      report.before.nodes if report.before else None)
+    if report.applied and not dry_run:
+        report.picture = replaced_region(loaded.model, rewritten)
+
+
+def _report_output_size(report: Any, rewritten: ModelProto, source: LoadedModel | None
+                        ) -> None:
+    """The report's output size: the written files (rewriter.report), or the model alone."""
+    from rewriter.report.size import model_size, written_file_bytes
+
+    written = written_file_bytes(report.output, rewritten, source) if report.written else None
+    report.size["output"] = model_size(rewritten, written,
+                                       report.after.nodes if report.after else None)
 
 
 def _checked_compare_options(options: dict[str, Any], loaded: LoadedModel,

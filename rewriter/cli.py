@@ -333,6 +333,7 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
     exit_code}`` when it could not be checked (run in a worker process for many models)."""
     from rewriter.api import check as run_check
     from rewriter.errors import RewriterError
+    from rewriter.report.document import stage_times
     from rewriter.report.render import check_as_dict
 
     try:
@@ -340,9 +341,13 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
             from rewriter.manager import load_plugins
 
             plugins = load_plugins(plugin_specs)
-        result = run_check(path, targets, plugins=plugins, confirm=confirm,
-                           custom_op_libraries=libraries)
+        from rewriter import progress
+
+        with progress.timed() as stages:  # the report's time per stage
+            result = run_check(path, targets, plugins=plugins, confirm=confirm,
+                               custom_op_libraries=libraries)
         doc = check_as_dict(result, plugins.registry)
+        doc["stages"] = stage_times(stages)
         doc["model"] = path
         doc["exit_code"] = EXIT_OK if doc["ok"] else EXIT_FINDINGS
         return doc
@@ -572,15 +577,18 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
         from rewriter.io.output import check_output_path
 
         check_output_path(report_path, protected=_paths_protected(model))
-    result = run_rewrite(
-        model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
-        explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
-        prefer=prefer, verify=verify, compare_options=compare_options,
-        allow_unverified=allow_unverified, keep_failed=keep_failed,
-        strip_provenance=strip_provenance,
-    )
+    from rewriter import progress  # the report's time per stage
+
+    with progress.timed() as stages:  # the report's time per stage
+        result = run_rewrite(
+            model, targets, output=output, plugins=plugins, partial=partial, dry_run=dry_run,
+            explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
+            prefer=prefer, verify=verify, compare_options=compare_options,
+            allow_unverified=allow_unverified, keep_failed=keep_failed,
+            strip_provenance=strip_provenance,
+        )
     report = result.report
-    doc = document("rewrite", report.as_dict())
+    doc = document("rewrite", report.as_dict(), stages=stages)
     if report_path:
         _write_report(report_path, doc, protected=_paths_protected(model))
     if as_json:
@@ -707,9 +715,12 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
         protected = _paths_protected(original) + (
             _paths_protected(rewritten) if rewritten else [])
         check_output_path(report_path, protected=protected)
-    result = run_compare(original, rewritten, targets, plugins=plugins,
-                         custom_op_libraries=libraries, localize=not no_localize, **options)
-    doc = document("compare", result.as_dict())
+    from rewriter import progress  # the report's time per stage
+
+    with progress.timed() as stages:  # the report's time per stage
+        result = run_compare(original, rewritten, targets, plugins=plugins,
+                             custom_op_libraries=libraries, localize=not no_localize, **options)
+    doc = document("compare", result.as_dict(), stages=stages)
     _write_report(report_path, doc, protected=protected)
     if as_json:
         click.echo(render.dumps(doc))

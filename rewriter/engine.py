@@ -75,6 +75,10 @@ class RewriteReport:
     verdict_reason: str = ""
     verify: bool = True  # False: the caller turned the numeric comparison off
     written: bool = False
+    # {"input": ..., "output": ...}: nodes, initializer and file bytes (rewriter.report.size)
+    size: dict[str, Any] = field(default_factory=dict)
+    # one replaced node and the nodes that replaced it (rewriter.report.picture), or None
+    picture: dict[str, Any] | None = None
 
     def decide(self) -> None:
         """Set :attr:`verdict` from the structural checks and the comparison."""
@@ -155,6 +159,8 @@ class RewriteReport:
             "kernels": self.kernels,
             "compare": self.comparison.as_dict() if self.comparison is not None else None,
             "explain": self.explain,
+            "size": {"input": self.size.get("input"), "output": self.size.get("output")},
+            "picture": self.picture,
         }
 
 @dataclass

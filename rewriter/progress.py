@@ -64,10 +64,52 @@ def disable() -> None:
 
 def stage(name: str, detail: Any = "") -> contextlib.AbstractContextManager:
     """A context manager around one stage: a spinner and a closing line when progress is
-    on, nothing otherwise."""
+    on, its duration noted while :func:`timed` records, nothing otherwise."""
+    if _timings is not None:
+        return _timed_stage(name, detail)
     if _reporter is None:
         return contextlib.nullcontext()
     return _reporter.stage(name, str(detail) if detail else "")
+
+
+_timings: list[dict[str, Any]] | None = None  # where timed() records (report timing)
+_timed_depth = 0
+
+
+@contextlib.contextmanager
+def timed() -> Iterator[list[dict[str, Any]]]:
+    """Record how long each stage run inside takes, for a report: a list of ``{"stage":
+    NAME, "seconds": S}`` in the order the stages first ran; a stage run again (detect
+    on each target) adds to its entry; a stage inside another is part of it (report
+    timing)."""
+    global _timings
+    outer, _timings = _timings, []
+    try:
+        yield _timings
+    finally:
+        _timings = outer
+
+
+@contextlib.contextmanager
+def _timed_stage(name: str, detail: Any) -> Iterator[None]:
+    global _timed_depth
+    records = _timings
+    shown = (_reporter.stage(name, str(detail) if detail else "") if _reporter is not None
+             else contextlib.nullcontext())
+    _timed_depth += 1
+    start = time.perf_counter()
+    try:
+        with shown:
+            yield
+    finally:
+        _timed_depth -= 1
+        if _timed_depth == 0 and records is not None:
+            seconds = time.perf_counter() - start
+            entry = next((e for e in records if e["stage"] == name), None)
+            if entry is None:
+                records.append({"stage": name, "seconds": seconds})
+            else:
+                entry["seconds"] += seconds
 
 
 def loaded_name(model: Any) -> str:

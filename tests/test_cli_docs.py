@@ -36,6 +36,7 @@ def _normalized(value: Any, folder: str) -> Any:
 def example_documents(folder: Path) -> dict[str, dict]:
     """The report documents of the examples (run from the repository's root, writing into
     ``folder``), normalized: name -> document."""
+    from rewriter import progress
     from rewriter.api import check, rewrite
     from rewriter.manager import load_plugins
     from rewriter.report.document import document
@@ -51,14 +52,21 @@ def example_documents(folder: Path) -> dict[str, dict]:
                                   "rewritten.onnx"),
                                  ("failing-rewrite", "examples/failing_export.onnx",
                                   "fixed.onnx")):
-            report = rewrite(model, "onnxruntime", output=folder / out, plugins=plugins).report
-            docs[name] = document("rewrite", report.as_dict())
-        result = check("examples/failing_export.onnx", "onnxruntime", plugins=plugins,
-                       confirm=False)
-        docs["failing-check"] = document("check", check_as_dict(result, plugins.registry))
+            with progress.timed() as stages:  # as the CLI times them; seconds normalized
+                report = rewrite(model, "onnxruntime", output=folder / out,
+                                 plugins=plugins).report
+            docs[name] = document("rewrite", report.as_dict(), stages=stages)
+        with progress.timed() as stages:
+            result = check("examples/failing_export.onnx", "onnxruntime", plugins=plugins,
+                           confirm=False)
+        docs["failing-check"] = document("check", check_as_dict(result, plugins.registry),
+                                         stages=stages)
         mystery = write_model(folder / "mystery_export.onnx", model_from_text(MYSTERY))
-        result = check(mystery, ["onnxruntime", "openvino"], plugins=plugins, confirm=False)
-        docs["unfixable-check"] = document("check", check_as_dict(result, plugins.registry))
+        with progress.timed() as stages:
+            result = check(mystery, ["onnxruntime", "openvino"], plugins=plugins,
+                           confirm=False)
+        docs["unfixable-check"] = document("check", check_as_dict(result, plugins.registry),
+                                           stages=stages)
     finally:
         os.chdir(cwd)
     return {k: _normalized(v, str(folder)) for k, v in docs.items()}

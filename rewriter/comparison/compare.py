@@ -188,6 +188,8 @@ class OutputComparison:
     rtol: float = 0.0
     input_set: int = 0  # the run these numbers come from (the worst one)
     detail: str = ""  # why not ok
+    # elements per size of |error| (ERROR_BINS; finite values only), None for text
+    error_histogram: list[int] | None = None
 
     @property
     def mismatch_fraction(self) -> float:
@@ -217,7 +219,7 @@ class OutputComparison:
             "mismatches": self.mismatches, "elements": self.elements,
             "mismatch_fraction": self.mismatch_fraction, "cosine": num(self.cosine),
             "nan_agree": self.nan_agree, "atol": self.atol, "rtol": self.rtol,
-            "input_set": self.input_set,
+            "input_set": self.input_set, "error_histogram": self.error_histogram,
         }
 
 
@@ -275,6 +277,18 @@ def compare_values(name: str, expected: Any, actual: Any, tolerances: Tolerances
                            tolerances.for_value(name, np.asarray(expected).dtype), input_set)]
 
 
+# the report's error distribution: |error| exactly 0, at most 1e-12, then per decade up to
+# 1e2, then above 1e2 (17 bins)
+ERROR_BINS = tuple(10.0 ** k for k in range(-12, 3))
+
+
+def error_histogram(diff: np.ndarray) -> list[int]:
+    """How many of the (finite) absolute errors ``diff`` fall in each bin of ERROR_BINS."""
+    zero = int((diff == 0).sum())
+    bins = np.searchsorted(np.asarray(ERROR_BINS), diff[diff != 0], side="left")
+    return [zero, *np.bincount(bins, minlength=len(ERROR_BINS) + 1).tolist()]
+
+
 def compare_tensor(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance,
                    input_set: int = 0) -> OutputComparison:
     """Metrics for one tensor: shape and dtype agreement, max abs and rel error, the
@@ -305,6 +319,7 @@ def compare_tensor(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tol
         c.mismatches = int(differs.sum())
         diff = np.abs(e.astype(np.float64) - a.astype(np.float64))
         c.max_abs = float(diff.max())
+        c.error_histogram = error_histogram(diff.ravel())
         c.max_rel = _max_rel(diff, np.abs(e.astype(np.float64)))
         c.cosine = _cosine(e.astype(np.float64), a.astype(np.float64))
     else:
@@ -326,6 +341,7 @@ def compare_tensor(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tol
         c.mismatches = int((~within).sum())
         if finite.any():
             c.max_abs = float(diff[finite].max())
+            c.error_histogram = error_histogram(diff[finite])
             c.max_rel = _max_rel(diff[finite], np.abs(ef[finite]))
             c.cosine = _cosine(ef[finite], af[finite])
         if not finite.all() and not (finite | same).all():

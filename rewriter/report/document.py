@@ -31,18 +31,34 @@ def tool_version() -> str:
         return "unknown"
 
 
-def document(command: str, data: dict[str, Any] | list[Any]) -> dict[str, Any]:
+def stage_times(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What :func:`rewriter.progress.timed` recorded, as a report shows it (milliseconds)."""
+    return [{"stage": s["stage"], "seconds": round(s["seconds"], 3)} for s in stages]
+
+
+def stage_rows(doc: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """(stage, seconds) for a report's time table: the document's ``stages`` (seconds None
+    where normalized away), or, for ``compare`` without them, compare's own clock."""
+    stages = doc.get("stages")
+    if not stages and doc.get("command") == "compare" and "seconds" in doc:
+        stages = [{"stage": "compare", "seconds": doc["seconds"]}]
+    return [(s["stage"], s.get("seconds")) for s in stages or []]
+
+
+def document(command: str, data: dict[str, Any] | list[Any],
+             stages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``data`` (a command's result as a dict, or a list of rows) as a report document:
     ``schema_version``, ``command``, ``tool`` and ``runtimes`` first, then the data (a list
-    goes under ``rows``)."""
+    goes under ``rows``), then ``stages`` when given (:func:`rewriter.progress.timed`)."""
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
     head = {"schema_version": SCHEMA_VERSION, "command": command,
             "tool": {"name": "onnx-rewriter", "version": tool_version()},
             "runtimes": versions()}
+    tail = {"stages": stage_times(stages)} if stages is not None else {}
     if isinstance(data, list):
-        return {**head, "rows": data}
-    return {**head, **data}
+        return {**head, "rows": data, **tail}
+    return {**head, **data, **tail}
 
 
 def error_document(message: str, exit_code: int, **extra: Any) -> dict[str, Any]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewriter.report.document import stage_rows
+from rewriter.report.size import byte_text
+
 
 def _cell(x: Any) -> str:
     if x is None:
@@ -42,6 +45,52 @@ def _comparison(c: dict[str, Any]) -> list[str]:
     return out
 
 
+
+def _size(doc: dict[str, Any], level: str) -> list[str]:
+    """The model size table: input, and the output when there is one."""
+    size = doc.get("size") or {}
+    columns = [(key, size[key]) for key in ("input", "output") if size.get(key)]
+    if not columns:
+        return []
+    return [f"{level} Model size", ""] + _table(
+        ["", *(key for key, _ in columns)],
+        [["nodes", *(f"{s['nodes']:,}" for _, s in columns)],
+         ["initializer bytes", *(byte_text(s.get("initializer_bytes")) for _, s in columns)],
+         ["file bytes (external data included)",
+          *(byte_text(s.get("file_bytes")) for _, s in columns)]])
+
+
+def _stages(doc: dict[str, Any], level: str) -> list[str]:
+    """Time per stage, with the total (durations left out of the committed examples)."""
+    stages = stage_rows(doc)
+    if not stages:
+        return []
+    rows = [[name, f"{t:.3f}" if t is not None else "-"] for name, t in stages]
+    if all(t is not None for _, t in stages):
+        rows.append(["**total**", f"**{sum(t for _, t in stages):.3f}**"])
+    note = ([] if all(t is not None for _, t in stages) else
+            ["-: no duration in the document (the committed examples leave durations out)",
+             ""])
+    return [f"{level} Time per stage", "", *note] + _table(["stage", "seconds"], rows)
+
+
+def _picture(picture: dict[str, Any] | None) -> list[str]:
+    """The replaced node and the nodes that replaced it, as a table (the HTML draws it)."""
+    if not picture:
+        return []
+    rule = f" by `{picture['rule']}`" if picture.get("rule") else ""
+    shown = picture["total"] if len(picture["nodes"]) == picture["total"] else \
+        f"{picture['total']} (the first {len(picture['nodes'])} listed)"
+    return (["## Rewritten subgraph", "",
+             f"`{picture['name'] or '(no name)'}` (`{picture['op']}`, reads "
+             f"{', '.join(picture['inputs']) or 'nothing'}; computes "
+             f"{', '.join(picture['outputs'])}) was replaced{rule} with {shown} node(s):", ""]
+            + _table(["node", "op", "reads", "computes"],
+                     [[f"`{n['name']}`" if n["name"] else "-", f"`{n['op']}`",
+                       ", ".join(i or "''" for i in n["inputs"]), ", ".join(n["outputs"])]
+                      for n in picture["nodes"]]))
+
+
 def _check(doc: dict[str, Any], level: str) -> list[str]:
     """One model's ``check``: its verdict, then a table of finding groups per target."""
     n = sum(len(t.get("findings") or []) for t in doc.get("targets") or [])
@@ -68,7 +117,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         for m in doc.get("models") or []:
             out += [f"## `{m['model']}`", ""]
             out += ([f"error: {_cell(m['error'])}", ""] if m.get("error")
-                    else _check(m, "###"))
+                    else _check(m, "###") + _size(m, "###") + _stages(m, "###"))
     elif command == "check":
         out += _check(doc, "##")
     elif command == "rewrite":
@@ -80,6 +129,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
             ["op", "remedy", "plugin", "rule", "nodes"],
             [[f"`{a['op']}`", a["kind"], a["plugin"], a["rule"], a["nodes"]]
              for a in doc.get("applied") or []])
+        out += _picture(doc.get("picture"))
         before = (doc.get("before") or {}).get("ops") or {}
         after = (doc.get("after") or {}).get("ops") or {}
         out += ["## Operators before and after", ""] + _table(
@@ -98,6 +148,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
             out += _comparison(doc["compare"])
     elif command == "compare":
         out += [f"**{doc.get('verdict')}**", ""] + _comparison(doc)
+    if not (command == "check" and "models" in doc):
+        out += _size(doc, "##") + _stages(doc, "##")
     tool = doc.get("tool") or {}
     out += ["---", f"{tool.get('name', '')} {tool.get('version', '')}, report schema "
             f"{doc.get('schema_version')}", ""]

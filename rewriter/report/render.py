@@ -107,7 +107,8 @@ def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:
         })
     fixable = all(not g["no_remedy"] for t in targets for g in t["groups"])
     return {"model": report.model_path, "ok": report.ok,
-            "fixable": (not report.ok) and fixable, "targets": targets}
+            "fixable": (not report.ok) and fixable, "targets": targets,
+            "size": {"input": report.size, "output": None}}
 
 
 def _mark(kind: str) -> str:
