@@ -311,6 +311,21 @@ def test_picture_is_the_replaced_node_and_its_replacement(failing_rewrite, schem
     assert "## Rewritten subgraph" in md and "| `stem/NhwcConv/Conv_0` | `ai.onnx::Conv` |" in md
 
 
+def test_picture_by_provenance_names_agrees_with_the_walk_over_values(failing_rewrite):
+    """Two ways to find what replaced a node: the nodes named after it in the provenance
+    table (the fast one, for big graphs), and the values walked back from its outputs."""
+    from rewriter.apply.provenance import read_table
+    from rewriter.report.picture import _by_provenance, _by_walk
+
+    original = onnx.load(EXAMPLES / "failing_export.onnx")
+    written = onnx.load(failing_rewrite.output)
+    bases = [b for regions in read_table(written).regions.values() for b in regions]
+    assert len(bases) == 3  # NhwcConv, GemmFastGelu, ATen
+    by_names, by_values = _by_provenance(original, written, bases), _by_walk(original, written)
+    assert by_names[0].name == by_values[0].name == "stem/NhwcConv"
+    assert [n.name for _, n in by_names[1]] == [n.name for _, n in by_values[1]]
+
+
 CHAIN = """
     <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
     g (float[2] x) => (float[2] y) {

@@ -1,10 +1,12 @@
-"""One replaced node and what replaced it, for the report's picture: the first main-graph
-node of the original (in its order) that the rewritten model computes with other nodes,
-and those nodes with their edges.
+"""One replaced node and what replaced it, for the report's picture: a main-graph node of
+the original that the rewritten model computes with other nodes, and those nodes with
+their edges.
 
-onnx's inliner and the splice keep the output names of the node they replace, so the
-replacement is found by walking the rewritten graph back from those outputs until values
-the original has (as :mod:`rewriter.comparison.localize` bounds its regions)."""
+The provenance table names the replaced nodes, and the nodes made for one are named after
+it. Without it: onnx's inliner and the splice keep the output names of the node they
+replace, so the replacement is found by walking the rewritten graph back from those outputs
+until values the original has (as :mod:`rewriter.comparison.localize` bounds its
+regions)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from rewriter.graph.opid import OpId
 
 MAX_NODES = 40  # nodes drawn; a bigger replacement is cut (``total`` says how many)
 _WALK_LIMIT = 2000  # a replacement bigger than this is not walked to its end
+WALK_MAX_NODES = 10_000  # without provenance, graphs up to this size are walked
+_CANDIDATES = 16  # regions of the provenance table looked at
 
 
 def _node(node: NodeProto) -> dict[str, Any]:
@@ -46,11 +50,32 @@ def _replacement(outputs: list[str], producer: dict[str, tuple[int, NodeProto]],
     return [found[i] for i in sorted(found)]
 
 
-def replaced_region(original: ModelProto, rewritten: ModelProto) -> dict[str, Any] | None:
-    """``{"node", "op", "inputs", "outputs", "plugin", "rule", "nodes", "total"}``: the
-    first replaced main-graph node (preferring one replaced by several nodes) and the nodes
-    that replaced it (at most :data:`MAX_NODES`; ``total`` counts them all); None when no
-    main-graph node was replaced."""
+def _by_provenance(original: ModelProto, rewritten: ModelProto, bases: list[str]
+                   ) -> tuple[NodeProto, list[tuple[int, NodeProto]]] | None:
+    """The replaced node of the first region in ``bases`` that several nodes replaced (else
+    the first with any), with the main-graph nodes named after it (``BASE/<op>_<k>``,
+    :mod:`rewriter.apply.provenance`): one pass over the names, none over the values."""
+    wanted = set(bases)
+    made: dict[str, list[tuple[int, NodeProto]]] = {}
+    for index, node in enumerate(rewritten.graph.node):
+        name = node.name
+        if "/" in name:
+            base = name.rpartition("/")[0]
+            if base in wanted:
+                made.setdefault(base, []).append((index, node))
+    replaced: dict[str, NodeProto] = {}
+    for node in original.graph.node:
+        base = node.name or (node.output[0] if node.output else "")
+        if base in made:
+            replaced.setdefault(base, node)
+    order = sorted((b for b in bases if b in replaced), key=lambda b: len(made[b]) < 2)
+    return (replaced[order[0]], made[order[0]]) if order else None
+
+
+def _by_walk(original: ModelProto, rewritten: ModelProto
+             ) -> tuple[NodeProto, list[tuple[int, NodeProto]]] | None:
+    """The first replaced main-graph node (preferring one several nodes replaced) and the
+    rewritten nodes between its inputs and outputs, found from the values alone."""
     graph = original.graph
     known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     for node in graph.node:
@@ -73,11 +98,27 @@ def replaced_region(original: ModelProto, rewritten: ModelProto) -> dict[str, An
         if first is None:
             first = (node, nodes)
         if len(nodes) > 1:
-            first = (node, nodes)
-            break
-    if first is None:
+            return node, nodes
+    return first
+
+
+def replaced_region(original: ModelProto, rewritten: ModelProto) -> dict[str, Any] | None:
+    """``{"name", "op", "inputs", "outputs", "plugin", "rule", "nodes", "total"}``: one
+    replaced main-graph node (one several nodes replaced, where there is one) and the nodes
+    that replaced it (at most :data:`MAX_NODES`; ``total`` counts them all); None when no
+    main-graph node was replaced.
+
+    The provenance table names the replaced nodes, and the nodes made for each are named
+    after it: found in one pass over the names. Without it (kernels, nodes onnx's inliner
+    named), the values are walked, on graphs of up to :data:`WALK_MAX_NODES` nodes."""
+    table = read_table(rewritten)
+    bases = [b for regions in table.regions.values() for b in regions][:_CANDIDATES]
+    found = _by_provenance(original, rewritten, bases) if bases else None
+    if found is None and len(rewritten.graph.node) <= WALK_MAX_NODES:
+        found = _by_walk(original, rewritten)
+    if found is None:
         return None
-    node, nodes = first
-    stamp = stamp_of(nodes[-1][1], read_table(rewritten)) or ("", "", "")
+    node, nodes = found
+    stamp = stamp_of(nodes[-1][1], table) or ("", "", "")
     return {**_node(node), "plugin": stamp[0] or None, "rule": stamp[1] or None,
             "nodes": [_node(n) for _, n in nodes[:MAX_NODES]], "total": len(nodes)}
