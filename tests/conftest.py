@@ -9,6 +9,7 @@ about autoload asks for the :func:`autoload` fixture.
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 
 import onnx
@@ -120,6 +121,64 @@ def model_from_text(text: str) -> onnx.ModelProto:
 def write_model(path: Path, model: onnx.ModelProto) -> Path:
     path.write_bytes(model.SerializeToString())
     return path
+
+
+# -- the installed onnxruntime's ceilings (Python 3.10 resolves onnxruntime 1.23; the lowest
+# allowed is older still): models a test means to run are built under them ------------------
+
+
+@cache
+def onnxruntime_max_ir_version() -> int:
+    """The highest IR version the installed onnxruntime loads (asked with one-node models)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "ir", [x], [y])
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    for ir in range(onnx.IR_VERSION, 6, -1):
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)],
+                                  ir_version=ir)
+        try:
+            ort.InferenceSession(model.SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+        except Exception:  # noqa: BLE001 - "Unsupported model IR version": one lower
+            continue
+        return ir
+    raise AssertionError("the installed onnxruntime loads no IR version from 7 up")
+
+
+@cache
+def onnxruntime_max_opset(domain: str = "") -> int:
+    """The highest opset of ``domain`` the installed onnxruntime has operator schemas for."""
+    from onnxruntime.capi import _pybind_state as C
+
+    names = ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
+    return max(s.since_version for s in C.get_all_operator_schema() if s.domain in names)
+
+
+def make_model(graph: onnx.GraphProto, opset_imports, **kwargs) -> onnx.ModelProto:
+    """``helper.make_model`` at an IR version the installed onnxruntime loads (onnx's
+    default, its newest, can be above it) unless ``ir_version`` is given."""
+    from onnx import helper
+
+    kwargs.setdefault("ir_version", min(onnx.IR_VERSION, onnxruntime_max_ir_version()))
+    return helper.make_model(graph, opset_imports=opset_imports, **kwargs)
+
+
+def onnxruntime_refusal(model: onnx.ModelProto) -> str:
+    """A regex of what the installed onnxruntime says when it refuses ``model``, a model
+    with a node it has no kernel for: that node, unless the model's IR version or ai.onnx
+    opset is above what this onnxruntime loads at all."""
+    if model.ir_version > onnxruntime_max_ir_version():
+        return "Unsupported model IR version"
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    if opset > onnxruntime_max_opset():
+        return f"support for domain ai.onnx is till opset {onnxruntime_max_opset()}"
+    return "implementation|kernel|registered"
 
 
 def cli_without(module: str, argv: list[str]):

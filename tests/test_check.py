@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from rewriter.api import check
 from rewriter.cli import main
 from rewriter.detect.walker import group_findings
-from tests.conftest import model_from_text, write_model
+from tests.conftest import make_model, model_from_text, onnxruntime_max_opset, write_model
 
 
 def _findings(model, target, plugins, **kw):
@@ -26,7 +26,7 @@ def _one_node(op, opset, itype=TensorProto.FLOAT, domain="", extra=(), **attrs):
         [helper.make_tensor_value_info("y", itype, [2])],
     )
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra]
-    return helper.make_model(graph, opset_imports=opsets)
+    return make_model(graph, opsets)
 
 
 @pytest.mark.parametrize(
@@ -47,6 +47,8 @@ def test_onnxruntime_reasons(plugins, model, reason, words):
     assert words in findings[0].detail
 
 
+@pytest.mark.skipif(onnxruntime_max_opset() < 22, reason="a RoiAlign-22 model is above the "
+                    "installed onnxruntime's opset ceiling: that is its first finding")
 def test_onnxruntime_no_kernel_for_that_opset_version(plugins):
     model = model_from_text("""
         <ir_version: 10, opset_import: ["" : 22]>
@@ -59,6 +61,16 @@ def test_onnxruntime_no_kernel_for_that_opset_version(plugins):
     assert "RoiAlign(22)" in finding.detail and "16" in finding.detail
 
 
+def test_onnxruntime_type_binding_on_every_onnxruntime_names_expected_and_actual(plugins):
+    # Abs(13) takes bfloat16; onnxruntime's CPU kernels (1.20 to 1.32) do not
+    (finding,) = _findings(_one_node("Abs", 18, itype=TensorProto.BFLOAT16), "onnxruntime",
+                           plugins)
+    assert finding.reason == "type-binding" and finding.version == 13
+    assert "T=tensor(bfloat16)" in finding.detail and "float" in finding.detail
+
+
+@pytest.mark.skipif(onnxruntime_max_opset() < 26, reason="BitCast is new in ai.onnx 26: "
+                    "the installed onnxruntime's first finding is the opset ceiling")
 def test_onnxruntime_unsupported_type_binding_names_expected_and_actual(plugins):
     model = model_from_text("""
         <ir_version: 11, opset_import: ["" : 26]>

@@ -10,10 +10,12 @@ README's whole test command, ``pytest -n 2``). ``--lowest`` adds one more run on
 lowest Python: the same install, then ``pip install onnx==X onnxruntime==Y`` with X and Y
 the lower bounds ``pyproject.toml`` declares. Runs go one at a time (the machine has 2
 cores); each prints one line, and ``--json FILE`` keeps every run's versions, exit codes
-and last lines of output.
+and last lines of output. ``--reuse`` keeps a venv an earlier run made when its Python
+still starts (the install step then only tops it up).
 
     python tools/python_versions.py --lowest                 # every Python + lowest pins
     python tools/python_versions.py --only 3.10 --lowest --full
+    python tools/python_versions.py --only 3.10 --only 3.13 --lowest --full --reuse  # CI
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ REPORTED = ("onnx", "onnxruntime", "onnxruntime-extensions", "onnx-ir", "onnxscr
             "openvino", "tract", "torch")
 INSTALL_TIMEOUT_S = 1800
 COMMAND_TIMEOUT_S = 600
-TESTS_TIMEOUT_S = 3600
+TESTS_TIMEOUT_S = 7200  # the whole suite on a loaded 2-core machine: up to an hour
 
 
 @dataclass
@@ -128,16 +130,26 @@ def copy_tree(work: Path) -> Path:
     return src
 
 
-def run_one(run: Run, src: Path, work: Path, tests: list[str] | None) -> Run:
-    """Fresh venv, install, command 1, tests: each step only if the one before passed.
-    ``tests`` None: the README's ``pytest -n 2``."""
+def _starts(python: Path, env: dict) -> bool:
+    """The venv's interpreter runs and has pip (a venv kept from an earlier run)."""
+    return python.exists() and _run([str(python), "-m", "pip", "--version"], python.parent,
+                                     120, env)[0] == 0
+
+
+def run_one(run: Run, src: Path, work: Path, tests: list[str] | None,
+            reuse: bool = False) -> Run:
+    """Fresh venv (``reuse``: the one there if it still starts), install, command 1, tests:
+    each step only if the one before passed. ``tests`` None: the README's ``pytest -n 2``."""
     start = time.perf_counter()
     env_dir = work / f"venv-{run.name}"
-    if env_dir.exists():
-        shutil.rmtree(env_dir)
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    code, out = _run([run.python, "-m", "venv", str(env_dir)], work, 300, env)
+    if reuse and _starts(env_dir / "bin" / "python", env):
+        code, out = 0, ""
+    else:
+        if env_dir.exists():
+            shutil.rmtree(env_dir)
+        code, out = _run([run.python, "-m", "venv", str(env_dir)], work, 300, env)
     python = str(env_dir / "bin" / "python")
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(env_dir)
@@ -189,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/python-versions"),
                         help="where the venvs and the tree's copy go (default %(default)s)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the runs as JSON")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep a venv an earlier run left in --work if it still starts")
     args = parser.parse_args(argv)
 
     pythons = found_pythons(args.only)
@@ -208,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                           capture_output=True, text=True).stdout.strip()
     print(f"tree: {ROOT} at {head} (+ uncommitted changes), copied to {src}", flush=True)
     for run in runs:
-        run_one(run, src, args.work, tests)
+        run_one(run, src, args.work, tests, reuse=args.reuse)
         pins = f" pins {' '.join(run.pins)}" if run.pins else ""
         versions = " ".join(f"{k} {v}" for k, v in run.versions.items())
         print(f"{run.name:>12}: {'PASS' if run.passed else 'FAIL'}  Python "
