@@ -66,6 +66,9 @@ _TYPE_WORDS = re.compile(r"DatumType|datum type|element type|not supported for t
 # given to the input changes that
 _CONSTANT_WORDS = re.compile(r"\bconst(ant)?\b|is variable|known scalar|constant input",
                              re.IGNORECASE)
+# ops whose first input may be one tract wants the value of (a shape, a bound); of every
+# other op, the first input is the data and the value wanted is of another
+_VALUE_FIRST = frozenset({"ConstantOfShape", "Range"})
 # ONNX element types tract loads (TensorProto: float, uint8, int8, uint16, int16, int32, int64,
 # string, bool, float16, double, uint32, uint64)
 _TRACT_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
@@ -284,7 +287,6 @@ class TractTarget(Target):
         self._shapes: dict = {}
         self._model_runs = False
         self._graph_inputs: set[str] = set()
-        self._fed_refusals: set[str] = set()  # paths of nodes refused for such inputs
         self._confirmations: dict[tuple, Confirmation] = {}
 
     @property
@@ -302,7 +304,6 @@ class TractTarget(Target):
         the whole model when it is small (then no node needs a probe)."""
         self._constants = model_constants(model)
         self._graph_inputs = {i.name for i in model.graph.input} - set(self._constants)
-        self._fed_refusals = set()
         self._shapes = {}
         self._model_runs = self._whole_model_runs(model)
         if not self._model_runs and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
@@ -368,19 +369,18 @@ class TractTarget(Target):
                 # folds what it can; the confirmation (or, after a rewrite, the
                 # verification) decides
                 return None
-            if not in_body:
-                self._fed_refusals.add(query.path)
         return self.finding(query, verdict[0], verdict[1])
 
     def _fed(self, query: NodeQuery, in_body: bool) -> bool:
         """Whether some non-constant input of the node is an input of the main graph (its
-        value is known only when the model runs). In a decomposition body: whether the node
-        decomposed was refused for wanting the value of such an input (its body hands the
-        same input on; a body's own values are not the model's)."""
+        value is known only when the model runs). In a decomposition body: whether some
+        input is computed from such a value (the planner's ``caller_fed``): a body that
+        keeps it dynamic where tract wants a constant is declined, and another remedy
+        tried."""
+        wanted = query.inputs if query.node.op_type in _VALUE_FIRST else query.inputs[1:]
         if in_body:
-            return query.path.split("/<body>/")[0] in self._fed_refusals
-        return any(n in self._graph_inputs for n in query.inputs
-                   if n and n not in self._constants)
+            return any(n in query.caller_fed and n not in query.constants for n in wanted)
+        return any(n in self._graph_inputs for n in wanted if n and n not in self._constants)
 
     def _with_guessed_ranks(self, build, label: str, verdict, in_body: bool):
         """An input of unknown rank: the node runs if tract types it with some common rank
@@ -621,3 +621,10 @@ def _make(argument: str | None, options: TargetOptions | None = None) -> TractTa
 @hookimpl
 def register_targets(registry):
     registry.add("tract", _make, description="tract (Sonos' inference engine for the edge)")
+
+
+@hookimpl
+def register_decompositions(registry):
+    from rewriter_plugins import static_axis
+
+    static_axis.register(registry)

@@ -486,6 +486,20 @@ def _nodes(model: ModelProto) -> Iterator:
         yield site.domain, site.node
 
 
+def _alone(plugins: Plugins, entry) -> Plugins:
+    """``plugins`` without other plugins' decompositions of ``entry``'s op: the one under
+    check is the one the engine applies (another plugin's may come first)."""
+    import dataclasses
+
+    others = [d for d in plugins.registry.decompositions if d.plugin != entry.plugin
+              and (d.domain, d.op_type) == (entry.domain, entry.op_type)]
+    if not others:
+        return plugins
+    registry = dataclasses.replace(plugins.registry, decompositions=[
+        d for d in plugins.registry.decompositions if d not in others])
+    return dataclasses.replace(plugins, registry=registry)
+
+
 def decompose(check: Check, plugins: Plugins) -> Decomposed:
     """Rewrite the model for a target lacking the op (the decomposition must be what the
     engine applies) and run the result."""
@@ -496,6 +510,7 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
     from rewriter.errors import UnfixableError
 
     typed = False
+    plugins = _alone(plugins, entry)
     try:
         result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
                          verify=False)

@@ -121,6 +121,9 @@ class NodeQuery:
     # values known to be constant (name -> TensorProto): a decomposition body's Constant
     # outputs, when the planner asks about a body node (the model's own: the target reads them)
     constants: Mapping[str, Any] = field(default_factory=dict)
+    # a decomposition body's node: those of its inputs computed from a value the model's
+    # caller feeds (a graph input, not through Shape or Size): known only when it runs
+    caller_fed: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.inputs is None:

@@ -98,6 +98,7 @@ class Planner:
         self._by_finding: dict[int, _Plan] = {}  # id(finding) -> its plan
         self._named = 0
         self._nested_names: dict[tuple, str] = {}
+        self._caller_fed: dict[int, frozenset[str]] = {}  # id(finding) -> its caller_fed inputs
 
     def signature(self, node, opsets, input_types) -> tuple:
         """What a plan is cached by: the op, the opsets, the input types, which inputs and
@@ -142,7 +143,12 @@ class Planner:
         node = finding.node
         declared = declared if declared is not None else {}
         opsets = dict(finding.scope_opsets or {})
-        key = self.signature(node, opsets, finding.input_types)
+        # which inputs the model's caller feeds (graph inputs): a body needing their values
+        # to load may suit a constant or a computed value, not them (caller_fed)
+        fed = getattr(constants, "fed", frozenset())
+        self._caller_fed[id(finding)] = frozenset(n for n in node.input if n in fed)
+        key = (*self.signature(node, opsets, finding.input_types),
+               tuple(n in fed for n in node.input))
         variants = self._plans.setdefault(key, [])
         for variant in variants:
             if variant.cacheable and variant.fingerprints == _fingerprints(
@@ -444,7 +450,13 @@ class Planner:
         types = {formal: t for formal, t in zip(fn.input, finding.input_types) if t}
         body_constants = _constant_outputs(fn.node)
         nested: dict[int, tuple[Candidate, Finding]] = {}
+        from rewriter.graph.walk import outer_references
+
+        caller_fed = self._caller_fed.get(id(finding), frozenset())
+        fed = {formal for formal, actual in zip(fn.input, finding.node.input)
+               if actual and actual in caller_fed}
         for i, inner in enumerate(fn.node):
+            inner = _with_attributes(inner, finding.node, fn)
             domain = normalize_domain(inner.domain)
             # output types first: some bind a type parameter only through them (Cast's T2
             # comes from its `to` attribute), and a body declares no value types
@@ -457,7 +469,8 @@ class Planner:
                     break
                 query = NodeQuery(inner, f"{finding.path}/<body>/node {i}", domain,
                                   body_opsets.get(domain), types, body_opsets,
-                                  constants=body_constants)
+                                  constants=body_constants,
+                                  caller_fed=frozenset(n for n in inner.input if n in fed))
                 problem = target.check_node(query)
                 if problem is None:
                     continue
@@ -466,6 +479,7 @@ class Planner:
                     problem.version, problem.reason, problem.detail, inner.name, inner,
                     tuple(types.get(n) if n else None for n in inner.input), body_opsets,
                 )
+                self._caller_fed[id(inner_finding)] = query.caller_fed
                 # a body's values are not the model's: builders see no constants there
                 sub = self._decomposition_candidates(inner_finding, body_opsets, {}, depth + 1)
                 chosen = next((c for c in sub if c.accepted), None)
@@ -475,6 +489,9 @@ class Planner:
                     return (f"its body uses {inner_finding.op_label}, which {target.name} "
                             f"cannot run ({problem.detail})"), {}, types
                 nested[i] = (chosen, inner_finding)
+            reads = [*inner.input, *(outer_references(inner) if inner.attribute else ())]
+            if (domain, inner.op_type) not in _SHAPE_ONLY and fed.intersection(reads):
+                fed.update(o for o in inner.output if o)
         return None, nested, types
 
     def _lowered_later(self, finding: Finding) -> bool:
@@ -601,6 +618,37 @@ class LazyConstants(Mapping):
 
     def __len__(self) -> int:
         return len(self._load())
+
+    @property
+    def fed(self) -> frozenset[str]:
+        """The main graph's inputs that are not initializers: the values its caller feeds."""
+        graph = self._model.graph
+        return frozenset(i.name for i in graph.input) - {t.name for t in graph.initializer}
+
+
+# ops whose output depends on their input's shape only, not its values (caller_fed)
+_SHAPE_ONLY = frozenset({("", "Shape"), ("", "Size")})
+
+
+def _with_attributes(node: NodeProto, caller: NodeProto, fn: FunctionProto) -> NodeProto:
+    """A body node whose attributes refer to the function's (``alpha = @alpha``), with the
+    values the decomposed node gives them, else the function's defaults (left out when
+    neither has one): how a nested remedy's builder sees the node once it is inlined."""
+    if not any(a.ref_attr_name for a in node.attribute):
+        return node
+    given = {a.name: a for a in caller.attribute}
+    given.update((a.name, a) for a in fn.attribute_proto if a.name not in given)
+    out = NodeProto()
+    out.CopyFrom(node)
+    del out.attribute[:]
+    for a in node.attribute:
+        source = given.get(a.ref_attr_name) if a.ref_attr_name else a
+        if source is not None:
+            out.attribute.add().CopyFrom(source)
+            out.attribute[-1].name = a.name
+            out.attribute[-1].ref_attr_name = ""
+    return out
+
 
 def _constants(model: ModelProto) -> dict:
     """Initializers and Constant(value=...) outputs by name, in every graph (not read from
