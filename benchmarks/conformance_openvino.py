@@ -141,7 +141,8 @@ class OpenVINORunner(TargetRunner):
         super().__init__(TARGET, plugins, RUN_TIMEOUT_S)
 
 
-__all__ = ["Actual", "OpenVINORunner", "Rescue", "all_cases", "measure_rescue"]
+__all__ = ["Actual", "OpenVINORunner", "Rescue", "all_cases", "interface_problem",
+           "measure_rescue"]
 
 
 # -- check: does the static answer predict OpenVINO? ------------------------------------------
@@ -262,8 +263,64 @@ def refused_sample(cases, size: int, seed: int = 0) -> list:
     return _common.refused_sample(TARGET, cases, size, seed)
 
 
-def print_rescue(result: Rescue) -> None:
+_INTERFACE_VERDICTS: dict[bytes, str | None] = {}
+
+
+def interface_problem(model) -> str | None:
+    """The first input or output of ``model`` whose type OpenVINO cannot take at a model's
+    boundary, asked of OpenVINO itself (its ONNX frontend converts, and its CPU device
+    compiles, a one-node ``Identity`` model with that input and output type): e.g.
+    "input 'x' is seq(tensor(float))"; None when it takes every one. No rewrite that keeps
+    the model's interface can make such a case run on OpenVINO."""
+    from onnx import helper
+    from rewriter_plugins.openvino_target import compile_model
+
+    from rewriter.graph.typeinfer import type_string
+
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for value in values:
+            key = value.type.SerializeToString(deterministic=True)
+            if key not in _INTERFACE_VERDICTS:
+                graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "io",
+                                          [helper.make_value_info("x", value.type)],
+                                          [helper.make_value_info("y", value.type)])
+                probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+                probe.ir_version = 10
+                try:
+                    compile_model(probe.SerializeToString())
+                    _INTERFACE_VERDICTS[key] = None
+                except Exception:  # noqa: BLE001 - OpenVINO's refusal is the answer
+                    _INTERFACE_VERDICTS[key] = type_string(value.type) or "an unknown type"
+            if _INTERFACE_VERDICTS[key] is not None:
+                return f"{kind} {value.name!r} is {_INTERFACE_VERDICTS[key]}"
+    return None
+
+
+def interface_problems(result: Rescue, cases) -> dict[str, str]:
+    """Case name -> :func:`interface_problem`, for the refused cases not rescued."""
+    models = {c.name: c.model for c in cases}
+    left = set(result.refused) - set(result.rescued)
+    out = {}
+    for name in sorted(left):
+        problem = interface_problem(models[name])
+        if problem is not None:
+            out[name] = problem
+    return out
+
+
+def print_rescue(result: Rescue, interface: dict[str, str] | None = None) -> None:
     _common.print_rescue(result, "OpenVINO", TARGET)
+    if interface is None:
+        return
+    refused = len(result.refused)
+    print(f"\nnot rescued, with an input or output of a type OpenVINO cannot take at a "
+          f"model's boundary: {len(interface)} (of the {refused - len(interface)} others: "
+          f"{len(result.rescued)} rescued)")
+    by_type: dict[str, list[str]] = {}
+    for name, problem in interface.items():
+        by_type.setdefault(problem.split(" is ", 1)[1], []).append(name)
+    for kind, names in sorted(by_type.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        print(f"  {len(names):>4}  {kind}: {', '.join(names[:4])}{' …' if len(names) > 4 else ''}")
 
 
 def main(argv=None) -> int:
@@ -294,10 +351,11 @@ def main(argv=None) -> int:
         if args.refused_sample:
             cases = refused_sample(cases, args.refused_sample, args.seed)
         rescue = measure_rescue(cases, verify=not args.no_verify, progress=shown)
+        interface = interface_problems(rescue, cases)
         if args.json:
-            print(json.dumps(rescue.as_dict(), indent=2))
+            print(json.dumps(rescue.as_dict() | {"interface_problems": interface}, indent=2))
         else:
-            print_rescue(rescue)
+            print_rescue(rescue, interface)
         return 0
     if args.what == "confirm":
         confirmed = measure_confirmed_agreement(cases, sample=args.sample, seed=args.seed,

@@ -72,7 +72,10 @@ def _is(ctx, index: int, allowed: Sequence[str]) -> bool:
 
 def _integer_product(b: _Body, a: str, w: str, a_zp: str, w_zp: str, scale: str) -> str:
     """``MatMulInteger(a, w, a_zp, w_zp)`` as float, times ``scale``."""
-    acc = b.op("MatMulInteger", a, w, a_zp, w_zp)
+    inputs = [a, w, a_zp, w_zp]
+    while not inputs[-1]:  # no trailing "": OpenVINO makes a node of unknown rank of it
+        inputs.pop()
+    acc = b.op("MatMulInteger", *inputs)
     return b.op("Mul", b.cast(acc, TensorProto.FLOAT), scale)
 
 

@@ -93,7 +93,8 @@ SCAN_OPSETS = (11, None)
 RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
 GRID_SAMPLE_OPSETS = (16, None)
 DEFORM_CONV_OPSETS = (19, None)
-BLOCKED_QUANTIZE_OPSETS = (21, None)  # block_size is new in QuantizeLinear-21
+BLOCKED_QUANTIZE_OPSETS = (21, None)
+TFIDF_OPSETS = (9, None)  # block_size is new in QuantizeLinear-21
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -314,6 +315,93 @@ def build_unsqueeze(ctx) -> FunctionProto | None:
     reshape = {"allowzero": 1} if b.opset >= 14 else {}
     y = b.op("Reshape", "data", target, **reshape)
     return b.function(DOMAIN, "unsqueeze", ["data", "axes"], [y])
+
+
+# -- Reduce* with run-time axes, keepdims = 0 ---------------------------------------------
+
+# The reductions without a spec function body (those with one, ReduceL1, ReduceLogSum, ...,
+# are expanded by onnx-functions into a ReduceSum this remedies). Each keepdims = 1 form is
+# written with other ops (the op never appears in its own body): ReduceSum as a sum per
+# listed axis (CumSum, its last slice), ReduceMean on it, ReduceMax and ReduceMin on each other.
+REDUCE_AXES_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+
+
+def _listed_axes(b: _Body, rank: int) -> str:
+    """A bool vector of ``rank``: whether each axis is listed in ``axes`` (negative ones
+    counted from the end)."""
+    axes = b.cast("axes", TensorProto.INT64)
+    axes = b.op("Where", b.op("Less", axes, b.const(np.array(0, np.int64))),
+                b.op("Add", axes, b.const(np.array(rank, np.int64))), axes)
+    positions = b.const(np.arange(rank, dtype=np.int64).reshape(rank, 1))
+    hits = b.cast(b.op("Equal", positions, b.reshape(axes, [1, -1])), TensorProto.INT64)
+    return b.cast(b.reduce("ReduceMax", hits, [1], keepdims=0), TensorProto.BOOL)
+
+
+def _sum_kept(b: _Body, x: str, listed: str, rank: int) -> str:
+    """The sum of ``x`` over the listed axes, keeping them as dimensions of 1: per axis, the
+    last slice of its ``CumSum`` where listed, the values unchanged elsewhere (broadcast
+    back), then every listed axis cut to its first slice."""
+    last = b.const(np.iinfo(np.int64).max, np.int64)
+    for axis in range(rank):
+        running = b.op("CumSum", x, b.const(np.array(axis, np.int64)))
+        total = b.op("Slice", running, b.ints([-1]), b.op("Reshape", last, b.ints([1])),
+                     b.ints([axis]))
+        x = b.op("Where", b.op("Gather", listed, b.const(np.array(axis, np.int64)), axis=0),
+                 total, x)
+    ends = b.op("Where", listed, b.const(np.ones(rank, np.int64)), b.op("Shape", x))
+    return b.op("Slice", x, b.ints([0] * rank), ends, b.ints(list(range(rank))))
+
+
+def _reduce_kept(b: _Body, op_type: str, listed: str, rank: int) -> str:
+    """``op_type`` of ``data`` over ``axes`` with ``keepdims = 1``, without ``op_type``."""
+    def reduced(op: str, x: str) -> str:
+        return _sum_kept(b, x, listed, rank) if op == "ReduceSum" else b.op(
+            op, x, "axes", keepdims=1)
+
+    if op_type == "ReduceSum":
+        return reduced("ReduceSum", "data")
+    if op_type in ("ReduceMax", "ReduceMin"):
+        other = "ReduceMin" if op_type == "ReduceMax" else "ReduceMax"
+        return b.op("Neg", reduced(other, b.op("Neg", "data")))
+    dims = b.op("Gather", b.op("Shape", "data"), b.cast("axes", TensorProto.INT64), axis=0)
+    count = b.op("CastLike", b.reduce("ReduceProd", dims, [0], keepdims=0), "data")
+    return b.op("Div", reduced("ReduceSum", "data"), count)  # ReduceMean
+
+
+@declining
+def build_reduce_axes(ctx) -> FunctionProto | None:
+    """A reduction over run-time ``axes`` with ``keepdims = 0``, whose output rank depends on
+    ``axes``' values (OpenVINO's CPU plugin compiles no dynamic rank): the reduction with
+    ``keepdims = 1`` (:func:`_reduce_kept`), then ``Reshape`` to the kept dimensions, picked
+    with ``TopK`` so the target shape has a static length."""
+    node = ctx.node
+    if (len(node.input) != 2 or not _present(node.input, 1) or len(node.output) != 1
+            or not _known(node, ["keepdims", "noop_with_empty_axes"])):
+        raise Declined("needs data and run-time axes, one output")
+    if ctx.attribute("keepdims", 1) != 0:
+        raise Declined("keepdims = 1 keeps the rank already")
+    if ctx.constant(node.input[1]) is not None:
+        raise Declined("constant axes: the op as it is")
+    rank, axes_shape = _rank(ctx, node.input[0]), _shape(ctx, node.input[1])
+    if rank is None or axes_shape is None or len(axes_shape) != 1 or not axes_shape[0]:
+        raise Declined("needs data of a declared rank and axes of a declared non-zero length")
+    count = axes_shape[0]
+    if count > rank:
+        raise Declined(f"{count} axes for rank {rank}")
+    b = _Body(_opset(ctx))
+    listed = _listed_axes(b, rank)
+    kept = _reduce_kept(b, node.op_type, listed, rank)
+    if count == rank:
+        target = b.ints([])
+    else:
+        # kept axes score rank - i, listed ones 0: the rank - count largest, in order
+        score = b.op("Mul", b.cast(b.op("Not", listed), TensorProto.INT64),
+                     b.const(np.arange(rank, 0, -1, dtype=np.int64)))
+        _, order = b.op("TopK", score, b.ints([rank - count]), outputs=2, largest=1,
+                        sorted=1)
+        target = b.op("Gather", b.op("Shape", kept), order, axis=0)
+    y = b.op("Reshape", kept, target)
+    return b.function(DOMAIN, f"{node.op_type}_axes", ["data", "axes"], [y])
 
 
 # -- Pad (wrap) -----------------------------------------------------------------------------
@@ -1193,6 +1281,77 @@ def build_scan(ctx) -> FunctionProto | None:
     return b.function(DOMAIN, "scan", formals, results[:len(node.output)])
 
 
+# -- TfIdfVectorizer on integers ------------------------------------------------------------
+
+
+@declining
+def build_tfidf_vectorizer(ctx) -> FunctionProto | None:
+    """``TfIdfVectorizer`` over integer n-grams (``pool_int64s``), as onnxruntime and the
+    reference evaluator count them: for each n-gram length ``n`` and skip distance ``d``
+    (1 only for unigrams, 1 .. ``max_skip_count + 1`` otherwise), the items
+    ``X[..., s + k d]`` of every start ``s`` compared with each pool n-gram; matches summed
+    per pool entry, placed at its ``ngram_indexes`` column by a matrix product, then
+    weighted by ``mode``."""
+    node = ctx.node
+    pool = ctx.attribute("pool_int64s", None)
+    if pool is None or ctx.attribute("pool_strings", None) is not None:
+        raise Declined("needs pool_int64s (strings have no standard-op form)")
+    if len(node.input) != 1 or len(node.output) != 1:
+        raise Declined("needs one input and one output")
+    low, high = ctx.attribute("min_gram_length"), ctx.attribute("max_gram_length")
+    skips = ctx.attribute("max_skip_count")
+    starts, indexes = list(ctx.attribute("ngram_counts")), list(ctx.attribute("ngram_indexes"))
+    mode = ctx.attribute("mode")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    weights = ctx.attribute("weights", None)
+    pool = list(pool)
+    grams = []  # (n, [pool entries of length n as lists])
+    for n, begin in enumerate(starts, start=1):
+        end = starts[n] if n < len(starts) else len(pool)
+        grams.append((n, [pool[i:i + n] for i in range(begin, end, n)]))
+    if sum(len(g) for _, g in grams) != len(indexes) or mode not in ("TF", "IDF", "TFIDF"):
+        raise Declined("ngram_counts, ngram_indexes and the pool disagree, or unknown mode")
+    size = max(indexes) + 1
+    elem = _elem(ctx)
+    if elem not in (TensorProto.INT32, TensorProto.INT64):
+        raise Declined("needs int32 or int64 items")
+    dtype = np.int32 if elem == TensorProto.INT32 else np.int64
+    rank = _rank(ctx, node.input[0])
+    if rank not in (1, 2):
+        raise Declined("needs X of a declared rank 1 or 2")
+    b = _Body(_opset(ctx))  # (axes counted from the start: opset 9 takes no negative axes)
+    last = np.iinfo(np.int64).max
+    counts, entry = [], 0
+    placement = np.zeros((len(indexes), size), np.float32)  # lengths not counted: zero rows
+    for n, entries in grams:
+        for _ in entries:
+            placement[entry, indexes[entry]] = 1.0 if low <= n <= high else 0.0
+            entry += 1
+        if not entries:
+            continue
+        for d in ([1] if n == 1 else range(1, skips + 2)):
+            match = None
+            for k in range(n):
+                tail = (n - 1 - k) * d
+                items = b.slice("X", [k * d], [-tail if tail else last], [rank - 1])
+                column = b.const(np.array([g[k] for g in entries]), dtype)
+                hit = b.op("Equal", b.unsqueeze(items, [rank]), column)
+                match = hit if match is None else b.op("And", match, hit)
+            found = b.reduce("ReduceSum", b.cast(match, TensorProto.FLOAT), [rank - 1],
+                             keepdims=0)
+            counts.append(found if d == 1 else b.op("Add", counts.pop(), found))
+    total = counts[0] if len(counts) == 1 else b.op("Concat", *counts, axis=rank - 1)
+    y = b.op("MatMul", total, b.const(placement, np.float32))
+    scale = b.const(np.asarray(weights if weights is not None else np.ones(size)), np.float32)
+    if mode == "IDF":
+        zero = b.const(np.array(0), np.float32)
+        y = b.op("Where", b.op("Greater", y, zero), b.op("Expand", scale, b.op("Shape", y)),
+                 zero)
+    elif mode == "TFIDF":
+        y = b.op("Mul", y, scale)
+    return b.function(DOMAIN, "tfidf_vectorizer", ["X"], [y])
+
+
 # -- ai.onnx.ml -----------------------------------------------------------------------------
 
 
@@ -1416,6 +1575,27 @@ def _samples() -> dict[str, list[OpSample]]:
             OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
                      dtypes=["float"])],
         "Resize": _resize_samples(),
+        "TfIdfVectorizer": [
+            OpSample([Arg(f"T[{shape}]", low=2, high=9)], ["float"], dict(
+                min_gram_length=low, max_gram_length=2, max_skip_count=skips, mode=mode,
+                ngram_counts=[0, 4], ngram_indexes=[0, 1, 2, 3, 4, 5, 6],
+                pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7], **extra), opset=9,
+                     name=name, dtypes=["int32", "int64"])
+            for shape, low, skips, mode, extra, name in [
+                ("2,6", 1, 5, "TF", {}, "uni-and-bigrams-skip5"),
+                ("12", 2, 5, "TF", {}, "bigrams-skip5"),
+                ("3,7", 1, 0, "TFIDF", {"weights": [0.5, 1, 2, 1, 3, 1, 0.25]},
+                 "tfidf-weights"),
+                ("9", 1, 2, "IDF", {"weights": [1, 2, 3, 4, 5, 6, 7]}, "idf"),
+                ("4", 2, 3, "TF", {}, "shorter-than-skips")]],
+        **{op: [OpSample([Arg("T[3,4,5]", low=0.5, high=2.0),
+                          Arg(f"int64[{len(axes)}]", values=axes)],
+                         attributes={"keepdims": 0}, opset=opset, name=name,
+                         dtypes=["float"], tolerance=(1e-5, 1e-5))
+                for axes, opset, name in [([0, -1], opset_of, "two"), ([1], opset_of, "one"),
+                                          ([2, 0, 1], 18, "all")]]
+           for op in REDUCE_AXES_OPS
+           for opset_of in [13 if op == "ReduceSum" else 18]},
         "GridSample": [
             OpSample(["T[1,2,3,4,5]", Arg("T[1,2,3,4,3]", low=-1.3, high=1.3)],
                      attributes=dict(mode=mode, padding_mode=padding, align_corners=align),
@@ -1501,11 +1681,18 @@ def register_decompositions(registry):
          "linear and nearest"),
         ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
          "no antialias, stretch only"),
+        ("", "TfIdfVectorizer", build_tfidf_vectorizer, TFIDF_OPSETS, ("int32", "int64"),
+         "integer pool"),
         ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
          ("float", "int64"), ""),
         ("ai.onnx.ml", "Binarizer", build_binarizer, ML_OPSETS, ("float", "double"), ""),
     ]
+    entries += [("", op, build_reduce_axes, (13 if op == "ReduceSum" else 18, None),
+                 ("float", "double", "float16"), "run-time axes, keepdims=0")
+                for op in REDUCE_AXES_OPS]
     for domain, op_type, builder, opsets, dtypes, note in entries:
-        registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes,
+        # sums in another order than the op's kernels: ReduceSum, ReduceMean
+        exact = builder is not build_reduce_axes or op_type in ("ReduceMax", "ReduceMin")
+        registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
                      description=f"onnx-lowering:{op_type}" + (f" ({note})" if note else ""),
                      oracle="reference", samples=samples[op_type])

@@ -244,6 +244,41 @@ def test_a_model_openvino_refuses_is_a_result_not_a_crash(plugins):
     assert "\n" not in tc.error
 
 
+def _dynamic_quantize_matmul_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    b = numpy_helper.from_array(rng.integers(-127, 128, (64, 32)).astype(np.int8), "b")
+    scale = numpy_helper.from_array(np.array(0.02, np.float32), "scale")
+    node = helper.make_node("DynamicQuantizeMatMul", ["a", "b", "scale"], ["y"],
+                            domain="com.microsoft", name="dqmm")
+    graph = helper.make_graph(
+        [node], "dqmm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])], [b, scale])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_known_inexact_translation_is_a_finding_and_the_exact_remedy_runs(plugins, target):
+    # OpenVINO converts, compiles and runs com.microsoft::DynamicQuantizeMatMul, but not
+    # with onnxruntime's quantized arithmetic: on this model it is far off
+    import onnxruntime as ort
+
+    model = _dynamic_quantize_matmul_model()
+    a = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    exact = ort.InferenceSession(model.SerializeToString()).run(None, {"a": a})[0]
+    own = openvino_target.compile_model(model.SerializeToString())({"a": a})
+    assert np.abs(next(iter(own.values())) - exact).max() > 1e-2
+
+    (finding,) = find_unsupported(model, target)
+    assert finding.op_type == "DynamicQuantizeMatMul"
+    assert "does not compute the op's quantized arithmetic" in finding.detail
+    result = rewrite(model, ["openvino"], plugins=plugins, verify=False)
+    assert not result.report.remaining
+    assert {n.op_type for n in result.model.graph.node}.isdisjoint({"DynamicQuantizeMatMul"})
+    compared = compare(model, result.model, ["openvino"], inputs={"a": a},
+                       original_target="onnxruntime", plugins=plugins)
+    assert compared.status == "equal", compared.summary()
+
+
 # -- conformance: the rescue count may not drop ----------------------------------------------
 
 

@@ -42,7 +42,9 @@ VERDICTS: dict[str, dict[str, str]] = {
     # QAttention, QEmbedLayerNormalization, DynamicQuantizeMatMul
     "bert-torchscript-ort-opt-qdyn-ort-extended": {
         "onnxruntime": "unchanged",
-        "openvino": "mismatch",  # max abs 2.1e-3 from onnxruntime's quantized kernels
+        # OpenVINO's own DynamicQuantizeMatMul was 2.1e-3 off: the OpenVINO target reports it
+        # (KNOWN_INEXACT), the com-microsoft decomposition runs: max abs 4.8e-7
+        "openvino": "verified",
         "reference": "verified", "opset:17": "verified", "opset:13": "verified",
     },
     # MatMulNBits (int4, block 32), FastGelu, SkipLayerNormalization
