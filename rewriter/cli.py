@@ -398,6 +398,21 @@ def _check_document(docs: list[dict]) -> dict:
     })
 
 
+def _compared_sizes(original: str, rewritten: str | None) -> dict:
+    """The report's model size for ``compare``: the original ("input") and the rewritten
+    model ("output"); None for one that cannot be read as a model file."""
+    from rewriter.errors import RewriterError
+    from rewriter.report.size import file_model_size
+
+    sizes: dict = {}
+    for key, path in (("input", original), ("output", rewritten)):
+        try:
+            sizes[key] = file_model_size(path) if path else None
+        except (RewriterError, OSError):
+            sizes[key] = None
+    return sizes
+
+
 def _write_report(path: str | None, doc: dict, protected=()) -> None:
     """``--report FILE.html|FILE.md``: the document rendered, written atomically (never
     over an input)."""
@@ -721,6 +736,7 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
         result = run_compare(original, rewritten, targets, plugins=plugins,
                              custom_op_libraries=libraries, localize=not no_localize, **options)
     doc = document("compare", result.as_dict(), stages=stages)
+    doc["size"] = _compared_sizes(original, rewritten)  # report size
     _write_report(report_path, doc, protected=protected)
     if as_json:
         click.echo(render.dumps(doc))

@@ -364,3 +364,21 @@ def test_committed_example_reports_show_size_stages_and_picture():
     _svg_of(html, "absolute error per output")
     md = (reports / "failing-check.md").read_text()
     assert "## Model size" in md and "## Time per stage" in md and "| load | - |" in md
+
+
+def test_cli_compare_report_has_both_sizes_and_its_time(failing_rewrite, schema, tmp_path,
+                                                        capsys):
+    from rewriter.cli import main
+
+    page = tmp_path / "c.md"
+    code = main(["compare", str(EXAMPLES / "failing_export.onnx"), failing_rewrite.output,
+                 "--json", "--report", str(page)])
+    doc = valid(schema, json.loads(capsys.readouterr().out))
+    assert code == 0 and doc["verdict"] == "verified"
+    assert doc["size"]["input"]["file_bytes"] == os.path.getsize(EXAMPLES / "failing_export.onnx")
+    assert doc["size"]["output"]["file_bytes"] == os.path.getsize(failing_rewrite.output)
+    assert doc["size"]["output"]["nodes"] == failing_rewrite.after.nodes
+    md = page.read_text()
+    assert "|  | original | rewritten |" in md and "## Time per stage" in md
+    histogram = doc["targets"][0]["outputs"][0]["error_histogram"]
+    assert sum(histogram) == doc["targets"][0]["outputs"][0]["elements"]

@@ -247,8 +247,9 @@ def _picture(picture: dict[str, Any] | None) -> str:
 def _size(doc: dict[str, Any]) -> str:
     """The model size table: input, and the output when there is one."""
     size = doc.get("size") or {}
-    columns = [(label, size[key]) for key, label in (("input", "input"), ("output", "output"))
-               if size.get(key)]
+    labels = (("input", "original"), ("output", "rewritten")) if doc.get("command") == \
+        "compare" else (("input", "input"), ("output", "output"))
+    columns = [(label, size[key]) for key, label in labels if size.get(key)]
     if not columns:
         return ""
     rows = [[what, *(fmt(s.get(key)) for _, s in columns)]

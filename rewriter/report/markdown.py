@@ -49,7 +49,9 @@ def _comparison(c: dict[str, Any]) -> list[str]:
 def _size(doc: dict[str, Any], level: str) -> list[str]:
     """The model size table: input, and the output when there is one."""
     size = doc.get("size") or {}
-    columns = [(key, size[key]) for key in ("input", "output") if size.get(key)]
+    labels = (("input", "original"), ("output", "rewritten")) if doc.get("command") == \
+        "compare" else (("input", "input"), ("output", "output"))
+    columns = [(label, size[key]) for key, label in labels if size.get(key)]
     if not columns:
         return []
     return [f"{level} Model size", ""] + _table(

@@ -38,6 +38,14 @@ def model_size(model: ModelProto, file_bytes: int | None,
             "file_bytes": file_bytes}
 
 
+def file_model_size(path: str | os.PathLike) -> dict[str, Any]:
+    """:func:`model_size` of a model file (read without its weights)."""
+    from rewriter.io.model import as_loaded
+
+    loaded = as_loaded(path)
+    return model_size(loaded.model, input_file_bytes(loaded))
+
+
 def input_file_bytes(loaded: LoadedModel) -> int | None:
     """Bytes of a loaded model's file and of the external-data files it names (None for a
     model given in memory)."""
