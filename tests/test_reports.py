@@ -382,3 +382,17 @@ def test_cli_compare_report_has_both_sizes_and_its_time(failing_rewrite, schema,
     assert "|  | original | rewritten |" in md and "## Time per stage" in md
     histogram = doc["targets"][0]["outputs"][0]["error_histogram"]
     assert sum(histogram) == doc["targets"][0]["outputs"][0]["elements"]
+
+
+def test_check_of_many_models_shows_each_models_size_and_time(plugins, schema):
+    from rewriter.cli import _check_document, _check_one
+
+    paths = [str(EXAMPLES / "failing_export.onnx"), str(EXAMPLES / "new_opset_export.onnx")]
+    docs = [_check_one(p, ("onnxruntime",), (), False, (), plugins) for p in paths]
+    doc = valid(schema, _check_document(docs))
+    for m, path in zip(doc["models"], paths):
+        assert m["size"]["input"]["file_bytes"] == os.path.getsize(path)
+        assert [s["stage"] for s in m["stages"]][:2] == ["load", "detect"]
+    html = to_html(doc)
+    assert html.count("<h3>Model size</h3>") == 2 and html.count("<h3>Time per stage</h3>") == 2
+    assert to_markdown(doc).count("### Model size") == 2
