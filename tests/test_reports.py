@@ -21,10 +21,11 @@ from rewriter import progress
 from rewriter.api import check, rewrite
 from rewriter.comparison.compare import ERROR_BINS, Tolerance, compare_tensor
 from rewriter.report.document import SCHEMA_VERSION, document, error_document
-from rewriter.report.html import error_chart, subgraph_svg, to_html
+from rewriter.report.html import to_html
 from rewriter.report.markdown import to_markdown
 from rewriter.report.picture import MAX_NODES, replaced_region
 from rewriter.report.render import check_as_dict
+from rewriter.report.svg import error_chart, subgraph_svg
 
 jsonschema = pytest.importorskip("jsonschema")
 
