@@ -14,7 +14,7 @@ from typing import Any
 
 from onnx import ModelProto, NodeProto
 
-from rewriter.apply.provenance import read_table, stamp_of
+from rewriter.apply.provenance import ProvenanceTable, read_table, stamp_of
 from rewriter.graph.opid import OpId
 
 MAX_NODES = 40  # nodes drawn; a bigger replacement is cut (``total`` says how many)
@@ -50,7 +50,8 @@ def _replacement(outputs: list[str], producer: dict[str, tuple[int, NodeProto]],
     return [found[i] for i in sorted(found)]
 
 
-def _by_provenance(original: ModelProto, rewritten: ModelProto, bases: list[str]
+def _by_provenance(original: ModelProto, rewritten: ModelProto, bases: list[str],
+                   table: ProvenanceTable
                    ) -> tuple[NodeProto, list[tuple[int, NodeProto]]] | None:
     """The replaced node of the first region in ``bases`` that several nodes replaced (else
     the first with any), with the main-graph nodes named after it (``BASE/<op>_<k>``,
@@ -61,7 +62,7 @@ def _by_provenance(original: ModelProto, rewritten: ModelProto, bases: list[str]
         name = node.name
         if "/" in name:
             base = name.rpartition("/")[0]
-            if base in wanted:
+            if base in wanted and stamp_of(node, table) is not None:  # made for it
                 made.setdefault(base, []).append((index, node))
     replaced: dict[str, NodeProto] = {}
     for node in original.graph.node:
@@ -113,7 +114,7 @@ def replaced_region(original: ModelProto, rewritten: ModelProto) -> dict[str, An
     named), the values are walked, on graphs of up to :data:`WALK_MAX_NODES` nodes."""
     table = read_table(rewritten)
     bases = [b for regions in table.regions.values() for b in regions][:_CANDIDATES]
-    found = _by_provenance(original, rewritten, bases) if bases else None
+    found = _by_provenance(original, rewritten, bases, table) if bases else None
     if found is None and len(rewritten.graph.node) <= WALK_MAX_NODES:
         found = _by_walk(original, rewritten)
     if found is None:
