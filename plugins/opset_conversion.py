@@ -570,6 +570,122 @@ def _dequantize_16bit(node: NodeProto, env: Env) -> list[NodeProto]:
     return nodes
 
 
+@adapter("QuantizeLinear", 19)
+def _quantize_half(node: NodeProto, env: Env) -> list[NodeProto]:
+    """A float16 ``x`` and scale (opset 19) quantized to 8 bits: both cast to float first.
+    Exact: float16 values are floats, and onnxruntime's kernel divides in float too."""
+    x_type, scale_type = env.elem_type(node.input[0]), env.elem_type(_input(node, 1))
+    zp_type = env.elem_type(_input(node, 2))
+    if zp_type in _NOT_BEFORE_19 or TensorProto.BFLOAT16 in (x_type, scale_type):
+        raise Decline(f"QuantizeLinear(13) gives no {_type_name(zp_type)} output and takes no "
+                      f"{_type_name(x_type)} input or {_type_name(scale_type)} scale")
+    if _attr(node, "saturate", 1) != 1:
+        raise Decline("QuantizeLinear(13) has no saturate (float8 outputs)")
+    base = _set_attrs(node, drop=["saturate"])
+    if TensorProto.FLOAT16 not in (x_type, scale_type):
+        return [base]  # valid at 13 as it is (or types unknown until the model's are)
+    nodes, inputs = [], list(base.input)
+    for i in (0, 1):
+        if env.elem_type(inputs[i]) == TensorProto.FLOAT16:
+            wide = env.fresh("x32" if i == 0 else "scale32")
+            nodes.append(helper.make_node("Cast", [inputs[i]], [wide], to=TensorProto.FLOAT))
+            inputs[i] = wide
+    return [*nodes, _with_inputs(base, inputs)]
+
+
+_QUANTIZED_16 = {TensorProto.INT16: (-32768, 32767), TensorProto.UINT16: (0, 65535)}
+
+
+def _const_node(env: Env, value: np.ndarray, hint: str) -> tuple[str, NodeProto]:
+    name = env.fresh(hint)
+    return name, helper.make_node("Constant", [], [name],
+                                  value=numpy_helper.from_array(value))
+
+
+def _along_axis_shape(x: str, axis: int, env: Env, nodes: list[NodeProto]) -> str:
+    """The shape ``[-1, 1, ..., 1]`` that makes a per-axis (1-D) or scalar parameter
+    broadcast along ``axis`` of ``x``: as many 1s as axes behind ``axis`` (known for a
+    negative axis or a known rank; else computed from ``Shape(x)`` at run time)."""
+    rank = env.rank(x)
+    if axis < 0 or rank is not None:
+        behind = -axis - 1 if axis < 0 else rank - axis - 1
+        name, node = _const_node(env, np.array([-1] + [1] * max(behind, 0), np.int64),
+                                 "axis_shape")
+        nodes.append(node)
+        return name
+    shape, size, behind, count, ones, out = (env.fresh(h) for h in (
+        "x_shape", "x_rank", "behind", "count", "ones", "axis_shape"))
+    after, node_after = _const_node(env, np.array(axis + 1, np.int64), "after")
+    zero, node_zero = _const_node(env, np.array(0, np.int64), "zero")
+    one, node_one = _const_node(env, np.array([1], np.int64), "one")
+    minus, node_minus = _const_node(env, np.array([-1], np.int64), "minus_one")
+    nodes += [node_after, node_zero, node_one, node_minus,
+              helper.make_node("Shape", [x], [shape]),
+              helper.make_node("Size", [shape], [size]),
+              helper.make_node("Sub", [size, after], [behind]),
+              helper.make_node("Max", [behind, zero], [count]),
+              helper.make_node("Reshape", [count, one], [count + "_1d"]),
+              helper.make_node("Expand", [one, count + "_1d"], [ones]),
+              helper.make_node("Concat", [minus, ones], [out], axis=0)]
+    return out
+
+
+@adapter("QuantizeLinear", 21)
+def _quantize_16bit(node: NodeProto, env: Env) -> list[NodeProto]:
+    """16-bit outputs (opset 21): ``Clip(Round(x / scale) + zero_point)`` in float, cast
+    to the 16-bit type, as the spec defines it (``Round`` rounds half to even, as the
+    kernel). Exact: the integers up to 65535 are floats. Per tensor, or per axis of an ``x``
+    of known rank; no blocks."""
+    x_type, scale_type = env.elem_type(node.input[0]), env.elem_type(_input(node, 1))
+    zp = _input(node, 2)
+    out_type = env.elem_type(zp) if zp else _attr(node, "output_dtype", 0) or None
+    if out_type in _NOT_BEFORE_21:
+        raise Decline(f"QuantizeLinear(19) gives no {_type_name(out_type)} output")
+    if _attr(node, "block_size", 0):
+        raise Decline("QuantizeLinear(19) has no block_size (blocked quantization)")
+    if out_type not in _QUANTIZED_16:
+        return [_set_attrs(node, drop=["output_dtype"])] if not zp and out_type in (
+            None, TensorProto.UINT8) else [node]
+    if x_type not in (TensorProto.FLOAT, TensorProto.FLOAT16) or scale_type not in (
+            TensorProto.FLOAT, TensorProto.FLOAT16):
+        raise Decline("16-bit QuantizeLinear lowered for float or float16 x and scale only")
+    nodes: list[NodeProto] = []
+
+    def wide(name: str, hint: str) -> str:
+        if env.elem_type(name) == TensorProto.FLOAT:
+            return name
+        out = env.fresh(hint)
+        nodes.append(helper.make_node("Cast", [name], [out], to=TensorProto.FLOAT))
+        return out
+
+    x, scale = wide(node.input[0], "x32"), wide(node.input[1], "scale32")
+    zero = wide(zp, "zp32") if zp else None
+    if env.rank(node.input[1]) != 0:  # per axis (or unknown): along `axis` of x
+        shape = _along_axis_shape(node.input[0], _attr(node, "axis", 1), env, nodes)
+        reshaped = []
+        for name in [scale] + ([zero] if zero else []):
+            out = env.fresh("along_axis")
+            nodes.append(helper.make_node("Reshape", [name, shape], [out]))
+            reshaped.append(out)
+        scale, zero = reshaped[0], (reshaped[1] if zero else None)
+    low, high = _QUANTIZED_16[out_type]
+    ratio, rounded = env.fresh("ratio"), env.fresh("rounded")
+    nodes += [helper.make_node("Div", [x, scale], [ratio]),
+              helper.make_node("Round", [ratio], [rounded])]
+    if zero:
+        shifted = env.fresh("shifted")
+        nodes.append(helper.make_node("Add", [rounded, zero], [shifted]))
+        rounded = shifted
+    lo, hi, clipped = env.fresh("low"), env.fresh("high"), env.fresh("clipped")
+    nodes += [helper.make_node("Constant", [], [lo], value=numpy_helper.from_array(
+                  np.array(low, np.float32))),
+              helper.make_node("Constant", [], [hi], value=numpy_helper.from_array(
+                  np.array(high, np.float32))),
+              helper.make_node("Clip", [rounded, lo, hi], [clipped]),
+              helper.make_node("Cast", [clipped], [node.output[0]], to=out_type)]
+    return nodes
+
+
 @adapter("IsInf", 20)
 def _isinf_half(node: NodeProto, env: Env) -> list[NodeProto]:
     if env.elem_type(node.input[0]) not in (TensorProto.FLOAT16, TensorProto.BFLOAT16):

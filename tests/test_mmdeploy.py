@@ -74,6 +74,34 @@ def test_grid_sampler_inside_if_branch(plugins, opset):
     assert not got.any()
 
 
+@pytest.mark.parametrize("ceiling", [13, 15])
+def test_grid_sampler_at_opset_22_for_an_older_ceiling_takes_the_gather_body(plugins, ceiling):
+    """The model imports opset 22; the target runs up to 13 (no GridSample) or 15: the
+    registration for opsets before GridSample is built at the ceiling, converted to 22 for
+    the splice, and the whole model lowered again. Numbers against torch's grid_sample."""
+    torch = pytest.importorskip("torch")
+    model = _grid_model(22, interpolation_mode=0, padding_mode=2, align_corners=1)
+    model.ir_version = 10
+    model.graph.output[0].CopyFrom(vi("output", F32, [2, 3, 4, 6]))
+    result = rewrite(model, [f"opset:{ceiling}"], plugins=plugins, confirm=False,
+                     verify=False, explain=True)
+    out = result.model
+    assert {o.domain: o.version for o in out.opset_import}.get("") == ceiling
+    assert {n.domain for n in out.graph.node} <= {""}
+    onnx.checker.check_model(out, full_check=True)
+    rules = [c["rule"] for item in result.report.explain for c in item["candidates"]
+             if c["accepted"] and c["kind"] == "decomposition"]
+    assert rules == [f"mmdeploy:grid_sampler (bilinear/nearest) -> Gather (before GridSample) "
+                     f"(written at opset {ceiling}, converted to 22)"]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = rng.uniform(-1.2, 1.2, (2, 4, 6, 2)).astype(np.float32)
+    (got,) = run_ort(out, {"input": x, "grid": grid})
+    expected = torch.nn.functional.grid_sample(torch.from_numpy(x), torch.from_numpy(grid),
+                                               padding_mode="reflection", align_corners=True)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-5)
+
+
 # -- MMCVRoiAlign ------------------------------------------------------------------------
 
 

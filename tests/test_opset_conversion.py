@@ -633,3 +633,33 @@ def test_remedy_bodies_are_brought_under_the_ceiling_in_the_same_run(plugins, ce
 def test_dequantize_linear_newer_types_lower_exactly(plugins, text, overrides, opset):
     """Against onnxruntime's own DequantizeLinear-19/21 kernels, bit for bit."""
     convert_and_compare(plugins, text, opset, overrides=overrides, rtol=0, atol=0)
+
+
+_HALVES = np.array([[-2.5, -0.5, 0.5], [1.5, 2.5, 1e6]], np.float32)  # ties and saturation
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("text,overrides", [
+    # float16 x and scale (opset 19), per axis: both cast to float, quantized there
+    ("""<ir_version: 9, opset_import: ["": 19]>
+    g (float16[2,3] x, float16[3] s, int8[3] z) => (int8[2,3] y) {
+        y = QuantizeLinear <axis: int = 1> (x, s, z) }""",
+     {"x": np.array([[-0.625, -0.0625, 0.125], [0.375, 0.625, 6e4]], np.float16),
+      "s": np.array([0.25, 0.125, 3], np.float16),
+      "z": np.array([-3, 0, 7], np.int8)}),
+    # 16-bit outputs (opset 21): per axis with a zero point, and per tensor
+    ("""<ir_version: 10, opset_import: ["": 21]>
+    g (float[2,3] x, float[2] s, uint16[2] z) => (uint16[2,3] y) {
+        y = QuantizeLinear <axis: int = 0> (x, s, z) }""",
+     {"x": _HALVES * 0.5, "s": np.array([0.5, 0.001], np.float32),
+      "z": np.array([3, 65000], np.uint16)}),
+    ("""<ir_version: 10, opset_import: ["": 21]>
+    g (float[2,3] x, float s, int16 z) => (int16[2,3] y) {
+        y = QuantizeLinear (x, s, z) }""",
+     {"x": np.concatenate([_HALVES[:1], -_HALVES[1:]]), "s": np.array(1.0, np.float32),
+      "z": np.array(-7, np.int16)}),
+], ids=["float16-19", "uint16-axis0-21", "int16-21"])
+def test_quantize_linear_newer_types_lower_exactly(plugins, text, overrides, opset):
+    """Against onnxruntime's own QuantizeLinear-19/21 kernels, bit for bit (ties round to
+    even, values beyond the type saturate)."""
+    convert_and_compare(plugins, text, opset, overrides=overrides, rtol=0, atol=0, seeds=(0,))

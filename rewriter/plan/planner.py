@@ -20,6 +20,7 @@ from rewriter.graph.opid import OpId
 from rewriter.graph.typeinfer import infer_node_outputs
 from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
 from rewriter.manager import Plugins
+from rewriter.plan.adapt import adapted_body
 from rewriter.plan.bodies import Declined
 from rewriter.plan.functions import (
     REMEDY_DOMAIN,
@@ -38,6 +39,9 @@ PREFER = ("decompose", "kernel")  # --prefer: which remedy wins when both exist
 CONTRIB_DOMAIN = "ai.onnx.contrib"
 
 _LOWERING_DOMAIN = "rewriter.lowering"
+
+# domains whose nodes the opset-conversion pass lowers itself: no older-opset bodies for them
+_STANDARD = ("", "ai.onnx.ml")
 
 MAX_DEPTH = 4
 
@@ -344,64 +348,110 @@ class Planner:
 
     def _decomposition_candidates(self, finding, opsets, constants, depth, declared=None
                                   ) -> list[Candidate]:
+        """The registrations covering the model's opset, in precedence order, until one is
+        accepted; when none is, for a vendor op, those for older opsets
+        (:meth:`_older_opset`), built there and adapted to the model's opset
+        (:mod:`rewriter.plan.adapt`). (A standard op is lowered by the opset-conversion
+        pass, exactly, rather than by an older body.)"""
         node = finding.node
         model_opset = opsets.get("", 1)
         entries = self._by_op.get((normalize_domain(node.domain), node.op_type), [])
         out: list[Candidate] = []
+        older: list[tuple[DecompositionEntry, int, int]] = []  # (entry, opset, index in out)
         for entry in entries:
-            rule = entry.description or f"{entry.op_type}"
             if not entry.covers(model_opset):
                 lo, hi = entry.opsets
-                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin,
+                                     entry.description or entry.op_type, False,
                                      f"valid for ai.onnx opsets {lo}..{hi or ''}; the model "
                                      f"is at {model_opset}"))
+                written_at = (self._older_opset(entry, model_opset)
+                              if normalize_domain(node.domain) not in _STANDARD else None)
+                if written_at is not None:
+                    older.append((entry, written_at, len(out) - 1))
                 continue
-            ctx = DecompositionContext(node, model_opset, opsets, list(finding.input_types),
-                                       declared=declared if declared is not None else {},
-                                       constants=constants)
-            try:
-                fn = build_function(entry.builder, ctx)
-            except Declined as e:
-                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, str(e)))
-                continue
-            except Exception as e:  # noqa: BLE001 - anything but Declined is the plugin's bug
-                raise self._plugin_bug(entry, finding, f"its builder raised {_one_line(e)} "
-                                       "(a builder declines a node with Declined('why'))") from e
-            if fn is None:
-                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
-                                     "declined (its builder returned None, no reason given)"))
-                continue
-            defect = body_defect(fn, node, self._output_arity(finding))
-            if defect:
-                raise self._plugin_bug(entry, finding, defect)
-            problem = arity_problem(fn, node)
-            if problem:
-                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
-                                     problem))
-                continue
-            problem, nested, types = self._body_problem(fn, finding, opsets, constants, depth)
-            if problem:
-                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, problem))
-                continue
-            inner = []
-            if nested:
-                fn = self._lower_nested(fn, nested, opsets)
-                for choice, inner_finding in nested.values():
-                    inner.append((choice.kind, choice.plugin, choice.rule, inner_finding.op_label))
-                    inner.extend(choice.nested)
-            proven = not any(a.type in (a.GRAPH, a.GRAPHS) for n in fn.node for a in n.attribute)
-            if nested and depth == 0:  # the lowered body's types, as it will be spliced
-                problem, again, types = self._body_problem(fn, finding, opsets, {}, depth)
-                proven = proven and not problem and not again
-            out.append(Candidate(
-                RemedyKind.DECOMPOSITION, entry.plugin, rule, True, "", fn, nested=inner,
-                output_types=tuple(types.get(o) for o in fn.output), proven=proven,
-            ))
-            break
+            out.append(self._decomposition(entry, finding, model_opset, model_opset, opsets,
+                                           constants, depth, declared))
+            if out[-1].accepted:
+                return out
+        for entry, written_at, index in older:
+            candidate = self._decomposition(entry, finding, written_at, model_opset, opsets,
+                                            constants, depth, declared)
+            if not candidate.accepted:
+                candidate.why = f"{out[index].why}; written at {written_at}: {candidate.why}"
+            out[index] = candidate
+            if candidate.accepted:
+                return out
         if not entries:
             out.append(Candidate(RemedyKind.DECOMPOSITION, "-", "-", False,
                                  "no installed plugin registers a decomposition for this op"))
         return out
+
+    def _older_opset(self, entry: DecompositionEntry, model_opset: int) -> int | None:
+        """For a registration whose opsets all lie below the model's, when a target's ai.onnx
+        ceiling is below the model's opset too (the model is lowered anyway): the opset to
+        build its body at, the highest it covers that no target's ceiling is below (None:
+        there is none, no such target, or the registration is for newer opsets)."""
+        lo, hi = entry.opsets
+        if hi is None or hi >= model_opset:
+            return None
+        ceilings = [t.max_opsets[""] for t in self.targets
+                    if t.max_opsets and t.max_opsets.get("") is not None]
+        if not ceilings or min(ceilings) >= model_opset:
+            return None  # the model stays at its opset: its own registrations decide
+        written_at = min([hi, *ceilings])
+        return written_at if written_at >= lo else None
+
+    def _decomposition(self, entry: DecompositionEntry, finding: Finding, written_at: int,
+                       model_opset: int, opsets, constants, depth, declared) -> Candidate:
+        """One registration's candidate for ``finding``: its body built at ai.onnx
+        ``written_at`` (adapted to ``model_opset`` when older), checked against every
+        target."""
+        node = finding.node
+        rule = entry.description or f"{entry.op_type}"
+        build_opsets = opsets if written_at == model_opset else {**opsets, "": written_at}
+        ctx = DecompositionContext(node, written_at, build_opsets, list(finding.input_types),
+                                   declared=declared if declared is not None else {},
+                                   constants=constants)
+        try:
+            fn = build_function(entry.builder, ctx)
+        except Declined as e:
+            return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, str(e))
+        except Exception as e:  # noqa: BLE001 - anything but Declined is the plugin's bug
+            raise self._plugin_bug(entry, finding, f"its builder raised {_one_line(e)} "
+                                   "(a builder declines a node with Declined('why'))") from e
+        if fn is None:
+            return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
+                             "declined (its builder returned None, no reason given)")
+        defect = body_defect(fn, node, self._output_arity(finding))
+        if defect:
+            raise self._plugin_bug(entry, finding, defect)
+        if written_at != model_opset:
+            rule = f"{rule} (written at opset {written_at}, converted to {model_opset})"
+            try:
+                fn = adapted_body(fn, written_at, model_opset)
+            except Declined as e:
+                return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, str(e))
+        problem = arity_problem(fn, node)
+        if problem:
+            return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, problem)
+        problem, nested, types = self._body_problem(fn, finding, opsets, constants, depth)
+        if problem:
+            return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, problem)
+        inner = []
+        if nested:
+            fn = self._lower_nested(fn, nested, opsets)
+            for choice, inner_finding in nested.values():
+                inner.append((choice.kind, choice.plugin, choice.rule, inner_finding.op_label))
+                inner.extend(choice.nested)
+        proven = not any(a.type in (a.GRAPH, a.GRAPHS) for n in fn.node for a in n.attribute)
+        if nested and depth == 0:  # the lowered body's types, as it will be spliced
+            problem, again, types = self._body_problem(fn, finding, opsets, {}, depth)
+            proven = proven and not problem and not again
+        return Candidate(
+            RemedyKind.DECOMPOSITION, entry.plugin, rule, True, "", fn, nested=inner,
+            output_types=tuple(types.get(o) for o in fn.output), proven=proven,
+        )
 
     def _plugin_bug(self, entry: DecompositionEntry, finding: Finding, what: str
                     ) -> PluginError:
