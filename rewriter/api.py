@@ -305,6 +305,7 @@ def rewrite(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
         model_name=str(loaded.path), prefer=prefer,
         base_dir=loaded.base_dir if is_path else None,
+        data_locations=tuple(loaded.external_files) if is_path else None,
     )
     report.verify = verify
     _report_size_and_picture(report, loaded, rewritten, dry_run)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -19,7 +19,7 @@ from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import Detection, detect, find_unsupported, recheck
 from rewriter.errors import EXIT_FINDINGS, RewriterError, UnfixableError
 from rewriter.graph.opid import OpId
-from rewriter.graph.walk import op_counts
+from rewriter.graph.walk import normalize_domain, op_counts
 from rewriter.manager import Plugins
 from rewriter.plan.kinds import RemedyKind
 from rewriter.plan.passes import PassContext, RewritePass, ask_offers, instantiate, run_pass
@@ -209,11 +209,14 @@ def _rewrite_proto(
     model_name: str = "<model>",
     prefer: str = "decompose",
     base_dir=None,
+    data_locations: Collection[str] | None = None,
 ) -> tuple[ModelProto, RewriteReport]:
     """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
 
     ``prefer``: ``"decompose"`` (default: a decomposed model needs nothing at deployment) or
-    ``"kernel"``, for ops that have both remedies."""
+    ``"kernel"``, for ops that have both remedies. ``data_locations``: the external-data
+    files the model names, when the caller knows them (from the load; the validation then
+    does not read every tensor for them)."""
     work = ModelProto()
     work.CopyFrom(model)
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
@@ -265,10 +268,13 @@ def _rewrite_proto(
     main_types: dict[str, str] = {}  # after the rewrite, when the re-check knows them
     pass_ran = False
     taken = taken_names(detections)  # grown with each name the splice makes
+    counts_after: Counter | None = None  # from the plan, when it proves them
+    changed_rounds = 0
     for round_index in range(MAX_ROUNDS):
         report.rounds = round_index + 1
         if not findings:
             break
+        spliced = findings
         for_passes = [f for f in findings if not _decomposed(f, planner)]
         with progress.stage("apply", f"{len(findings)} remedies"):
             retargeted = apply_kernels(work, findings, planner, ctx)
@@ -285,11 +291,13 @@ def _rewrite_proto(
         pass_ran = pass_ran or ran
         if not changed:
             break
+        changed_rounds += 1
         with progress.stage("re-check", "the rewritten nodes"):
             fast = None
             if round_index == 0 and not retargeted and not ran and not unfixable:
                 fast = _recheck(work, targets, detections, findings, planner)
             if fast is not None:
+                counts_after = _counts_from_plan(counts_before, spliced, planner)
                 findings, found_conflicts, checked, main_types = fast
                 conflicts.extend(found_conflicts)
                 report.recheck_scope = (f"{checked} node(s) outside the proven bodies whose "
@@ -301,7 +309,8 @@ def _rewrite_proto(
         left = {id(f): why_not(f, planner.candidates(f, LazyConstants(work), declared))
                 for f in findings if f.node is not None}
         raise UnfixableError(findings, left)
-    counts = op_counts(work)
+    counts = counts_after if changed_rounds == 1 and counts_after is not None else \
+        op_counts(work)
     if cleanup(work, model, counts=counts, original_counts=counts_before):
         counts = op_counts(work)
     report.applied = ctx.applied
@@ -312,9 +321,10 @@ def _rewrite_proto(
         if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
                 and (regions or conflicts)):
             report.verification, report.verification_scope = verify_regions(
-                work, model, regions, declared, conflicts, base_dir, main_types)
+                work, model, regions, declared, conflicts, base_dir, main_types,
+                data_locations)
         else:
-            report.verification = verify(work, model, base_dir)
+            report.verification = verify(work, model, base_dir, data_locations)
             report.verification_scope = "whole model"
             if conflicts and report.verification.get("shape_inference") == "ok":
                 report.verification["shape_inference"] = conflicts[0]
@@ -457,6 +467,40 @@ def _recheck(work: ModelProto, targets, detections: list[Detection], findings, p
         checked = max(checked, result.checked)
         types = types or result.types
     return found, conflicts, checked, types
+
+def _counts_from_plan(before: Counter, spliced: Sequence[Finding], planner: Planner
+                      ) -> Counter | None:
+    """The op counts (:func:`op_counts`) after one round that replaced every finding's node
+    by a proven, simple decomposition body: the counts before, each replaced node taken out
+    and its body's nodes put in, without a walk over the result; None when the plan does
+    not say (a kernel, a body with subgraphs or calls)."""
+    from rewriter.apply.inline import simple_body
+    from rewriter.plan.functions import REMEDY_DOMAIN
+
+    counts = Counter(before)
+    bodies: dict[int, Counter] = {}
+    seen: set[int] = set()
+    for f in spliced:
+        if f.node is None:
+            return None
+        if id(f.node) in seen:
+            continue
+        seen.add(id(f.node))
+        choice = planner.chosen(f, None)
+        if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
+            return None
+        body = bodies.get(id(choice.function))
+        if body is None:
+            if not simple_body(choice.function, REMEDY_DOMAIN):
+                return None
+            body = bodies[id(choice.function)] = Counter(
+                (normalize_domain(n.domain), n.op_type) for n in choice.function.node)
+        counts[(f.domain, f.op_type)] -= 1
+        counts.update(body)
+    if any(n < 0 for n in counts.values()):
+        return None  # not the nodes counted before: count the result
+    return +counts
+
 
 def _decomposed(f: Finding, planner: Planner) -> bool:
     if f.node is None:

@@ -123,6 +123,7 @@ def test_rewrite_at_scale_verifies_regions_and_matches_a_whole_walk(generated, t
     left = {d for d, _ in counts} & {"com.acme", "com.microsoft"}
     assert left == (set() if target == "reference" else {"com.microsoft"})  # it runs those
     assert report.after.nodes == sum(counts.values())
+    assert report.after.ops == pipeline.ModelStats.from_counts(counts).ops  # from the plan
     applied = sum(report.applied.values())
     assert applied == (gen.custom_total if target == "reference"
                        else gen.custom_counts["FusedSwish"])

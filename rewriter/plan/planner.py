@@ -654,6 +654,7 @@ class LazyConstants(Mapping):
     def __init__(self, model: ModelProto) -> None:
         self._model = model
         self._table: dict | None = None
+        self._fed: frozenset[str] | None = None
 
     def _load(self) -> dict:
         if self._table is None:
@@ -671,9 +672,14 @@ class LazyConstants(Mapping):
 
     @property
     def fed(self) -> frozenset[str]:
-        """The main graph's inputs that are not initializers: the values its caller feeds."""
-        graph = self._model.graph
-        return frozenset(i.name for i in graph.input) - {t.name for t in graph.initializer}
+        """The main graph's inputs that are not initializers: the values its caller feeds
+        (read once: the planner asks for every finding, and a big model has 50k
+        initializers)."""
+        if self._fed is None:
+            graph = self._model.graph
+            self._fed = frozenset(i.name for i in graph.input) - {t.name
+                                                                 for t in graph.initializer}
+        return self._fed
 
 
 # ops whose output depends on their input's shape only, not its values (caller_fed)

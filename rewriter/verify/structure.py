@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from onnx import ModelProto
 
@@ -15,18 +15,23 @@ from rewriter.graph.walk import normalize_domain
 
 
 @contextlib.contextmanager
-def _checkable(model: ModelProto, base_dir) -> Iterator[ModelProto | str]:
+def _checkable(model: ModelProto, base_dir, locations: Collection[str] | None = None,
+               ) -> Iterator[ModelProto | str]:
     """What to give onnx's checker for ``model``: the model itself, or, when it has external
     data, the path of a copy in a temporary folder beside empty stand-ins for its data files.
     onnx's checker resolves the locations of an in-memory model against the current
     directory and of a file against the file's folder; the data itself has been validated
     on load (:func:`rewriter.io.model.validate_external_data`) and is never read here. No
-    process-wide state (the working directory) is touched."""
-    from rewriter.graph.walk import iter_tensors
-    from rewriter.io.model import external_data_fields, uses_external_data
+    process-wide state (the working directory) is touched. ``locations``: the data files
+    the model's tensors name, when known (those of the loaded model: a rewrite adds none);
+    else every tensor is read for them."""
+    if locations is None:
+        from rewriter.graph.walk import iter_tensors
+        from rewriter.io.model import external_data_fields, uses_external_data
 
-    locations = {external_data_fields(t).get("location", "") for _, t in iter_tensors(model)
-                 if uses_external_data(t)}
+        locations = {external_data_fields(t).get("location", "")
+                     for _, t in iter_tensors(model) if uses_external_data(t)}
+    locations = set(locations)
     if base_dir is None or not locations:
         yield model
         return
@@ -62,13 +67,14 @@ def _stand_ins(model: ModelProto, folder: str, base_dir, locations: set[str]) ->
     return path
 
 
-def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, str]:
+def verify(model: ModelProto, original: ModelProto, base_dir=None,
+           locations: Collection[str] | None = None) -> dict[str, str]:
     """The full checker and strict, type-checking shape inference; a failure the original
     shares is noted as pre-existing rather than blamed on the rewrite.
 
     ``check_model(full_check=True)`` runs both in one call (its shape inference is strict and
     checks types), so that is all the happy path costs. ``base_dir``: the folder external
-    data is relative to.
+    data is relative to; ``locations``: the data files the model names (see _checkable).
     """
     import onnx
 
@@ -81,7 +87,7 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, 
 
         added = add_imports(m, missing_imports(m))
         try:
-            with _checkable(m, base_dir) as checkable:
+            with _checkable(m, base_dir, locations) as checkable:
                 return check(checkable)
         finally:
             for field_, entry in added:
@@ -110,21 +116,22 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None) -> dict[str, 
 def verify_regions(
     model: ModelProto, original: ModelProto, regions: Mapping[str, Region],
     declared: Mapping, conflicts: Sequence[str] = (), base_dir=None,
-    types: Mapping[str, str] | None = None,
+    types: Mapping[str, str] | None = None, locations: Collection[str] | None = None,
 ) -> tuple[dict[str, str], str]:
     """Verification of a big rewrite without a whole-model full check: the non-full checker
     on the whole model, and the full checker (strict, type-checking shape inference) on
     each rewritten region alone (:func:`region_problem`; ``types``: the main graph's value
     types after the rewrite, for calls whose input types planning did not know).
     ``conflicts`` (from the target re-check: types that changed or disagree) fail it too.
-    Returns the verdicts and what they covered."""
+    ``locations``: the data files the model names (see _checkable). Returns the verdicts
+    and what they covered."""
     import onnx
 
     def first_line(e: Exception) -> str:
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
     def basic(m: ModelProto) -> str:
-        with _checkable(m, base_dir) as checkable:
+        with _checkable(m, base_dir, locations) as checkable:
             try:
                 onnx.checker.check_model(checkable, full_check=False)
             except Exception as e:  # noqa: BLE001 - onnx raises several kinds
