@@ -62,6 +62,8 @@ TARGET = "openvino"
 # plugin rescues more, never lower it to make a change pass.
 RESCUED = frozenset({
     "test_adagrad", "test_adagrad_multiple", "test_adam", "test_adam_multiple",
+    "test_affine_grid_2d_align_corners_expanded", "test_affine_grid_2d_expanded",
+    "test_affine_grid_3d_align_corners_expanded", "test_affine_grid_3d_expanded",
     "test_ai_onnx_ml_array_feature_extractor", "test_ai_onnx_ml_binarizer",
     "test_basic_deform_conv_with_padding", "test_basic_deform_conv_without_padding",
     "test_bitcast_2d_float32_to_int32", "test_bitcast_bool_to_uint8",
@@ -119,6 +121,11 @@ RESCUED = frozenset({
     "test_resize_tf_crop_and_resize_extrapolation_value",
     "test_resize_upsample_scales_linear_half_pixel_symmetric", "test_stft",
     "test_stft_with_window", "test_swiglu", "test_swiglu_alpha", "test_swiglu_float16",
+    "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
+    "test_tfidfvectorizer_tf_batch_onlybigrams_skip5",
+    "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",
+    "test_tfidfvectorizer_tf_only_bigrams_skip0", "test_tfidfvectorizer_tf_onlybigrams_levelempty",
+    "test_tfidfvectorizer_tf_onlybigrams_skip5", "test_tfidfvectorizer_tf_uniandbigrams_skip5",
     "test_training_dropout_zero_ratio", "test_training_dropout_zero_ratio_mask",
     "test_unsqueeze_axis_0", "test_unsqueeze_axis_1", "test_unsqueeze_axis_2",
     "test_unsqueeze_negative_axes", "test_unsqueeze_three_axes", "test_unsqueeze_two_axes",

@@ -279,6 +279,59 @@ def test_known_inexact_translation_is_a_finding_and_the_exact_remedy_runs(plugin
     assert compared.status == "equal", compared.summary()
 
 
+def _static_if_model(size_shape) -> onnx.ModelProto:
+    """y = x * 2 when ``size`` has 4 elements, else x + 1 (an If on Size(size), as AffineGrid's
+    body chooses between 2-D and 3-D)."""
+    four = numpy_helper.from_array(np.array(4, np.int64), "four")
+    then_branch = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["doubled"])], "then", [],
+        [helper.make_tensor_value_info("doubled", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.array(2, np.float32), "two")])
+    else_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["added"])], "else", [],
+        [helper.make_tensor_value_info("added", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.array(1, np.float32), "one")])
+    nodes = [helper.make_node("Size", ["size"], ["n"]),
+             helper.make_node("Equal", ["n", "four"], ["is_2d"]),
+             helper.make_node("If", ["is_2d"], ["y"], then_branch=then_branch,
+                              else_branch=else_branch)]
+    graph = helper.make_graph(nodes, "static_if", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+        helper.make_tensor_value_info("size", TensorProto.INT64, size_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [four])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("size_shape,taken", [([5], "else"), ([4], "then"), (["n"], None)])
+def test_if_whose_condition_is_static_is_replaced_by_its_branch(size_shape, taken):
+    import onnxruntime as ort
+    from rewriter_plugins.static_if import StaticIfPass, known_conditions
+
+    model = _static_if_model(size_shape)
+    known = known_conditions(model)
+    if taken is None:  # the condition depends on the run: nothing folds
+        assert known == {}
+        return
+    assert known == {2: taken == "then"}
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+
+    class Ctx:
+        def record(self, *args):
+            self.recorded = args
+
+    ctx = Ctx()
+    assert StaticIfPass().run(folded, ctx) is folded
+    onnx.checker.check_model(folded, full_check=True)
+    assert "If" not in {n.op_type for n in folded.graph.node}
+    assert ctx.recorded[-1] == f"ai.onnx::If ({taken} branch)"
+    feeds = {"x": np.array([1, -2, 3], np.float32),
+             "size": np.arange(size_shape[0], dtype=np.int64)}
+    before = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    after = ort.InferenceSession(folded.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(before, after)
+
+
 # -- conformance: the rescue count may not drop ----------------------------------------------
 
 

@@ -1,0 +1,201 @@
+"""Pass ``static-if``: an ``If`` of the main graph whose condition is known before the model
+runs is replaced by the branch it takes.
+
+ONNX function bodies choose between forms with an ``If`` on something static: AffineGrid's
+body asks whether ``size`` has 4 elements (2-D) or 5 (3-D). A runtime that converts both
+branches and checks their shapes (OpenVINO's ONNX frontend: "Shapes [2,3,4] and [?,2,3] are
+not consistent") refuses the branch that is never taken. When a finding lies in such an
+``If`` (the node itself or a node of its branches), this pass computes the condition from
+what is known without inputs: constants and initializers, ``Shape``/``Size`` of values whose
+shape is static (onnx's shape inference), and a few deterministic ops over those (evaluated by
+the ONNX reference evaluator, on at most ``LIMIT`` elements each); the ``If`` is then
+replaced by the nodes of the branch taken, its outputs by ``Identity`` of the branch's.
+An ``If`` whose branch would bring a value name the main graph already has is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl
+
+LIMIT = 1024  # elements of a value computed ahead of the run
+# ops computed ahead of the run when all their inputs are known (no subgraphs, no randomness)
+FOLDABLE = frozenset({
+    "Abs", "Add", "And", "Cast", "CastLike", "Concat", "Div", "Equal", "Gather", "Greater",
+    "GreaterOrEqual", "Identity", "Less", "LessOrEqual", "Max", "Min", "Mul", "Neg", "Not",
+    "Or", "ReduceProd", "ReduceSum", "Reshape", "Slice", "Squeeze", "Sub", "Unsqueeze", "Xor",
+})
+_DEFAULT = ("", "ai.onnx")
+_NODE = re.compile(r"^graph/node (\d+)\b")
+
+
+def _static_shapes(model) -> dict[str, list[int]]:
+    """Value name -> its shape, for the values onnx's shape inference gives a static one."""
+    from onnx import shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - shapes are a help: without them fewer Ifs fold
+        inferred = model
+    graph = inferred.graph
+    out = {}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if (value.type.HasField("tensor_type") and tensor.HasField("shape")
+                and all(d.HasField("dim_value") for d in tensor.shape.dim)):
+            out[value.name] = [d.dim_value for d in tensor.shape.dim]
+    return out
+
+
+def _evaluate(node, values: dict, opsets) -> list | None:
+    """The outputs of ``node`` on known ``values`` (reference evaluator), or None."""
+    import numpy as np
+    from onnx import TypeProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = list(dict.fromkeys(i for i in node.input if i))
+    try:
+        inputs = [helper.make_tensor_value_info(
+            n, helper.np_dtype_to_tensor_dtype(values[n].dtype), values[n].shape) for n in names]
+        outputs = [helper.make_value_info(o, TypeProto()) for o in node.output]
+        model = helper.make_model(helper.make_graph([node], "ahead", inputs, outputs),
+                                  opset_imports=opsets)
+        results = ReferenceEvaluator(model).run(None, {n: values[n] for n in names})
+    except Exception:  # noqa: BLE001 - not computable ahead: the If stays
+        return None
+    return [np.asarray(r) for r in results]
+
+
+def known_conditions(model) -> dict[int, bool]:
+    """Index of each main-graph ``If`` whose condition is known before the run -> its value."""
+    import numpy as np
+    from onnx import AttributeProto, numpy_helper
+
+    graph = model.graph
+    ifs = [i for i, n in enumerate(graph.node) if n.op_type == "If" and n.domain in _DEFAULT]
+    if not ifs:
+        return {}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    # the nodes the conditions depend on, in graph order
+    wanted, stack = set(), [graph.node[i].input[0] for i in ifs]
+    while stack:
+        name = stack.pop()
+        node = producer.get(name)
+        if node is None or id(node) in wanted:
+            continue
+        wanted.add(id(node))
+        if node.op_type not in ("Shape", "Size"):
+            stack.extend(i for i in node.input if i)
+    initializers = {t.name: t for t in graph.initializer}
+    values: dict = {}
+    shapes = None
+    opsets = list(model.opset_import)
+    subgraphs = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+    for node in graph.node:
+        if id(node) not in wanted or node.domain not in _DEFAULT:
+            continue
+        for name in node.input:
+            tensor = initializers.get(name)
+            if name and name not in values and tensor is not None and not tensor.external_data \
+                    and int(np.prod(tensor.dims)) <= LIMIT:
+                values[name] = numpy_helper.to_array(tensor)
+        if node.op_type in ("Shape", "Size") and not node.attribute:
+            if shapes is None:
+                shapes = _static_shapes(model)
+            shape = shapes.get(node.input[0])
+            if shape is not None:
+                values[node.output[0]] = (np.array(shape, np.int64) if node.op_type == "Shape"
+                                          else np.array(int(np.prod(shape)), np.int64))
+            continue
+        if node.op_type != "Constant" and (node.op_type not in FOLDABLE or not all(
+                i in values for i in node.input if i)):
+            continue
+        if any(a.type in subgraphs for a in node.attribute):
+            continue
+        results = _evaluate(node, values, opsets)
+        for name, value in zip(node.output, results or []):
+            if name and value.size <= LIMIT:
+                values[name] = value
+    out = {}
+    for i in ifs:
+        value = values.get(graph.node[i].input[0])
+        if value is not None and value.size == 1:
+            out[i] = bool(value.reshape(-1)[0])
+    return out
+
+
+def _branch(node, taken: bool):
+    wanted = "then_branch" if taken else "else_branch"
+    return next(a.g for a in node.attribute if a.name == wanted)
+
+
+def _clashes(model, node, taken: bool) -> bool:
+    """Whether the taken branch makes (or holds as initializer) a value name the main graph
+    has already."""
+    graph = model.graph
+    main = ({o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+            | {t.name for t in graph.initializer}) - set(node.output)
+    branch = _branch(node, taken)
+    inner = {o for n in branch.node for o in n.output} | {t.name for t in branch.initializer}
+    return bool(inner & main)
+
+
+class StaticIfPass(RewritePass):
+    """Replaces an ``If`` whose condition is known before the run by its branch."""
+
+    phase = "legalize"
+
+    def __init__(self) -> None:
+        self._known: dict[int, bool] = {}
+
+    def prepare(self, model, ctx: PassContext) -> None:
+        self._known = {i: taken for i, taken in known_conditions(model).items()
+                       if not _clashes(model, model.graph.node[i], taken)}
+
+    def _if_of(self, finding: Finding) -> int | None:
+        match = _NODE.match(finding.path or "")
+        return int(match.group(1)) if match else None
+
+    def handles(self, finding: Finding, ctx: PassContext) -> bool:
+        return self._if_of(finding) in self._known
+
+    def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
+        index = self._if_of(finding)
+        if index not in self._known:
+            return False, "not in an If whose condition is known before the run"
+        branch = "then" if self._known[index] else "else"
+        return True, (f"the If at graph/node {index} always takes its {branch} branch (its "
+                      "condition is computed from constants and static shapes): the branch "
+                      "replaces it")
+
+    def run(self, model, ctx: PassContext):
+        from onnx import helper
+
+        known = {i: t for i, t in known_conditions(model).items()
+                 if not _clashes(model, model.graph.node[i], t)}
+        if not known:
+            return None
+        graph = model.graph
+        nodes = []
+        for i, node in enumerate(graph.node):
+            if i not in known:
+                nodes.append(node)
+                continue
+            branch = _branch(node, known[i])
+            nodes.extend(branch.node)
+            graph.initializer.extend(branch.initializer)
+            for source, target in zip(branch.output, node.output):
+                if target:
+                    nodes.append(helper.make_node("Identity", [source.name], [target],
+                                                  name=f"{node.name or 'If'}/{target}"))
+            ctx.record("conversion", self.plugin, "static If",
+                       f"ai.onnx::If ({'then' if known[i] else 'else'} branch)")
+        del graph.node[:]
+        graph.node.extend(nodes)
+        return model
+
+
+@hookimpl
+def register_passes(registry):
+    registry.add("static-if", StaticIfPass, phase="legalize")
