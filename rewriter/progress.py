@@ -24,6 +24,8 @@ class Reporter:
 
         self.console = Console(file=stream, highlight=False)
         self.depth = 0
+        self.status: Any = None  # the running stage's spinner
+        self.text = ""  # and its text
 
     @contextlib.contextmanager
     def stage(self, name: str, detail: str = "") -> Iterator[None]:
@@ -35,13 +37,33 @@ class Reporter:
         text = f"{name} {detail}".strip()
         ok = False
         try:
-            with self.console.status(f"{text}…", spinner="dots"):
+            with self.console.status(f"{text}…", spinner="dots") as status:
+                self.status, self.text = status, text
                 yield
             ok = True
         finally:
             self.depth -= 1
+            self.status = None
             mark = "[green]✓[/]" if ok else "[red]✗[/]"
             self.console.print(f"{mark} {text}  {time.perf_counter() - start:.1f}s")
+
+    @contextlib.contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        """One step of the running stage: shown on its spinner, a line when it ends."""
+        status = self.status
+        if status is None:
+            yield
+            return
+        status.update(f"{self.text}: {text}…")
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            status.update(f"{self.text}…")
+            mark = "·" if ok else "[red]✗[/]"
+            self.console.print(f"  {mark} {text}  {time.perf_counter() - start:.1f}s")
 
 
 _reporter: Reporter | None = None
@@ -70,6 +92,15 @@ def stage(name: str, detail: Any = "") -> contextlib.AbstractContextManager:
     if _reporter is None:
         return contextlib.nullcontext()
     return _reporter.stage(name, str(detail) if detail else "")
+
+
+def step(text: str) -> contextlib.AbstractContextManager:
+    """One step of the running stage (a compare run): shown on the stage's spinner with a
+    line of its own when it ends, when progress is on and a stage runs; nothing
+    otherwise."""
+    if _reporter is None:
+        return contextlib.nullcontext()
+    return _reporter.step(text)
 
 
 _timings: list[dict[str, Any]] | None = None  # where timed() records (report timing)

@@ -80,3 +80,16 @@ def test_no_progress_when_piped_or_quiet(outputs):
     strip = lambda s: {k: v if k != "stages" else [x["stage"] for x in v]  # noqa: E731
                        for k, v in json.loads(s).items() if k != "output"}
     assert strip(outputs["pty"][1]) == strip(outputs["piped"][1])
+
+
+def test_each_compare_run_has_a_line_on_a_terminal(tmp_path):
+    """A verified rewrite's compare stage names each run (the original on its oracle, the
+    rewritten model on the target) with its time; piped, none of it."""
+    shown = _run(["rewrite", str(EXAMPLE), "-o", str(tmp_path / "a.onnx")], True)
+    piped = _run(["rewrite", str(EXAMPLE), "-o", str(tmp_path / "b.onnx")], False)
+    assert shown[0] == piped[0] == 0, (shown[2], piped[2])
+    runs = re.findall(r"· (the original on .+?|the rewritten model on .+?)  \d+\.\ds", shown[2])
+    assert any(r.startswith("the original on ") for r in runs), shown[2]
+    assert "the rewritten model on onnxruntime" in runs, shown[2]
+    assert "✓ compare" in shown[2]
+    assert "the original on" not in piped[2] and "✓" not in piped[2]

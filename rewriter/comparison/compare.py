@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rewriter import progress
 from rewriter.comparison.isolation import DEFAULT_TIMEOUT_S, Job, RunResult, shared_runner
 from rewriter.errors import EXIT_BAD_INPUT, RewriterError
 from rewriter.verify.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED, Status
@@ -717,8 +718,9 @@ def compare(
                             else libraries,
                             reference_ops=tuple(reference_ops) + tuple(ops))
 
-        def run(j: Job) -> RunResult:
-            return runner.run(j, timeout)
+        def run(j: Job, what: str = "") -> RunResult:
+            with progress.step(what or f"a run on {j.target}"):
+                return runner.run(j, timeout)
 
         def chain(loaded):
             return runners_for(loaded.model, plugins, custom_op_libraries=custom_op_libraries,
@@ -732,20 +734,25 @@ def compare(
             found = runners_for(original.model, plugins,
                                 custom_op_libraries=custom_op_libraries,
                                 reference_ops=reference_ops, only=original_target, also=specs)
-            chain_entries = list(found.entries)
-            for index, candidate in enumerate(chain_entries):  # (the list may grow)
+            # runtimes asked one by one, up to the first that runs it (each check walks the
+            # whole model); a runtime's refusal at run time may queue its kernel fallback
+            queued, pending = [], iter(found)
+            while queued or (candidate := next(pending, None)) is not None:
+                if queued:
+                    candidate = queued.pop(0)
                 if not isinstance(candidate, Runner):
                     report.oracle_attempts.append(candidate)
                     continue
                 result = run(job(candidate.target, candidate.model, original.base_dir, feeds,
-                                 candidate.reference_ops, candidate.libraries))
+                                 candidate.reference_ops, candidate.libraries),
+                             f"the original on {candidate.label}")
                 report.oracle_attempts.append(
                     {"target": candidate.label, "status": result.kind, "error": result.error})
                 if result.kind == "error":  # a node refused at run time: its kernel next
                     instead = after_refusal(candidate, result.error, plugins,
                                             custom_op_libraries)
                     if instead is not None:
-                        chain_entries.insert(index + 1, instead)
+                        queued.insert(0, instead)
                 if result.ok:
                     want, recast = as_declared_floats(result.outputs, original.model)
                     if recast:
@@ -764,7 +771,8 @@ def compare(
         subject_chain = None
         for spec, target in zip(specs, resolved):
             if target.runs_models and spec not in off_target:
-                result = run(job(spec, subject.model, subject.base_dir, feeds))
+                result = run(job(spec, subject.model, subject.base_dir, feeds),
+                             f"the rewritten model on {spec}")
                 report.targets.append(_judge_target(spec, result, want, tolerances))
                 continue
             subject_chain = subject_chain or chain(subject)
@@ -776,7 +784,8 @@ def compare(
                    or "none")))
             for candidate in subject_chain.runners:
                 result = run(job(candidate.target, candidate.model, subject.base_dir, feeds,
-                                 candidate.reference_ops, candidate.libraries))
+                                 candidate.reference_ops, candidate.libraries),
+                             f"the rewritten model on {candidate.label}")
                 tc = _judge_target(spec, result, want, tolerances)
                 tc.runtime, tc.runner = candidate.label, candidate
                 if result.ok:
@@ -784,7 +793,7 @@ def compare(
             report.targets.append(tc)
 
         if oracle is not None and any(t.status == MISMATCH for t in report.targets):
-            later = chain_entries[chain_entries.index(oracle) + 1:]
+            later = [*queued, *pending]  # the runtimes after the oracle, asked now
             _second_opinion(report, [c for c in later if isinstance(c, Runner)],
                             lambda c: run(job(c.target, c.model, original.base_dir, feeds,
                                               c.reference_ops, c.libraries)),

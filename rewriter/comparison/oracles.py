@@ -21,7 +21,7 @@ costs no child process; the runs themselves happen in :mod:`rewriter.comparison.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,20 +45,41 @@ class Runner:
     libraries: tuple[str, ...] | None = None  # custom-op libraries (None: the caller's)
 
 
-@dataclass
 class Chain:
     """The chain's entries in order: a runner that can run the model, or a runtime left out
-    (``{"target", "status": "skipped", "error"}``: why)."""
+    (``{"target", "status": "skipped", "error"}``: why). Entries are made on demand (each
+    one asks its runtime about the whole model: iterating stops at the first runner that
+    works without asking the runtimes after it); :attr:`entries` makes them all."""
 
-    entries: list[Runner | dict[str, str]]
+    def __init__(self, entries: Iterable[Runner | dict[str, str]] = ()) -> None:
+        self._made: list[Runner | dict[str, str]] = []
+        self._pending: Iterator[Runner | dict[str, str]] | None = iter(entries)
+
+    def __iter__(self) -> Iterator[Runner | dict[str, str]]:
+        i = 0
+        while True:
+            while i >= len(self._made):
+                if self._pending is None:
+                    return
+                entry = next(self._pending, None)
+                if entry is None:
+                    self._pending = None
+                    return
+                self._made.append(entry)
+            yield self._made[i]
+            i += 1
+
+    @property
+    def entries(self) -> list[Runner | dict[str, str]]:
+        return list(self)
 
     @property
     def runners(self) -> list[Runner]:
-        return [e for e in self.entries if isinstance(e, Runner)]
+        return [e for e in self if isinstance(e, Runner)]
 
     @property
     def skipped(self) -> list[dict[str, str]]:
-        return [e for e in self.entries if not isinstance(e, Runner)]
+        return [e for e in self if not isinstance(e, Runner)]
 
 
 def runners_for(
@@ -70,21 +91,26 @@ def runners_for(
     only: str | None = None,
     also: Sequence[str] = (),
 ) -> Chain:
-    """The chain for ``model`` (see the module's docstring).
+    """The chain for ``model`` (see the module's docstring), each entry made when reached.
 
     Args:
         only: a target name (``--original-target``): keep its runners only; a target outside
             the chain is used as it is, unchecked.
         also: more target specs that run models (tried last, as they are).
     """
+    return Chain(_entries(model, plugins, custom_op_libraries, reference_ops, only, also))
+
+
+def _entries(model: ModelProto, plugins: Plugins, custom_op_libraries: Sequence[str],
+             reference_ops: Sequence[type], only: str | None, also: Sequence[str],
+             ) -> Iterator[Runner | dict[str, str]]:
     from rewriter.detect.walker import find_unsupported
 
-    chain = Chain([])
     registry = plugins.registry
     base = only.partition(":")[0] if only else None
     if base and base not in (ONNXRUNTIME, OPENVINO, REFERENCE):
-        chain.entries.append(Runner(only, only, model))
-        return chain
+        yield Runner(only, only, model)
+        return
 
     def target(spec: str, libraries=None, **options):
         from rewriter.detect.targets import TargetOptions, resolve_targets
@@ -95,22 +121,19 @@ def runners_for(
         return resolve_targets(plugins, [spec], opts)[0]
 
     def consider(label: str, spec: str, candidate: ModelProto, ops=(), libraries=None,
-                 **options) -> list:
-        """The target's static findings for ``candidate`` (empty: a runner is added);
-        None when the target cannot be built (not installed)."""
+                 **options) -> tuple[Runner | dict[str, str], list | None]:
+        """The entry for the target, and its static findings for ``candidate`` (empty: a
+        runner); None when the target cannot be built (not installed)."""
         try:
             t = target(spec, libraries, **options)
             findings = find_unsupported(candidate, t)
         except Exception as e:  # noqa: BLE001 - a target that cannot even check is no runner
-            chain.entries.append({"target": label, "status": "skipped",
-                                  "error": f"{type(e).__name__}: {e}"})
-            return None
+            return {"target": label, "status": "skipped",
+                    "error": f"{type(e).__name__}: {e}"}, None
         if not findings:
-            chain.entries.append(Runner(label, spec, candidate, tuple(ops), libraries))
-        else:
-            chain.entries.append({"target": label, "status": "skipped",
-                                  "error": f"cannot run it: {findings_text(findings)}"})
-        return findings
+            return Runner(label, spec, candidate, tuple(ops), libraries), findings
+        return {"target": label, "status": "skipped",
+                "error": f"cannot run it: {findings_text(findings)}"}, findings
 
     def wanted(name: str) -> bool:
         return base is None or base == name
@@ -118,33 +141,33 @@ def runners_for(
     ort_spec = only if base == ONNXRUNTIME else ONNXRUNTIME
     if wanted(ONNXRUNTIME) and ONNXRUNTIME in registry.targets:
         libraries = tuple(dict.fromkeys((*custom_op_libraries, *_extensions())))
-        if consider(ONNXRUNTIME, ort_spec, model, libraries=libraries):
+        entry, findings = consider(ONNXRUNTIME, ort_spec, model, libraries=libraries)
+        yield entry
+        if findings:
             retargeted, why = with_kernels(model, plugins, ort_spec, custom_op_libraries)
             if retargeted is not None:
-                consider(WITH_KERNELS, ort_spec, retargeted)
+                yield consider(WITH_KERNELS, ort_spec, retargeted)[0]
             else:
-                chain.entries.append({"target": WITH_KERNELS, "status": "skipped",
-                                      "error": why})
+                yield {"target": WITH_KERNELS, "status": "skipped", "error": why}
     if wanted(OPENVINO) and OPENVINO in registry.targets and _openvino_installed():
-        consider(OPENVINO, only if base == OPENVINO else OPENVINO, model)
+        yield consider(OPENVINO, only if base == OPENVINO else OPENVINO, model)[0]
     if wanted(REFERENCE) and REFERENCE in registry.targets:
         try:
             from rewriter.plan.kernels import reference_ops as plugin_kernels
 
             ops = tuple(reference_ops) + tuple(plugin_kernels(model, plugins.registry))
         except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be imported
-            chain.entries.append({"target": REFERENCE, "status": "skipped",
-                                  "error": f"{type(e).__name__}: {e}"})
+            yield {"target": REFERENCE, "status": "skipped",
+                   "error": f"{type(e).__name__}: {e}"}
         else:
             label = REFERENCE + (" with plugin kernels" if len(ops) > len(reference_ops)
                                  else "")
             # the worker adds the plugins' kernels itself: the job carries the caller's only
-            consider(label, REFERENCE, model, tuple(reference_ops), reference_ops=ops)
+            yield consider(label, REFERENCE, model, tuple(reference_ops), reference_ops=ops)[0]
     if base is None:
         for spec in also:
             if spec.partition(":")[0] not in (ONNXRUNTIME, OPENVINO, REFERENCE):
-                consider(spec, spec, model)
-    return chain
+                yield consider(spec, spec, model)[0]
 
 
 def after_refusal(runner: Runner, error: str, plugins: Plugins,
