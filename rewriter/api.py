@@ -81,6 +81,7 @@ def check(
     plugins: PluginsLike = None,
     confirm: bool | None = None,
     custom_op_libraries: Sequence[str] = (),
+    report_details: bool = False,
 ) -> CheckReport:
     """List every node each target cannot run.
 
@@ -98,6 +99,8 @@ def check(
             of range) is not a refusal (``TargetResult.confirmation`` says so).
         custom_op_libraries: shared libraries of custom ops to register in onnxruntime
             (``"extensions"`` names onnxruntime-extensions).
+        report_details: fill ``size`` (nodes, initializer and file bytes) for a report
+            (``--json``, ``--report``); a walk over every graph and initializer.
 
     Each target's result carries ``plan``: for every finding (by path and op), the remedy
     ``rewrite`` would apply for that target alone ("decomposition RULE [PLUGIN]", "pass
@@ -133,8 +136,8 @@ def check(
         results.append(result)
     from rewriter.report.size import input_file_bytes, model_size
 
-    return CheckReport(str(loaded.path), results,
-                       model_size(loaded.model, input_file_bytes(loaded)))  # report size
+    size = model_size(loaded.model, input_file_bytes(loaded)) if report_details else None
+    return CheckReport(str(loaded.path), results, size)  # report size
 
 
 def finding_key(finding: Any) -> tuple[str, str]:
@@ -232,6 +235,7 @@ def rewrite(
     allow_unverified: bool = False,
     keep_failed: bool = False,
     strip_provenance: bool = False,
+    report_details: bool = False,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -261,6 +265,9 @@ def rewrite(
         keep_failed: write (and return) a result whose verdict is ``mismatch`` too.
         strip_provenance: leave out which plugin and rule made each node (the model's
             provenance table and the nodes' keys, :mod:`rewriter.apply.provenance`).
+        report_details: fill the report's ``size`` (nodes, initializer and file bytes of
+            the input and the result) and ``picture`` (one replaced node and the nodes that
+            replaced it) for a report (``--json``, ``--report``); walks over both models.
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path, None when
@@ -308,7 +315,8 @@ def rewrite(
         data_locations=tuple(loaded.external_files) if is_path else None,
     )
     report.verify = verify
-    _report_size_and_picture(report, loaded, rewritten, dry_run)
+    if report_details:
+        _report_size_and_picture(report, loaded, rewritten, dry_run)
     log.info("rewrite %s: %d remedy application(s), %d finding(s) left", loaded.path,
              sum(report.applied.values()), len(report.remaining))
     if verify and not dry_run and report.applied:
@@ -356,7 +364,8 @@ def rewrite(
         report.output, report.written = str(written), True
     if not keep:
         return RewriteResult(None, report)
-    _report_output_size(report, rewritten, loaded if is_path else None)
+    if report_details:
+        _report_output_size(report, rewritten, loaded if is_path else None)
     if ir_model is not None:
         import onnx_ir
 

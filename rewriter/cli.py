@@ -328,7 +328,8 @@ def _model_paths(specs: tuple[str, ...]) -> list[str]:
 
 
 def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...],
-               confirm: bool | None, libraries: tuple[str, ...], plugins=None) -> dict:
+               confirm: bool | None, libraries: tuple[str, ...], plugins=None,
+               details: bool = False) -> dict:
     """``check`` of one model as its document's data, or ``{model, ok: False, error,
     exit_code}`` when it could not be checked (run in a worker process for many models)."""
     from rewriter.api import check as run_check
@@ -345,7 +346,7 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
 
         with progress.timed() as stages:  # the report's time per stage
             result = run_check(path, targets, plugins=plugins, confirm=confirm,
-                               custom_op_libraries=libraries)
+                               custom_op_libraries=libraries, report_details=details)
         doc = check_as_dict(result, plugins.registry)
         doc["stages"] = stage_times(stages)
         doc["model"] = path
@@ -364,12 +365,14 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
                 "error": f"internal error: {type(e).__name__}: {first}"}
 
 
-def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plugins
-                ) -> list[dict]:
+def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plugins,
+                details: bool = False) -> list[dict]:
     """Every model's ``check``: in this process for one, in a pool of worker processes
-    (one per core) for many; in the order given."""
+    (one per core) for many; in the order given. ``details``: each model's size, for a
+    report."""
     if len(paths) == 1:
-        return [_check_one(paths[0], targets, plugin_specs, confirm, libraries, plugins)]
+        return [_check_one(paths[0], targets, plugin_specs, confirm, libraries, plugins,
+                           details)]
     import concurrent.futures
     import multiprocessing
 
@@ -377,8 +380,8 @@ def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plu
     context = multiprocessing.get_context("spawn")  # no fork of a process holding runtimes
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers,
                                                 mp_context=context) as pool:
-        futures = [pool.submit(_check_one, p, targets, plugin_specs, confirm, libraries)
-                   for p in paths]
+        futures = [pool.submit(_check_one, p, targets, plugin_specs, confirm, libraries,
+                               None, details) for p in paths]
         return [f.result() for f in futures]
 
 
@@ -487,7 +490,7 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, repo
     plugins = _load_plugins(obj)
     paths = _model_paths(models)
     docs = _check_many(paths, tuple(targets), obj["plugins"], confirm, tuple(libraries),
-                       plugins)
+                       plugins, details=output_format == "json" or bool(report_path))
     if len(docs) == 1 and docs[0].get("error") and output_format in ("text", "json"):
         raise _ModelError(docs[0]["error"], docs[0]["exit_code"])
     doc = _check_document(docs)
@@ -600,7 +603,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             explain=explain, in_place=in_place, confirm=confirm, custom_op_libraries=libraries,
             prefer=prefer, verify=verify, compare_options=compare_options,
             allow_unverified=allow_unverified, keep_failed=keep_failed,
-            strip_provenance=strip_provenance,
+            strip_provenance=strip_provenance, report_details=bool(as_json or report_path),
         )
     report = result.report
     doc = document("rewrite", report.as_dict(), stages=stages)

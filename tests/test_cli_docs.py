@@ -54,17 +54,17 @@ def example_documents(folder: Path) -> dict[str, dict]:
                                   "fixed.onnx")):
             with progress.timed() as stages:  # as the CLI times them; seconds normalized
                 report = rewrite(model, "onnxruntime", output=folder / out,
-                                 plugins=plugins).report
+                                 plugins=plugins, report_details=True).report
             docs[name] = document("rewrite", report.as_dict(), stages=stages)
         with progress.timed() as stages:
             result = check("examples/failing_export.onnx", "onnxruntime", plugins=plugins,
-                           confirm=False)
+                           confirm=False, report_details=True)
         docs["failing-check"] = document("check", check_as_dict(result, plugins.registry),
                                          stages=stages)
         mystery = write_model(folder / "mystery_export.onnx", model_from_text(MYSTERY))
         with progress.timed() as stages:
             result = check(mystery, ["onnxruntime", "openvino"], plugins=plugins,
-                           confirm=False)
+                           confirm=False, report_details=True)
         docs["unfixable-check"] = document("check", check_as_dict(result, plugins.registry),
                                            stages=stages)
     finally:

@@ -83,7 +83,7 @@ def timed_rewrite(plugins, tmp_path_factory):
     start = time.perf_counter()
     with progress.timed() as stages:
         report = rewrite(EXAMPLES / "failing_export.onnx", ["onnxruntime"], output=out,
-                         plugins=plugins).report
+                         plugins=plugins, report_details=True).report
     return report, stages, time.perf_counter() - start
 
 
@@ -93,7 +93,8 @@ def failing_rewrite(timed_rewrite):
 
 
 def test_check_document_validates_and_renders(plugins, schema):
-    result = check(EXAMPLES / "failing_export.onnx", ["onnxruntime"], plugins=plugins)
+    result = check(EXAMPLES / "failing_export.onnx", ["onnxruntime"], plugins=plugins,
+                   report_details=True)
     doc = valid(schema, document("check", check_as_dict(result, plugins.registry)))
     assert doc["schema_version"] == SCHEMA_VERSION and doc["runtimes"]["onnx"]
     page = parse(to_html(doc))
@@ -224,7 +225,7 @@ def test_sizes_count_external_data(plugins, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     report = rewrite(source, "onnxruntime", output=out / "fixed.onnx", plugins=plugins,
-                     verify=False, confirm=False).report
+                     verify=False, confirm=False, report_details=True).report
     size = report.as_dict()["size"]
     assert size["input"]["file_bytes"] == (source.stat().st_size
                                            + (tmp_path / "ext.bin").stat().st_size)
@@ -234,11 +235,19 @@ def test_sizes_count_external_data(plugins, tmp_path):
     weights = sum(numpy_helper.to_array(t, str(tmp_path)).nbytes
                   for t in loaded.graph.initializer)
     assert size["input"]["initializer_bytes"] == weights
-    result = check(source, "onnxruntime", plugins=plugins, confirm=False)
+    result = check(source, "onnxruntime", plugins=plugins, confirm=False,
+                   report_details=True)
     assert check_as_dict(result)["size"]["input"] == size["input"]
     in_memory = check(onnx.load(EXAMPLES / "failing_export.onnx"), "onnxruntime",
-                      plugins=plugins, confirm=False)
+                      plugins=plugins, confirm=False, report_details=True)
     assert check_as_dict(in_memory)["size"]["input"]["file_bytes"] is None
+    # without report_details (the library's default, and the CLI's text output): no walk
+    quiet = rewrite(source, "onnxruntime", output=out / "again.onnx", plugins=plugins,
+                    verify=False, confirm=False).report
+    assert quiet.as_dict()["size"] == {"input": None, "output": None}
+    assert quiet.picture is None
+    assert check_as_dict(check(source, "onnxruntime", plugins=plugins, confirm=False)
+                         )["size"]["input"] is None
 
 
 def test_time_per_stage_is_recorded_once_per_stage(timed_rewrite, schema):
@@ -390,7 +399,8 @@ def test_check_of_many_models_shows_each_models_size_and_time(plugins, schema):
     from rewriter.cli import _check_document, _check_one
 
     paths = [str(EXAMPLES / "failing_export.onnx"), str(EXAMPLES / "new_opset_export.onnx")]
-    docs = [_check_one(p, ("onnxruntime",), (), False, (), plugins) for p in paths]
+    docs = [_check_one(p, ("onnxruntime",), (), False, (), plugins, details=True)
+            for p in paths]
     doc = valid(schema, _check_document(docs))
     for m, path in zip(doc["models"], paths):
         assert m["size"]["input"]["file_bytes"] == os.path.getsize(path)

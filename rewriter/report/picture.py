@@ -10,6 +10,7 @@ regions)."""
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from onnx import ModelProto, NodeProto
@@ -57,20 +58,23 @@ def _by_provenance(original: ModelProto, rewritten: ModelProto, bases: list[str]
     the first with any), with the main-graph nodes named after it (``BASE/<op>_<k>``,
     :mod:`rewriter.apply.provenance`): one pass over the names, none over the values."""
     wanted = set(bases)
+    nodes = rewritten.graph.node
     made: dict[str, list[tuple[int, NodeProto]]] = {}
-    for index, node in enumerate(rewritten.graph.node):
-        name = node.name
+    for index, name in enumerate(map(attrgetter("name"), nodes)):  # names only: fast
         if "/" in name:
             base = name.rpartition("/")[0]
-            if base in wanted and stamp_of(node, table) is not None:  # made for it
-                made.setdefault(base, []).append((index, node))
-    replaced: dict[str, NodeProto] = {}
-    for node in original.graph.node:
-        base = node.name or (node.output[0] if node.output else "")
-        if base in made:
-            replaced.setdefault(base, node)
-    order = sorted((b for b in bases if b in replaced), key=lambda b: len(made[b]) < 2)
-    return (replaced[order[0]], made[order[0]]) if order else None
+            if base in wanted and stamp_of(nodes[index], table) is not None:  # made for it
+                made.setdefault(base, []).append((index, nodes[index]))
+    graph = original.graph.node
+    names = list(map(attrgetter("name"), graph))
+    named = {n: i for i, n in enumerate(names) if n in made}
+    for base in sorted(made, key=lambda b: (len(made[b]) < 2, bases.index(b))):
+        if base in named:
+            return graph[named[base]], made[base]
+        for i, name in enumerate(names):  # an unnamed node's region is its first output
+            if not name and graph[i].output and graph[i].output[0] == base:
+                return graph[i], made[base]
+    return None
 
 
 def _by_walk(original: ModelProto, rewritten: ModelProto
