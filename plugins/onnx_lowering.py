@@ -319,11 +319,14 @@ def build_unsqueeze(ctx) -> FunctionProto | None:
 
 # -- Reduce* with run-time axes, keepdims = 0 ---------------------------------------------
 
-# The reductions without a spec function body (those with one, ReduceL1, ReduceLogSum, ...,
-# are expanded by onnx-functions into a ReduceSum this remedies). Each keepdims = 1 form is
-# written with other ops (the op never appears in its own body): ReduceSum as a sum per
-# listed axis (CumSum, its last slice), ReduceMean on it, ReduceMax and ReduceMin on each other.
-REDUCE_AXES_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+# Each keepdims = 1 form is written with other ops (the op never appears in its own body):
+# ReduceSum as a sum per listed axis (CumSum, its last slice), ReduceMax and ReduceMin on each
+# other, the rest on that sum. (The ops with a spec function body, ReduceL1 ... ReduceSumSquare,
+# are expanded by onnx-functions first; this form is taken when that body's ReduceSum is
+# refused, as OpenVINO refuses one over axes the caller feeds.)
+REDUCE_AXES_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1",
+                   "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+EXACT_REDUCE_AXES_OPS = ("ReduceMax", "ReduceMin")  # the others sum in another order
 
 
 def _listed_axes(b: _Body, rank: int) -> str:
@@ -363,9 +366,21 @@ def _reduce_kept(b: _Body, op_type: str, listed: str, rank: int) -> str:
     if op_type in ("ReduceMax", "ReduceMin"):
         other = "ReduceMin" if op_type == "ReduceMax" else "ReduceMax"
         return b.op("Neg", reduced(other, b.op("Neg", "data")))
-    dims = b.op("Gather", b.op("Shape", "data"), b.cast("axes", TensorProto.INT64), axis=0)
-    count = b.op("CastLike", b.reduce("ReduceProd", dims, [0], keepdims=0), "data")
-    return b.op("Div", reduced("ReduceSum", "data"), count)  # ReduceMean
+    if op_type == "ReduceMean":
+        dims = b.op("Gather", b.op("Shape", "data"), b.cast("axes", TensorProto.INT64), axis=0)
+        count = b.op("CastLike", b.reduce("ReduceProd", dims, [0], keepdims=0), "data")
+        return b.op("Div", reduced("ReduceSum", "data"), count)
+    if op_type == "ReduceL1":
+        return reduced("ReduceSum", b.op("Abs", "data"))
+    if op_type in ("ReduceL2", "ReduceSumSquare"):
+        squares = reduced("ReduceSum", b.op("Mul", "data", "data"))
+        return b.op("Sqrt", squares) if op_type == "ReduceL2" else squares
+    if op_type == "ReduceLogSum":
+        return b.op("Log", reduced("ReduceSum", "data"))
+    # ReduceLogSumExp, as the reference evaluator computes it: the maximum taken out first
+    top = reduced("ReduceMax", "data")
+    return b.op("Add", b.op("Log", reduced("ReduceSum", b.op("Exp", b.op("Sub", "data", top)))),
+                top)
 
 
 @declining
@@ -1692,7 +1707,7 @@ def register_decompositions(registry):
                 for op in REDUCE_AXES_OPS]
     for domain, op_type, builder, opsets, dtypes, note in entries:
         # sums in another order than the op's kernels: ReduceSum, ReduceMean
-        exact = builder is not build_reduce_axes or op_type in ("ReduceMax", "ReduceMin")
+        exact = builder is not build_reduce_axes or op_type in EXACT_REDUCE_AXES_OPS
         registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
                      description=f"onnx-lowering:{op_type}" + (f" ({note})" if note else ""),
                      oracle="reference", samples=samples[op_type])

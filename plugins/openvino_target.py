@@ -220,6 +220,23 @@ def _has_dynamic_rank(ov_model) -> bool:
                for p in ov_model.get_parameters())
 
 
+_REDUCE_OPS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                         "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                         "ReduceSumSquare"})
+
+
+def _rank_follows_fed_axes(query: NodeQuery) -> bool:
+    """A reduction in a decomposition body whose ``axes`` the model's caller feeds (the
+    planner says which; the probe, given no shapes there, would guess its way past it), with
+    ``keepdims = 0``: OpenVINO converts it to an operation of dynamic rank, which its CPU
+    plugin refuses ("ReduceSum operation with dynamic rank")."""
+    node = query.node
+    if query.domain or node.op_type not in _REDUCE_OPS or len(query.inputs) < 2:
+        return False
+    keepdims = next((a.i for a in node.attribute if a.name == "keepdims"), 1)
+    return keepdims == 0 and bool(query.inputs[1]) and query.inputs[1] in query.caller_fed
+
+
 def _blames_subgraph(node, detail: str) -> bool:
     """Whether OpenVINO's refusal of a node with subgraphs names an operation or a node of
     those subgraphs (then the walk reports that node; the If/Loop/Scan itself is fine)."""
@@ -323,6 +340,11 @@ class OpenVINOTarget(Target):
         if inexact is not None:
             return self.finding(query, INEXACT, inexact)
         in_body = "/<body>/" in query.path  # the planner asking about a decomposition body
+        if in_body and _rank_follows_fed_axes(query):
+            return self.finding(query, "no-kernel", (
+                f"{label} over axes the model's caller feeds, keepdims = 0: its output's rank "
+                "depends on their values, and OpenVINO's CPU plugin compiles no operation of "
+                "dynamic rank"))
         if self._model_compiles and not in_body:
             return None  # the whole model compiled (check_model)
         build, key, unranked, guessed = self._probe_model(query, in_body)

@@ -332,6 +332,30 @@ def test_if_whose_condition_is_static_is_replaced_by_its_branch(size_shape, take
     np.testing.assert_array_equal(before, after)
 
 
+@pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceLogSum"])
+def test_reduction_over_axes_the_caller_feeds_runs_on_openvino(plugins, target, op_type):
+    # keepdims = 0 over run-time axes: OpenVINO makes an operation of dynamic rank its CPU
+    # plugin refuses. ReduceLogSum's spec body holds such a ReduceSum (refused inside the
+    # body, where the planner says the axes are fed), so onnx-lowering's form is taken
+    model = model_from_text(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[3, 4, 5] x, int64[2] axes) => (float[4] y) {{
+            y = {op_type} <keepdims: int = 0> (x, axes)
+        }}
+    """)
+    assert [f.op_type for f in find_unsupported(model, target)] == [op_type]
+    result = rewrite(model, ["openvino"], plugins=plugins, verify=False)
+    assert not result.report.remaining
+    assert any(plugin == "onnx-lowering" for (_kind, plugin, _rule, _label)
+               in result.report.applied)
+    x = np.random.default_rng(0).uniform(0.5, 2.0, (3, 4, 5)).astype(np.float32)
+    for axes in ([0, 2], [-1, 0]):  # distinct axes (duplicates are invalid per the spec)
+        compared = compare(model, result.model, ["openvino"],
+                           inputs={"x": x, "axes": np.array(axes, np.int64)},
+                           original_target="onnxruntime", plugins=plugins)
+        assert compared.status == "equal", compared.summary()
+
+
 # -- conformance: the rescue count may not drop ----------------------------------------------
 
 
