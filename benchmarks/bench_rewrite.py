@@ -72,6 +72,7 @@ REWRITE_OVER_FLOOR = 6.0  # rewrite --no-verify, at most this multiple of the fl
 FASTER_THAN_ONNXSCRIPT = 12.0  # and at least this many times faster than onnxscript's rewriter
 PER_NODE_GROWTH = 1.2  # per-node time at 300k over 10k
 RSS_OVER_FLOOR = 3.0  # peak RSS of rewrite over that of the floor (load + save)
+COMPARE_OVER_SESSIONS = 3.0  # compare, over creating and running both onnxruntime sessions
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -605,6 +606,62 @@ def profile_rewrite(path: Path, plugins, label: str) -> dict:
             "file": str(report)}
 
 
+# ------------------------------------------------------------------------- compare
+
+
+def measure_compare(path: Path, plugins) -> dict:
+    """``compare`` of the model with its rewrite on onnxruntime (the oracle: the first
+    runtime that runs the original, here onnxruntime with the bench plugin's kernel for
+    com.acme::FusedSwish), against what it cannot do without: creating an onnxruntime
+    session for each of the two models and running each once on the same generated inputs
+    (the original as the oracle runs it, retargeted to the kernel beforehand). Both in this
+    process, one after the other."""
+    import onnx
+    import onnxruntime as ort
+
+    from rewriter.api import rewrite
+    from rewriter.comparison.compare import compare
+    from rewriter.comparison.oracles import with_kernels
+    from rewriter.comparison.runtime import session
+    from rewriter.io.inputs import generate_inputs
+
+    with tempfile.TemporaryDirectory(dir=OUT, prefix="_bench_compare_") as tmp:
+        out = Path(tmp) / "rewritten.onnx"
+        rewrite(path, [TARGET], output=out, plugins=plugins, confirm=False,
+                **rewrite_options())
+        original = onnx.load(path, load_external_data=False)
+        retargeted, why = with_kernels(original, plugins)
+        if retargeted is None:
+            return {"error": f"onnxruntime cannot run the original with kernels: {why}"}
+        oracle_model = path.with_name(f"_{Path(tmp).name}_kernels.onnx")  # beside its data
+        onnx.save(retargeted, oracle_model)
+        feeds = generate_inputs(original, seed=0)
+        try:
+            gc.collect()
+            start = time.perf_counter()
+            s = session(oracle_model, plugins=plugins)
+            s.run(None, feeds)
+            original_s = time.perf_counter() - start
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            start = time.perf_counter()
+            s = ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])
+            s.run(None, feeds)
+            rewritten_s = time.perf_counter() - start
+            del s
+        finally:
+            oracle_model.unlink()
+        gc.collect()
+        start = time.perf_counter()
+        report = compare(path, out, ["onnxruntime"], plugins=plugins, timeout=3600)
+        compare_s = time.perf_counter() - start
+    sessions = original_s + rewritten_s
+    return {"model": path.name, "sessions_seconds": sessions,
+            "original_session_seconds": original_s, "rewritten_session_seconds": rewritten_s,
+            "compare_seconds": compare_s, "over_sessions": compare_s / sessions,
+            "verdict": report.verdict, "oracle": report.oracle}
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -729,6 +786,16 @@ def print_report(report: dict) -> None:
         print(f"  weights file: {w['small'] / 2**20:.0f} MiB vs {w['big'] / 2**30:.2f} GiB; "
               f"rewrite RSS growth {mem.get('growth_mib', float('nan')):.0f} MiB; rewrite "
               f"RSS / floor RSS {mem.get('rss_over_floor', float('nan')):.2f}")
+    for size, c in report.get("compare", {}).items():
+        if "error" in c:
+            print(f"\ncompare at {_k(size)}: {c['error']}")
+            continue
+        print(f"\ncompare at {_k(size)} ({c['model']}): {c['compare_seconds']:.1f} s, "
+              f"{c['verdict']} (oracle: {c['oracle']}); both onnxruntime sessions created and "
+              f"run once: {c['sessions_seconds']:.1f} s (original "
+              f"{c['original_session_seconds']:.1f}, rewritten "
+              f"{c['rewritten_session_seconds']:.1f}); compare / sessions = "
+              f"{c['over_sessions']:.2f}")
     for label, prof in report.get("profile", {}).items():
         print(f"\nprofile of one rewrite, {label} (cumulative s; {prof['file']}):")
         for name, sec in prof["phases_cumulative_seconds"].items():
@@ -755,6 +822,9 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-sizes", type=ints, default=[100_000, 300_000],
                         help="node counts of the peak-RSS test ('' : skip it)")
     parser.add_argument("--big-gib", type=float, default=1.0)
+    parser.add_argument("--compare-sizes", type=ints, default=[100_000],
+                        help="node counts at which compare is timed against creating and "
+                             "running both onnxruntime sessions ('' : skip it)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile one rewrite per fraction at 100k nodes")
     parser.add_argument("--before", type=Path, default=None,
@@ -813,6 +883,16 @@ def main(argv=None) -> int:
         report["verdicts"][f"memory/{_k(size)}/rss_over_floor"] = {
             "value": ratio, "limit": RSS_OVER_FLOOR,
             "ok": ratio is not None and ratio <= RSS_OVER_FLOOR}
+    for size in args.compare_sizes:
+        path, _ = ensure_model(size, args.fractions[-1], True, args.seed, False)
+        print(f"compare at {_k(size)} against both onnxruntime sessions ...", file=sys.stderr,
+              flush=True)
+        found = report.setdefault("compare", {})[size] = measure_compare(path, plugins)
+        ratio = found.get("over_sessions")
+        report["verdicts"][f"compare/{_k(size)}/over_sessions"] = {
+            "value": ratio, "limit": COMPARE_OVER_SESSIONS, "verdict": found.get("verdict"),
+            "ok": ratio is not None and ratio <= COMPARE_OVER_SESSIONS
+            and found.get("verdict") == "verified"}
     if args.profile:
         report["profile"] = {}
         for fraction in args.fractions:

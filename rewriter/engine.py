@@ -278,8 +278,9 @@ def _rewrite_proto(
         for_passes = [f for f in findings if not _decomposed(f, planner)]
         with progress.stage("apply", f"{len(findings)} remedies"):
             retargeted = apply_kernels(work, findings, planner, ctx)
+            visit: list[int] = []  # what the re-check looks at in the spliced main graph
             work, changed = apply_decompositions(work, findings, planner, ctx, retargeted,
-                                                 regions, taken)
+                                                 regions, taken, visit)
             changed = changed or bool(retargeted)
             ran = False
             for p in passes:
@@ -295,7 +296,7 @@ def _rewrite_proto(
         with progress.stage("re-check", "the rewritten nodes"):
             fast = None
             if round_index == 0 and not retargeted and not ran and not unfixable:
-                fast = _recheck(work, targets, detections, findings, planner)
+                fast = _recheck(work, targets, detections, findings, planner, visit)
             if fast is not None:
                 counts_after = _counts_from_plan(counts_before, spliced, planner)
                 findings, found_conflicts, checked, main_types = fast
@@ -441,7 +442,8 @@ def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candi
         group["paths"].append(finding.path)
 
 
-def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner):
+def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner,
+             visit: Sequence[int] = ()):
     """The target re-check of round one from the plan (:func:`rewriter.detect.recheck`):
     (findings, conflicts, nodes checked), or None when the plan does not prove enough
     (a body with subgraphs, model-local functions, ...)."""
@@ -459,7 +461,7 @@ def _recheck(work: ModelProto, targets, detections: list[Detection], findings, p
                     replaced.setdefault(name, (f, index, inputs))
     found, conflicts, checked, types = [], [], 0, {}
     for target, before in zip(targets, detections, strict=True):
-        result = recheck(work, target, before, replaced, planner.body_outputs)
+        result = recheck(work, target, before, replaced, planner.body_outputs, visit)
         if result is None:
             return None
         found.extend(result.findings)

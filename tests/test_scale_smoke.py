@@ -129,6 +129,37 @@ def test_rewrite_at_scale_verifies_regions_and_matches_a_whole_walk(generated, t
                        else gen.custom_counts["FusedSwish"])
 
 
+def test_recheck_from_the_splice_visits_less_and_finds_the_same(generated, tmp_path,
+                                                                  monkeypatch):
+    """The re-check looks only at the nodes the splice kept and the body nodes making a
+    call's outputs (the positions it recorded), and finds what a pass over every node of
+    the result finds: the same findings, conflicts, checked nodes and types."""
+    import rewriter.engine as pipeline
+    from rewriter.api import rewrite
+    from rewriter.manager import load_plugins
+
+    gen, path = generated
+    monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)
+    seen = []
+    real = pipeline.recheck
+
+    def both(model, target, before, replaced, body_outputs, visit=None):
+        fast = real(model, target, before, replaced, body_outputs, visit)
+        whole = real(model, target, before, replaced, body_outputs)
+        seen.append((len(visit or ()), len(model.graph.node)))
+        assert (fast.findings, fast.conflicts, fast.checked, fast.types) == (
+            whole.findings, whole.conflicts, whole.checked, whole.types)
+        return fast
+
+    monkeypatch.setattr(pipeline, "recheck", both)
+    bench = load_plugins([str(_BENCH_PLUGIN)], autoload=False)
+    report = rewrite(path, ["reference"], output=tmp_path / "out.onnx", plugins=bench,
+                     confirm=False, verify=False).report
+    assert report.ok and report.recheck_scope != "whole model"
+    (visited, nodes), = seen
+    assert gen.main_graph_nodes - gen.custom_total <= visited < nodes  # kept + calls' ends
+
+
 def test_provenance_is_compact_and_names_readable(tmp_path):
     """At 28% custom ops, the provenance (one table in the model's metadata, per-node keys
     where a node's rule is not its region's) is at most 2% of the rewritten model; every

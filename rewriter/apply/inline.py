@@ -37,6 +37,9 @@ class Template:
     refs: list[tuple[int, str, str]]  # (node, attribute, function attribute it refers to)
     key: str | None  # its row of the provenance table (the function's own stamp)
     outputs: frozenset[str]  # the values the body's nodes define
+    # the body nodes that make one of the function's outputs (or none at all): the ones a
+    # re-check of the spliced graph visits (splice_graph's ``visit``)
+    output_nodes: tuple[int, ...] = ()
 
 
 def simple_body(fn: FunctionProto, remedy_domain: str) -> bool:
@@ -92,7 +95,10 @@ def template(fn: FunctionProto, table: ProvenanceTable) -> Template:
             node.ClearField(name)
         bodies.append((ins, outs, node.SerializeToString()))
     outputs = frozenset(o for node in fn.node for o in node.output if o)
-    return Template(fn, bodies, labels, refs, key, outputs)
+    results = set(fn.output)
+    output_nodes = tuple(j for j, node in enumerate(fn.node)
+                         if not any(node.output) or not results.isdisjoint(node.output))
+    return Template(fn, bodies, labels, refs, key, outputs, output_nodes)
 
 
 def region_base(name: str, labels: Iterable[str]) -> str:
@@ -109,10 +115,14 @@ def region_base(name: str, labels: Iterable[str]) -> str:
 
 
 def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
-                 taken: set[str], table: ProvenanceTable) -> int:
+                 taken: set[str], table: ProvenanceTable, visit: list[int] | None = None,
+                 ) -> int:
     """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
     template's nodes, in place; ``taken``: the value names defined anywhere in the model
-    (grown with the new ones). Returns the number of calls replaced.
+    (grown with the new ones). Returns the number of calls replaced. ``visit``: filled with
+    the new positions, in order, of the nodes kept and of the created nodes that make a
+    call's outputs (what a re-check has to look at: the rest are body nodes the plan
+    proved).
 
     The graph's node list is written as protobuf bytes (each kept node serialized, each
     created node encoded from its template's pre-encoded bytes) and parsed back once: a
@@ -125,15 +135,23 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
     put = pieces.append
     encoded: dict[str, bytes] = {}
     count = 0
+    at = 0  # the position in the new node list
     for node in nodes:
         t = templates.get(node.op_type) if node.domain == domain else None
         if t is None:
             data = node.SerializeToString()
             put(_NODE_TAG + _varint(len(data)) + data)
+            if visit is not None:
+                visit.append(at)
+            at += 1
             continue
         count += 1
-        for data in _created(node, t, taken, encoded, table):
+        created = _created(node, t, taken, encoded, table)
+        for data in created:
             put(_NODE_TAG + _varint(len(data)) + data)
+        if visit is not None:
+            visit.extend(at + j for j in t.output_nodes)
+        at += len(created)
     del nodes[:]
     graph.MergeFromString(b"".join(pieces))
     return count

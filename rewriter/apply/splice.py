@@ -78,12 +78,14 @@ def apply_kernels(
 def apply_decompositions(
     model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
     skip: set[int] | frozenset = frozenset(), regions: dict[str, Region] | None = None,
-    taken: set[str] | None = None,
+    taken: set[str] | None = None, visit: list[int] | None = None,
 ) -> tuple[ModelProto, bool]:
     """Retarget every node with an accepted decomposition, then splice them all at once:
     simple bodies directly (:func:`splice_simple`), the rest with onnx's inliner.
     ``regions``: filled with one :class:`Region` per remedy function; ``taken``: every
-    value name the model defines, when the caller knows them (else they are read)."""
+    value name the model defines, when the caller knows them (else they are read);
+    ``visit``: filled as :func:`~rewriter.apply.inline.splice_graph` fills it for the main
+    graph when every call was spliced there (left empty otherwise)."""
     constants = LazyConstants(model)
     functions: dict[str, FunctionProto] = {}
     seen: set[int] = set(skip)  # nodes already given a kernel
@@ -119,9 +121,11 @@ def apply_decompositions(
         return model, False
     _import_domains(model, functions.values())
     forget_shapes(model, produced)
-    left = splice_simple(model, functions, findings, taken)
+    left = splice_simple(model, functions, findings, taken, visit)
     if not left:
         return model, True
+    if visit is not None:
+        visit.clear()  # the inliner renumbers the nodes
     for local in model.functions:  # calls may sit inside model-local functions
         if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in local.opset_import):
             entry = local.opset_import.add()
@@ -131,12 +135,13 @@ def apply_decompositions(
 
 def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
                   findings: list[Finding], taken: set[str] | None = None,
-                  ) -> list[FunctionProto]:
+                  visit: list[int] | None = None) -> list[FunctionProto]:
     """Splice the simple bodies (:mod:`rewriter.apply.inline`) into the main graph and its
     subgraphs at the protobuf level, the created nodes named after the replaced ones, as the
     provenance table lists them (:mod:`rewriter.apply.provenance`). Returns the functions
     left for onnx's inliner (bodies that are not simple, and those still called from
-    model-local functions)."""
+    model-local functions). ``visit``: as :func:`splice_graph` fills it, for the main
+    graph."""
     ops = {(f.domain, f.op_type): f for f in findings}  # one str(OpId) per op, not finding
     table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
     templates = {name: template(fn, table) for name, fn in functions.items()
@@ -147,7 +152,7 @@ def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
                     and f.node.domain == REMEDY_DOMAIN and f.node.op_type in templates})
     if taken is None:
         taken = defined_names([model.graph])
-    done = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table)
+    done = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit)
     if done < expected:  # some calls sit in subgraphs
         subs = [s.graph for s in iter_scopes(model) if s.graph is not None
                 and s.graph is not model.graph]

@@ -174,6 +174,7 @@ Replaced = Mapping[str, tuple[Any, int, Sequence[str]]]
 def recheck(
     model: ModelProto, target: Target, before: Detection, replaced: Replaced,
     body_outputs: Callable[[Any, tuple], Sequence[str | None] | None],
+    visit: Sequence[int] | None = None,
 ) -> Recheck | None:
     """The target re-check of a rewritten model, done only where the rewrite can have
     changed a verdict; None when that cannot be proven (the caller then walks it all).
@@ -187,12 +188,15 @@ def recheck(
     the same walker as :func:`find_unsupported`; a body whose inputs changed type is asked
     of ``body_outputs``. Not for models with local functions (the caller walks those).
     When the runtime refused ``before``'s model (a confirmation), the rewritten model is
-    confirmed again if nothing else is found.
+    confirmed again if nothing else is found. ``visit``: the positions of the main graph's
+    nodes to look at, in order, as the splice gave them (the nodes it kept and the body
+    nodes making a call's outputs; the other body nodes are proven): no pass over every
+    node of the result.
     """
     walker = _Walker(model, target)
     walker.keep_nodes = True
     walker.output_types = before.walker.output_types  # same schemas: reuse the memo
-    result = walker.recheck(before, replaced, body_outputs)
+    result = walker.recheck(before, replaced, body_outputs, visit)
     refused = before.confirmation is not None and before.confirmation.refusal is not None
     if result is not None and refused and not result.findings:
         # the runtime refused the model before: ask it again about the rewritten one (it
@@ -343,7 +347,8 @@ class _Walker:
 
     # -- the re-check of a rewritten model (see :func:`recheck`) ----------------------------
 
-    def recheck(self, before: Detection, replaced: Replaced, body_outputs) -> Recheck | None:
+    def recheck(self, before: Detection, replaced: Replaced, body_outputs,
+                visit: Sequence[int] | None = None) -> Recheck | None:
         model = self.model
         if model.functions or before.walker.functions:
             return None  # calls read their bodies' types: walk those models whole
@@ -365,7 +370,8 @@ class _Walker:
         seen: set[str] = set()
         checked = 0
         # One pass; per node only C-level set operations unless the node needs a verdict.
-        for i, node in enumerate(graph.node):
+        nodes = graph.node
+        for i, node in (((i, nodes[i]) for i in visit) if visit else enumerate(nodes)):
             outputs = node.output
             if special.isdisjoint(outputs):
                 if old_kept.issuperset(outputs):  # a node the rewrite did not touch...
