@@ -168,6 +168,44 @@ def make_model(graph: onnx.GraphProto, opset_imports, **kwargs) -> onnx.ModelPro
     return helper.make_model(graph, opset_imports=opset_imports, **kwargs)
 
 
+NO_TORCH = ("the oracle is torch's own operator and torch is not installed (the dev extra "
+            "installs it on Python 3.11 only)")
+
+
+def skip_where_the_oracle_needs_torch(error: BaseException | str) -> None:
+    """Skip the test when ``error`` (an exception, or an error's text) is torch's absence:
+    the pytorch and mmdeploy plugins' oracles run torch's own operators."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        return
+    if (isinstance(error, ModuleNotFoundError) and error.name == "torch") or (
+            isinstance(error, str) and "No module named 'torch'" in error):
+        pytest.skip(NO_TORCH)
+
+
+def onnxruntime_is_behind_onnx() -> bool:
+    """The installed onnxruntime stops below the newest ai.onnx opset the installed onnx
+    knows (onnxruntime 1.23 with onnx 1.23): an older runtime than the suite's pins."""
+    return onnxruntime_max_opset() < onnx.defs.onnx_opset_version()
+
+
+def skip_where_the_oracle_cannot_run(problems: list[str]) -> None:
+    """Skip the test when every problem is the oracle failing: torch absent, or, on an
+    onnxruntime behind the installed onnx, onnxruntime's own kernel (the oracle) refusing the
+    sample (a form that kernel gained later: 2-bit MatMulNBits, int4 GatherBlockQuantized,
+    GroupQueryAttention's newer inputs, an opset above its ceiling)."""
+    if not problems or not all(p.startswith("oracle: ") for p in problems):
+        return
+    for problem in problems:
+        skip_where_the_oracle_needs_torch(problem)
+    if onnxruntime_is_behind_onnx() and all("[ONNXRuntimeError]" in p for p in problems):
+        import onnxruntime
+
+        pytest.skip(f"onnxruntime {onnxruntime.__version__} cannot run this sample on its own "
+                    f"kernel (the oracle): {problems[0][len('oracle: '):][:160]}")
+
+
 def onnxruntime_refusal(model: onnx.ModelProto) -> str:
     """A regex of what the installed onnxruntime says when it refuses ``model``, a model
     with a node it has no kernel for: that node, unless the model's IR version or ai.onnx

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from rewriter.plan.bodies import Declined, FunctionBuilder, declining, typed_tensor
+from tests.conftest import make_model
 
 DOMAIN = "test.bodies"
 RNG = np.random.default_rng(0)
@@ -30,8 +31,8 @@ def _run(fn: onnx.FunctionProto, feeds: dict[str, np.ndarray], expected: list,
          for n, v in feeds.items()],
         [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(np.asarray(e).dtype),
                                        np.shape(e)) for o, e in zip(outputs, expected)])
-    model = helper.make_model(graph, functions=[fn], opset_imports=[
-        helper.make_opsetid("", opset), helper.make_opsetid(DOMAIN, 1)])
+    model = make_model(graph, [helper.make_opsetid("", opset), helper.make_opsetid(DOMAIN, 1)],
+                       functions=[fn])
     onnx.checker.check_model(model, full_check=True)
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
