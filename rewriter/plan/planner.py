@@ -533,7 +533,8 @@ class Planner:
                 # a body's values are not the model's: builders see no constants there
                 sub = self._decomposition_candidates(inner_finding, body_opsets, {}, depth + 1)
                 chosen = next((c for c in sub if c.accepted), None)
-                if chosen is None and self._lowered_later(inner_finding):
+                if chosen is None and self._lowered_later(
+                        inner_finding, _as_spliced(inner, fn, finding.node)):
                     continue  # spliced at the model's opset, lowered with the whole model
                 if chosen is None:
                     return (f"its body uses {inner_finding.op_label}, which {target.name} "
@@ -544,13 +545,19 @@ class Planner:
                 fed.update(o for o in inner.output if o)
         return None, nested, types
 
-    def _lowered_later(self, finding: Finding) -> bool:
+    def _lowered_later(self, finding: Finding, spliced: NodeProto | None = None) -> bool:
         """Whether a body node that is only too new for a target's opset ceiling is one a
         pass lowers: bodies are written once at the model's opset and spliced there, and
         the model, bodies included, is then brought under the ceiling as a whole (the
-        model's own opset import is then above the ceiling too, so that pass runs)."""
+        model's own opset import is then above the ceiling too, so that pass runs).
+        ``spliced``: the node as it reads the model's values once spliced (the pass then
+        sees their declared shapes, e.g. the rank GridSample-20's lowering needs)."""
         if finding.reason != "opset-too-new":
             return False
+        if spliced is not None:
+            import dataclasses
+
+            finding = dataclasses.replace(finding, node=spliced)
         return any(ask_offers(p, finding, self.pass_ctx)[0]
                    for p in self.passes)
 
@@ -612,6 +619,21 @@ class Planner:
             plan.name = f"{finding.op_type}_{self._named}"
             self._named += 1
         return plan.name
+
+def _as_spliced(inner: NodeProto, fn: FunctionProto, node: NodeProto) -> NodeProto:
+    """A copy of body node ``inner`` reading and writing the names it will have once ``fn``
+    replaces ``node``: its formal inputs and outputs become the node's own; the body's
+    other values get names no model value has."""
+    renamed = dict(zip(fn.input, node.input))
+    renamed.update(zip(fn.output, node.output))
+    out = NodeProto()
+    out.CopyFrom(inner)
+    for names in (out.input, out.output):
+        spliced = [renamed.get(n, f"{n}\x00<body>") if n else n for n in names]
+        del names[:]
+        names.extend(spliced)
+    return out
+
 
 def _fingerprints(reads: tuple, node: NodeProto, constants, declared) -> tuple:
     """What each read of a plan's builders sees for ``node`` (a digest of the value)."""
