@@ -355,11 +355,10 @@ def plan_findings(planner: Planner, findings: Sequence[Finding], constants,
     relevant_pass: set[int] = set()
     typed_later: list[Finding] = []
     explained: dict[tuple, dict] = {}
-    answers: dict[int, tuple] = {}  # id(candidates) -> (candidates, answers), per plan
     for f in findings:
         candidates = planner.candidates(f, constants, declared)
         if explain:
-            _explain(explained, f, candidates, answers)
+            _explain(explained, f, candidates)
         if not any(c.accepted for c in candidates):
             unfixable.append(f)
             why[id(f)] = why_not(f, candidates)
@@ -420,23 +419,18 @@ def pipeline(plugins: Plugins, targets: Sequence[Target], config: Mapping[str, A
     return passes
 
 
-def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candidate],
-             memo: dict[int, tuple]) -> None:
+def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candidate]) -> None:
     """Add ``finding`` to the ``--explain`` groups: findings of one op whose remedies
-    answered alike are one entry (``count``, ``paths``), with every candidate's answer.
-    ``memo`` keeps the answers per candidate list (one per plan, shared by its findings)."""
-    known = memo.get(id(candidates))
-    if known is None:
-        answers = [{"kind": c.kind, "plugin": c.plugin, "rule": c.rule,
-                    "accepted": c.accepted, "why": c.why} for c in candidates]
-        known = memo[id(candidates)] = (candidates, answers,
-                                        tuple(tuple(a.values()) for a in answers))
-    _, answers, answered = known
-    key = (finding.target, finding.op_label, finding.reason, finding.detail, answered)
+    answered alike are one entry (``count``, ``paths``), with every candidate's answer
+    (as dicts, made once per group)."""
+    answered = tuple([(c.kind, c.plugin, c.rule, c.accepted, c.why) for c in candidates])
+    key = (finding.target, finding.domain, finding.op_type, finding.version, finding.reason,
+           finding.detail, answered)
     group = groups.get(key)
     if group is None:
         groups[key] = {"finding": finding.as_dict(), "count": 1, "paths": [finding.path],
-                       "candidates": [dict(a) for a in answers]}
+                       "candidates": [{"kind": k, "plugin": p, "rule": r, "accepted": a,
+                                       "why": w} for k, p, r, a, w in answered]}
     else:
         group["count"] += 1
         group["paths"].append(finding.path)
