@@ -66,9 +66,10 @@ _TYPE_WORDS = re.compile(r"DatumType|datum type|element type|not supported for t
 # given to the input changes that
 _CONSTANT_WORDS = re.compile(r"\bconst(ant)?\b|is variable|known scalar|constant input",
                              re.IGNORECASE)
-# ops whose first input may be one tract wants the value of (a shape, a bound); of every
-# other op, the first input is the data and the value wanted is of another
-_VALUE_FIRST = frozenset({"ConstantOfShape", "Range"})
+# ops whose first input may be one tract wants the value of (a shape, a bound, a size); of
+# every other op, the first input is the data and the value wanted is of another
+_VALUE_FIRST = frozenset({"ConstantOfShape", "Range", "HammingWindow", "HannWindow",
+                          "BlackmanWindow"})
 # ONNX element types tract loads (TensorProto: float, uint8, int8, uint16, int16, int32, int64,
 # string, bool, float16, double, uint32, uint64)
 _TRACT_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
@@ -138,24 +139,30 @@ def runnable(model_bytes: bytes, feeds=None):
         raise RuntimeError(f"{stage}: {clean_message(str(e))}") from None
 
 
-def probe(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
+def probe(model_bytes: bytes, op_label: str, whole: bool = False) -> tuple[str, str] | None:
     """What tract says about a small model: None if it loads, types and optimizes; else
-    (reason, detail). Asked in the probe worker (:class:`_ProbeWorker`): tract panics on
-    some models, and a panic across its C API aborts the process."""
+    (reason, detail). ``whole``: a whole model, whose outputs tract must also be able to
+    hand out. Asked in the probe worker (:class:`_ProbeWorker`): tract panics on some
+    models, and a panic across its C API aborts the process."""
     global _WORKER
     if _WORKER is None:
         _WORKER = _ProbeWorker()
-    return _WORKER.ask(model_bytes, op_label)
+    return _WORKER.ask(model_bytes, op_label, whole)
 
 
-def probe_here(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
+def probe_here(model_bytes: bytes, op_label: str, whole: bool = False
+               ) -> tuple[str, str] | None:
     """:func:`probe` in this process."""
     try:
-        runnable(model_bytes)
+        model = runnable(model_bytes)
     except RuntimeError as e:
         stage, _, message = str(e).partition(": ")
     else:
-        return None
+        if whole:
+            return _shape_outputs(model_bytes) or (
+                _run_on_zeros(model, model_bytes) if len(model_bytes) <= _ZERO_RUN_BYTES
+                else None)
+        return _run_on_zeros(model, model_bytes)
     missing = re.search(r"Unimplemented\(([\w.]+)\)", message)
     if missing:
         return ("no-kernel", f"tract has no ONNX operator {missing.group(1)} (it loads "
@@ -165,6 +172,63 @@ def probe_here(model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
     if stage == "load":
         return ("invalid-node", f"tract's ONNX loader cannot load it: {message}")
     return ("runtime-refused", f"tract cannot {_STAGES[stage]} it: {message}")
+
+
+# element types a probe is run on (zeros): floats, where no value of an input is an index,
+# a shape or a divisor tract could refuse
+_ZERO_RUN_TYPES = {1: "float32", 10: "float16", 11: "float64"}
+_ZERO_RUN_BYTES = 4 * 2**20  # a whole model is run on zeros up to this size
+_FAILS_RUNNING = "tract types and optimizes it, but fails running it"
+_ELEMENTWISE = frozenset({"Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "IsInf", "IsNaN",
+                          "Log", "Neg", "Reciprocal", "Relu", "Round", "Sigmoid", "Sign",
+                          "Sin", "Sqrt", "Tanh"})
+
+
+def _run_on_zeros(model, model_bytes: bytes) -> tuple[str, str] | None:
+    """Run a probe (one node, or a small whole model) once on zeros when every input is a
+    float tensor of a known shape: tract types some nodes it cannot evaluate (0.23.9:
+    ``IsNaN`` and ``IsInf`` of double)."""
+    import numpy as np
+    from onnx import ModelProto
+
+    graph = ModelProto.FromString(model_bytes).graph
+    # an element-wise op runs on any shape: one element stands for unknown dimensions
+    elementwise = len(graph.node) == 1 and not graph.node[0].domain and \
+        graph.node[0].op_type in _ELEMENTWISE and not graph.initializer
+    feeds = []
+    for value in graph.input:
+        tensor = value.type.tensor_type
+        dims = list(tensor.shape.dim) if tensor.HasField("shape") else None
+        dtype = _ZERO_RUN_TYPES.get(tensor.elem_type)
+        if dtype is None:
+            return None
+        if dims is not None and all(d.HasField("dim_value") for d in dims):
+            feeds.append(np.zeros([d.dim_value for d in dims], dtype))
+        elif elementwise:
+            feeds.append(np.zeros([1] * len(dims) if dims is not None else [1], dtype))
+        else:
+            return None
+    try:
+        model.run(feeds)
+    except Exception as e:  # noqa: BLE001 - tract's TractError
+        return ("runtime-refused", f"{_FAILS_RUNNING}: {clean_message(str(e))}")
+    return None
+
+
+def _shape_outputs(model_bytes: bytes) -> tuple[str, str] | None:
+    """tract types a shape computed from shapes (``Shape``, ``Size`` and what follows them,
+    casts included) as ``TDim``, which its API cannot hand out: a model with such an output
+    loads but fails when its outputs are read."""
+    from onnx import ModelProto
+
+    typed = load(model_bytes).into_model()
+    names = [o.name for o in ModelProto.FromString(model_bytes).graph.output]
+    shaped = [repr(n) for i, n in enumerate(names)
+              if i < typed.output_count() and str(typed.output_fact(i)).endswith("tdim")]
+    if not shaped:
+        return None
+    return ("runtime-refused", f"tract computes the model's output(s) {', '.join(shaped)} as "
+            "shapes (TDim), a type its API cannot hand out")
 
 
 _STAGES = {"load": "load", "typing": "type", "optimizing": "optimize"}
@@ -195,13 +259,14 @@ class _ProbeWorker:
              "probe_server()\n"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.stderr, env=env)
 
-    def ask(self, model_bytes: bytes, op_label: str) -> tuple[str, str] | None:
+    def ask(self, model_bytes: bytes, op_label: str, whole: bool = False
+            ) -> tuple[str, str] | None:
         import select
         import struct
 
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-        request = pickle.dumps((model_bytes, op_label))
+        request = pickle.dumps((model_bytes, op_label, whole))
         ready = [self.proc.stdout]  # an error writing: the child is gone, not slow
         try:
             self.proc.stdin.write(struct.pack("<Q", len(request)) + request)
@@ -253,8 +318,8 @@ def probe_server() -> None:
         header = stdin.read(8)
         if len(header) < 8:
             return
-        model_bytes, op_label = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
-        answer = pickle.dumps(probe_here(model_bytes, op_label))
+        model_bytes, op_label, whole = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
+        answer = pickle.dumps(probe_here(model_bytes, op_label, whole))
         stdout.write(struct.pack("<Q", len(answer)) + answer)
         stdout.flush()
 
@@ -305,9 +370,15 @@ class TractTarget(Target):
         self._constants = model_constants(model)
         self._graph_inputs = {i.name for i in model.graph.input} - set(self._constants)
         self._shapes = {}
-        self._model_runs = self._whole_model_runs(model)
+        verdict = self._whole_model_verdict(model)
+        # outputs typed as shapes: every node runs, the model's outputs cannot be read
+        shaped = verdict is not None and "as shapes (TDim)" in verdict[1]
+        self._model_runs = verdict is None or shaped
         if not self._model_runs and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
             self._shapes = inferred_shapes(model)
+        if shaped:
+            return [Finding(target=self.name, path="model", domain="", op_type="",
+                            version=None, reason=verdict[0], detail=verdict[1])]
         return [] if self._model_runs else self._interface_findings(model)
 
     def _interface_findings(self, model) -> list[Finding]:
@@ -329,26 +400,33 @@ class TractTarget(Target):
                         "datum type for"))
         return out
 
-    def _whole_model_runs(self, model) -> bool:
+    def _whole_model_verdict(self, model) -> tuple[str, str] | None:
+        """tract's verdict on the whole model (None: it runs), when it is small enough to
+        ask; else a placeholder refusal (the nodes are probed one by one)."""
         from rewriter.plugin import iter_tensors
 
+        too_big = ("runtime-refused", "not asked: the model is too large to type whole")
         if len(model.graph.node) > _WHOLE_MODEL_MAX_NODES:
-            return False
+            return too_big
         if model.ByteSize() > CONFIRM_BY_DEFAULT_BELOW:
-            return False
+            return too_big
         if any(external(t) for _, t in iter_tensors(model)):
-            return False
+            return too_big
         data = model.SerializeToString()
         key = ("model", hashlib.sha256(data).digest())
         if key not in _VERDICTS:
-            _VERDICTS[key] = probe(data, "the model")
-        return _VERDICTS[key] is None
+            _VERDICTS[key] = probe(data, "the model", whole=True)
+        return _VERDICTS[key]
 
     # -- per node -----------------------------------------------------------------------------
 
     def check_node(self, query: NodeQuery) -> Finding | None:
         node = query.node
         in_body = "/<body>/" in query.path  # the planner asking about a decomposition body
+        if self._training_dropout(query, in_body):
+            return self.finding(query, "runtime-refused", "tract runs Dropout in training "
+                                "mode only with a ratio of 0 (its training_mode is not a "
+                                "constant false, its ratio not a constant 0)")
         if self._model_runs and not in_body:
             return None
         label = f"{query.domain or 'ai.onnx'}::{node.op_type}"
@@ -371,16 +449,42 @@ class TractTarget(Target):
                 return None
         return self.finding(query, verdict[0], verdict[1])
 
+    def _training_dropout(self, query: NodeQuery, in_body: bool) -> bool:
+        """A Dropout in training mode (a constant true) with a non-zero ratio (a constant, or
+        the default): tract types and optimizes it, and refuses it only when it runs."""
+        if query.domain or query.node.op_type != "Dropout" or len(query.inputs) < 3 or \
+                not query.inputs[2]:
+            return False
+        import numpy as np
+        from onnx import numpy_helper
+
+        constants = query.constants if in_body else self._constants
+
+        def value(name):
+            tensor = constants.get(name) if name else None
+            return None if tensor is None or external(tensor) else numpy_helper.to_array(
+                tensor)
+
+        training = value(query.inputs[2])
+        ratio = value(query.inputs[1]) if query.inputs[1] else 0.5  # the default
+        # values fed when it runs decide: a rewrite could not do better (no form of a
+        # random draw tract loads), and a ratio fed as 0 runs
+        return training is not None and bool(training.any()) and ratio is not None and \
+            bool(np.any(ratio))
+
     def _fed(self, query: NodeQuery, in_body: bool) -> bool:
         """Whether some non-constant input of the node is an input of the main graph (its
         value is known only when the model runs). In a decomposition body: whether some
         input is computed from such a value (the planner's ``caller_fed``): a body that
         keeps it dynamic where tract wants a constant is declined, and another remedy
         tried."""
-        wanted = query.inputs if query.node.op_type in _VALUE_FIRST else query.inputs[1:]
         if in_body:
+            # the refusal is about an input other than the data (its first input), unless
+            # the first is a size or a bound itself
+            wanted = query.inputs if query.node.op_type in _VALUE_FIRST else query.inputs[1:]
             return any(n in query.caller_fed and n not in query.constants for n in wanted)
-        return any(n in self._graph_inputs for n in wanted if n and n not in self._constants)
+        return any(n in self._graph_inputs for n in query.inputs
+                   if n and n not in self._constants)
 
     def _with_guessed_ranks(self, build, label: str, verdict, in_body: bool):
         """An input of unknown rank: the node runs if tract types it with some common rank
@@ -394,9 +498,9 @@ class TractTarget(Target):
         for rank in _GUESSED_RANKS:
             answer = probe(build(rank).SerializeToString(), label)
             if answer is None or answer[0] == "no-kernel" or \
-                    _CONSTANT_WORDS.search(answer[1]):
-                return answer  # it runs; or, typed at last, tract has no such op or wants
-                # an input's value
+                    _CONSTANT_WORDS.search(answer[1]) or _FAILS_RUNNING in answer[1]:
+                return answer  # it runs; or, typed at last, tract has no such op, wants
+                # an input's value or cannot evaluate it
             shape_bound = shape_bound or _SHAPE_WORDS.search(answer[1]) is not None
         return None if shape_bound else verdict
 
@@ -625,6 +729,7 @@ def register_targets(registry):
 
 @hookimpl
 def register_decompositions(registry):
-    from rewriter_plugins import static_axis
+    from rewriter_plugins import float_classes, static_axis
 
     static_axis.register(registry)
+    float_classes.register(registry)

@@ -175,3 +175,105 @@ def test_conformance_rescue_on_tract():
     assert not lost, f"no longer rescued: {lost}\n{failures}"
     assert set(result.running) == bench.RUNNING_SAMPLE
     assert not result.changed and not result.rewritten_running, result.changed
+
+
+# -- what the caller feeds, attribute references in nested bodies, refusals at run time ----------
+
+def _cumulative(op: str, opset: int) -> onnx.ModelProto:
+    return model_from_text(f"""
+        <ir_version: 10, opset_import: ["" : {opset}]>
+        g (float[2, 3, 4] x, int64 axis) => (float[2, 3, 4] y) {{
+            y = {op} <exclusive = 1, reverse = 1> (x, axis)
+        }}
+    """)
+
+
+@pytest.mark.parametrize("op,opset,oracle", [
+    ("CumSum", 14, lambda x, k: np.flip(np.cumsum(np.flip(x, k), k) - np.flip(x, k), k)),
+    ("CumProd", 26, None),
+])
+def test_an_axis_the_caller_feeds_is_dispatched_to_constant_axes(plugins, target, op, opset,
+                                                                 oracle):
+    # tract types CumSum only with a constant axis, and the CumProd body of onnx-lowering
+    # reshapes to a shape computed from the axis: with the axis a graph input, both are
+    # declined and the per-axis form (plugins/static_axis.py) chosen, which tract runs
+    model = _cumulative(op, opset)
+    result = rewrite(model, ["tract"], plugins=plugins, verify=False)
+    assert {p for (_k, p, _r, label) in result.report.applied if op in label} == {"tract"}
+    assert find_unsupported(result.model, target) == []
+    run = target.prepare(result.model, None)
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (2, 3, 4)).astype(np.float32)
+    from onnx.reference import ReferenceEvaluator
+
+    for k in (0, 1, 2, -1):
+        axis = np.array(k, np.int64)
+        (expected,) = ReferenceEvaluator(model).run(None, {"x": x, "axis": axis})
+        if oracle is not None:
+            np.testing.assert_allclose(expected, oracle(x, k), rtol=1e-5)
+        np.testing.assert_allclose(run({"x": x, "axis": axis})["y"], expected, rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_nested_bodies_see_the_attributes_the_node_gives(plugins, target):
+    # SoftmaxCrossEntropyLoss's spec body calls NegativeLogLikelihoodLoss with
+    # ignore_index = @ignore_index, reduction = @reduction; that nested body was built with
+    # ignore_index 0 and reduction mean (a 0.5 error on tract, a rank error for 'none')
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 13]>
+        g (float[3, 5, 2] x, int64[3, 2] labels) => (float[3, 2] loss, float[3, 5, 2] lp) {
+            loss, lp = SoftmaxCrossEntropyLoss <ignore_index = 2, reduction = "none"> (x, labels)
+        }
+    """)
+    result = rewrite(model, ["tract"], plugins=plugins, verify=False)
+    x = np.random.default_rng(1).standard_normal((3, 5, 2)).astype(np.float32)
+    labels = np.array([[2, 0], [1, 2], [4, 3]], np.int64)
+    # the op's documentation: loss = -log_softmax(x)[n, labels[n, d], d], 0 where ignored
+    log_prob = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    picked = np.take_along_axis(log_prob, labels[:, None, :], axis=1)[:, 0, :]
+    expected = np.where(labels == 2, 0.0, -picked)
+    got = target.prepare(result.model, None)({"x": x, "labels": labels})
+    np.testing.assert_allclose(got["loss"], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["lp"], log_prob, rtol=1e-5, atol=1e-6)
+
+
+def test_refusals_only_a_run_shows_are_findings(target):
+    # a shape as the model's output (tract hands it out as TDim, which its API cannot
+    # return) and a Dropout in training mode with the default ratio both type and optimize
+    shape = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (int64[2] y) { y = Shape(x) }
+    """)
+    (finding,) = find_unsupported(shape, target)
+    assert finding.path == "model" and "'y'" in finding.detail and "TDim" in finding.detail
+    dropout = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) {
+            t = Constant <value = bool {1}> ()
+            y = Dropout (x, , t)
+        }
+    """)
+    (finding,) = find_unsupported(dropout, target)
+    assert finding.op_type == "Dropout" and "training mode" in finding.detail
+
+
+def test_a_node_tract_types_but_cannot_evaluate_is_found_and_rewritten(plugins, target):
+    # tract 0.23.9 types IsNaN and IsInf of double and fails evaluating them: the probe runs
+    # the one-node model once on zeros; the comparisons of plugins/float_classes.py run
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 20]>
+        g (double[2, 4] x) => (bool[2, 4] n, bool[2, 4] i) {
+            n = IsNaN(x)
+            i = IsInf <detect_negative = 0> (x)
+        }
+    """)
+    findings = find_unsupported(model, target)
+    if not findings:
+        pytest.skip("this tract evaluates IsNaN and IsInf of double")
+    assert {f.op_type for f in findings} == {"IsNaN", "IsInf"}
+    assert all("fails running it" in f.detail for f in findings)
+    result = rewrite(model, ["tract"], plugins=plugins, verify=False)
+    assert find_unsupported(result.model, target) == []
+    x = np.array([[np.nan, np.inf, -np.inf, 0.0], [-0.0, 1.5, -2.0, 1e300]])
+    got = target.prepare(result.model, None)({"x": x})
+    np.testing.assert_array_equal(got["n"], np.isnan(x))
+    np.testing.assert_array_equal(got["i"], np.isposinf(x))
