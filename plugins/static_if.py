@@ -147,22 +147,34 @@ class StaticIfPass(RewritePass):
     phase = "legalize"
 
     def __init__(self) -> None:
-        self._known: dict[int, bool] = {}
+        self._model = None
+        self._known: dict[int, bool] | None = None
 
     def prepare(self, model, ctx: PassContext) -> None:
-        self._known = {i: taken for i, taken in known_conditions(model).items()
-                       if not _clashes(model, model.graph.node[i], taken)}
+        self._model, self._known = model, None  # computed when a finding in an If is asked
 
     def _if_of(self, finding: Finding) -> int | None:
+        """The index of the main-graph If that ``finding`` lies in (or is), if it is one whose
+        condition is known before the run."""
         match = _NODE.match(finding.path or "")
-        return int(match.group(1)) if match else None
+        model = self._model
+        if not match or model is None:
+            return None
+        index = int(match.group(1))
+        nodes = model.graph.node
+        if index >= len(nodes) or nodes[index].op_type != "If":
+            return None
+        if self._known is None:
+            self._known = {i: taken for i, taken in known_conditions(model).items()
+                           if not _clashes(model, nodes[i], taken)}
+        return index if index in self._known else None
 
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
-        return self._if_of(finding) in self._known
+        return self._if_of(finding) is not None
 
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         index = self._if_of(finding)
-        if index not in self._known:
+        if index is None:
             return False, "not in an If whose condition is known before the run"
         branch = "then" if self._known[index] else "else"
         return True, (f"the If at graph/node {index} always takes its {branch} branch (its "
