@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import CORPUS, cli_without, model_from_text
+from tests.conftest import CORPUS, cli_without, make_model, model_from_text
 
 NOT_INSTALLED = "error: OpenVINO is not installed: pip install 'onnx-graph-rewriter[openvino]'"
 
@@ -25,7 +25,7 @@ def _nhwc_conv_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         [node], "nhwc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 5, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 5, 4])], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+    return make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid("com.microsoft", 1)])
 
 
@@ -110,7 +110,7 @@ def test_verdicts_are_cached_per_node_signature(target):
     graph = helper.make_graph(nodes, "chain",
                               [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [7, 11])],
                               [helper.make_tensor_value_info("v300", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     before = len(openvino_target._VERDICTS)
     assert find_unsupported(model, target) == []
     # shape inference gives every Relu the same input type and shape: one probe for all
@@ -169,7 +169,7 @@ def test_external_data_resolves_in_the_models_folder(tmp_path, plugins, target):
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, folder / "m.onnx", save_as_external_data=True, location="w.bin",
               size_threshold=0)
     before = sorted(p.name for p in folder.iterdir())
@@ -214,7 +214,7 @@ def test_rewrite_inside_an_if_branch_runs_on_openvino(plugins):
         [helper.make_tensor_value_info("c", TensorProto.BOOL, []), *inner.input],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 5, 5, 4])],
         list(inner.initializer))
-    model = helper.make_model(graph, opset_imports=list(_nhwc_conv_model().opset_import))
+    model = make_model(graph, opset_imports=list(_nhwc_conv_model().opset_import))
     (target,) = resolve_targets(plugins, ["openvino"])
     assert [f.op_type for f in find_unsupported(model, target)] == ["NhwcConv"]
     rewritten = rewrite(model, ["openvino"], plugins=plugins).model
@@ -253,7 +253,7 @@ def _dynamic_quantize_matmul_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         [node], "dqmm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])], [b, scale])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+    return make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid("com.microsoft", 1)])
 
 
@@ -299,7 +299,7 @@ def _static_if_model(size_shape) -> onnx.ModelProto:
         helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
         helper.make_tensor_value_info("size", TensorProto.INT64, size_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [four])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.mark.parametrize("size_shape,taken", [([5], "else"), ([4], "then"), (["n"], None)])
@@ -378,6 +378,28 @@ def test_conformance_rescue_count_on_openvino(chunk):
     # the cases OpenVINO already runs come back untouched
     assert set(result.running) == bench.RUNNING_SAMPLE & set(wanted)
     assert not result.changed and not result.rewritten_running, result.changed
+
+
+def test_rescue_benchmark_asks_openvino_which_interfaces_it_takes():
+    import conformance_openvino as bench
+
+    def identity(type_text: str) -> onnx.ModelProto:
+        return model_from_text(f"""
+            <ir_version: 10, opset_import: ["" : 21]>
+            g ({type_text} x) => ({type_text} y) {{ y = Identity(x) }}
+        """)
+
+    assert bench.interface_problem(identity("float[2]")) is None
+    assert bench.interface_problem(identity("string[2]")) is None  # strings pass the boundary
+    assert bench.interface_problem(identity("uint2[2]")) == "input 'x' is tensor(uint2)"
+    sequence = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "g",
+        [helper.make_value_info("x", helper.make_sequence_type_proto(
+            helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))],
+        [helper.make_value_info("y", helper.make_sequence_type_proto(
+            helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))]),
+        opset_imports=[helper.make_opsetid("", 21)])
+    assert bench.interface_problem(sequence) == "input 'x' is seq(tensor(float))"
 
 
 # -- the com.microsoft corpus models run on OpenVINO after rewrite ----------------------------
