@@ -624,8 +624,9 @@ def _as_spliced(inner: NodeProto, fn: FunctionProto, node: NodeProto) -> NodePro
     """A copy of body node ``inner`` reading and writing the names it will have once ``fn``
     replaces ``node``: its formal inputs and outputs become the node's own; the body's
     other values get names no model value has."""
-    renamed = dict(zip(fn.input, node.input))
-    renamed.update(zip(fn.output, node.output))
+    renamed = {formal: actual for formal, actual in zip(fn.input, node.input) if actual}
+    renamed.update((formal, actual) for formal, actual in zip(fn.output, node.output)
+                   if actual)
     out = NodeProto()
     out.CopyFrom(inner)
     for names in (out.input, out.output):
