@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rewriter.api import check, resolve_targets, rewrite
 from rewriter.detect.walker import detect
-from tests.conftest import CORPUS, model_from_text
+from tests.conftest import CORPUS, make_model, model_from_text
 
 # onnxruntime's CPU Attention kernel refuses Megatron's (B, 1, M, M) mask when it runs
 ORT_4D_MASK = "4D mask in attention cpu kernel is not supported"
@@ -42,7 +42,7 @@ def _megatron_attention(count: int = 1, seq: int = 4, hidden: int = 8, heads: in
         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, hidden]),
         helper.make_tensor_value_info("mask", TensorProto.INT32, ["batch", 1, max_len, max_len]),
     ], [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", seq, hidden])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+    return make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid("com.microsoft", 1)])
 
 
@@ -291,7 +291,7 @@ def genai_attention_block(io: int = TensorProto.FLOAT16, int4: bool = True, soft
         helper.make_tensor_value_info("present.0.key", io, present),
         helper.make_tensor_value_info("present.0.value", io, present),
     ], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+    model = make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                     helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     return model

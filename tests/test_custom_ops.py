@@ -30,6 +30,7 @@ from rewriter.plan.kernels import (
     register_onnxruntime,
     retarget_node,
 )
+from tests.conftest import make_model
 
 ELEM = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "uint8": TensorProto.UINT8,
         "string": TensorProto.STRING, "bool": TensorProto.BOOL, "int64": TensorProto.INT64}
@@ -347,7 +348,7 @@ def test_fast_gelu_agrees_with_onnxruntime_contrib_fastgelu(registry):
     x = RNG.standard_normal((4, 8)).astype(np.float32) * 4
     b = RNG.standard_normal((8,)).astype(np.float32)
     node = helper.make_node("FastGelu", ["x", "b"], ["y"], domain="com.microsoft")
-    model = helper.make_model(helper.make_graph(
+    model = make_model(helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
                       helper.make_tensor_value_info("b", TensorProto.FLOAT, [8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])]),

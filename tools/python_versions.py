@@ -1,9 +1,9 @@
 """The README's commands under every Python on the machine, and with the lowest allowed onnx
 and onnxruntime.
 
-For each Python found (``/root/.pyenv/versions/3.1[0-3]*`` and ``--python PATH``): a fresh
-virtual environment, the project installed from a copy of this working tree as pip
-resolves it for that Python (``pip install -e '.[dev]'``, the README's second command),
+For each Python found (``/root/.pyenv/versions/3.1[0-3]*``): a fresh virtual environment,
+the project installed from the tree of a commit (``--commit``, default HEAD: committed files
+only) as pip resolves it for that Python (``pip install -e '.[dev]'``, the README's second command),
 then the README's first command (``onnx-rewriter rewrite examples/new_opset_export.onnx
 -o rewritten.onnx``, which must exit 0: verified) and a quick test subset (``--full``: the
 README's whole test command, ``pytest -n 2``). ``--lowest`` adds one more run on the
@@ -111,19 +111,17 @@ def _run(cmd: list[str], cwd: Path, timeout: int, env: dict) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def copy_tree(work: Path) -> Path:
-    """The tracked files of this working tree (as they are now) in ``work/main``, with
+def copy_tree(work: Path, commit: str = "HEAD") -> Path:
+    """The tree of ``commit`` (committed files only: others' uncommitted edits in this shared
+    working tree may need files they have not added yet) in ``work/main``, with
     ``work/shared`` pointing at the shared corpus as ``../shared`` does here."""
     src = work / "main"
     if src.exists():
         shutil.rmtree(src)
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        path = ROOT / name
-        if path.is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, src / name)
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     shared = work / "shared"
     if not shared.exists() and (ROOT.parent / "shared").exists():
         shared.symlink_to(ROOT.parent / "shared")
@@ -201,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/python-versions"),
                         help="where the venvs and the tree's copy go (default %(default)s)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the runs as JSON")
+    parser.add_argument("--commit", default="HEAD",
+                        help="the commit whose tree is tested (default %(default)s)")
     parser.add_argument("--reuse", action="store_true",
                         help="keep a venv an earlier run left in --work if it still starts")
     args = parser.parse_args(argv)
@@ -216,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         minor, py = pythons[0]
         runs.append(Run(f"{minor}-lowest", str(py), pins))
     args.work.mkdir(parents=True, exist_ok=True)
-    src = copy_tree(args.work)
+    src = copy_tree(args.work, args.commit)
     tests = None if args.full else QUICK_TESTS
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+    head = subprocess.run(["git", "rev-parse", "--short", args.commit], cwd=ROOT,
                           capture_output=True, text=True).stdout.strip()
-    print(f"tree: {ROOT} at {head} (+ uncommitted changes), copied to {src}", flush=True)
+    print(f"tree: {ROOT} at {head} (committed files), copied to {src}", flush=True)
     for run in runs:
         run_one(run, src, args.work, tests, reuse=args.reuse)
         pins = f" pins {' '.join(run.pins)}" if run.pins else ""
