@@ -121,6 +121,7 @@ RESCUED = frozenset({
     "test_resize_tf_crop_and_resize_extrapolation_value",
     "test_resize_upsample_scales_linear_half_pixel_symmetric", "test_stft",
     "test_stft_with_window", "test_swiglu", "test_swiglu_alpha", "test_swiglu_float16",
+    "test_tensorscatter", "test_tensorscatter_3d", "test_tensorscatter_circular",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip5",
     "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",

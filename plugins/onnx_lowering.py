@@ -94,7 +94,8 @@ RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
 GRID_SAMPLE_OPSETS = (16, None)
 DEFORM_CONV_OPSETS = (19, None)
 BLOCKED_QUANTIZE_OPSETS = (21, None)
-TFIDF_OPSETS = (9, None)  # block_size is new in QuantizeLinear-21
+TFIDF_OPSETS = (9, None)
+TENSOR_SCATTER_OPSETS = (24, None)  # block_size is new in QuantizeLinear-21
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -1367,6 +1368,52 @@ def build_tfidf_vectorizer(ctx) -> FunctionProto | None:
     return b.function(DOMAIN, "tfidf_vectorizer", ["X"], [y])
 
 
+# -- TensorScatter -------------------------------------------------------------------------
+
+
+@declining
+def build_tensor_scatter(ctx) -> FunctionProto | None:
+    """``TensorScatter(past_cache, update[, write_indices])`` (``mode`` linear or circular):
+    for each cache position ``j`` along ``axis`` and batch ``b``, the update slice
+    ``s = j - write_indices[b]`` (modulo the cache length when circular) where
+    ``0 <= s < sequence_length``, gathered with ``GatherElements``; the cache elsewhere."""
+    node = ctx.node
+    if len(node.input) < 2 or len(node.output) != 1 or not _known(node, ["mode", "axis"]):
+        raise Declined("needs past_cache and update, one output")
+    mode = ctx.attribute("mode", "linear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    rank = _rank(ctx, node.input[0])
+    if mode not in ("linear", "circular") or rank is None or rank < 2:
+        raise Declined("needs mode linear or circular and a cache of a declared rank >= 2")
+    axis = ctx.attribute("axis", -2) % rank
+    if axis == 0:
+        raise Declined("the sequence axis cannot be the batch axis")
+    b = _Body(_opset(ctx))
+    cache_shape = b.op("Shape", "past_cache")
+    length = b.shape_at(cache_shape, axis)  # max_sequence_length
+    steps = b.shape_at(b.op("Shape", "update"), axis)  # sequence_length
+    zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    positions = b.reshape(b.op("Range", zero, length, one), [1, -1])  # [1, M]
+    if _present(node.input, 2):
+        starts = b.reshape(b.cast("write_indices", TensorProto.INT64), [-1, 1])  # [B, 1]
+    else:
+        starts = b.reshape(b.cast(b.shape_at(cache_shape, 0), TensorProto.INT64), [1, 1])
+        starts = b.op("Mul", starts, zero)
+    offset = b.op("Sub", positions, starts)  # [B, M]
+    if mode == "circular":
+        offset = b.op("Mod", offset, length, fmod=0)
+    valid = b.op("And", b.op("GreaterOrEqual", offset, zero), b.op("Less", offset, steps))
+    last = b.op("Sub", steps, one)
+    index = b.op("Min", b.op("Max", offset, zero), last)
+    # [B, M] -> [B, 1, .., M, .., 1]: broadcast over the other axes of the cache
+    view = [0] + [1] * (axis - 1) + [-1] + [1] * (rank - axis - 1)
+    index = b.op("Expand", b.reshape(index, view), cache_shape)
+    gathered = b.op("GatherElements", "update", index, axis=axis)
+    y = b.op("Where", b.reshape(valid, view), gathered, "past_cache")
+    return b.function(DOMAIN, "tensor_scatter",
+                      _inputs(node, ["past_cache", "update", "write_indices"]), [y])
+
+
 # -- ai.onnx.ml -----------------------------------------------------------------------------
 
 
@@ -1590,6 +1637,17 @@ def _samples() -> dict[str, list[OpSample]]:
             OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
                      dtypes=["float"])],
         "Resize": _resize_samples(),
+        "TensorScatter": [
+            OpSample(["T[2,3,6,4]", "T[2,3,2,4]", Arg("int64[2]", values=indices)],
+                     attributes={"mode": mode}, opset=24, name=f"{mode}-{label}",
+                     dtypes=["float", "float16"])
+            for mode, indices, label in [("linear", [1, 4], "decode"),
+                                         ("circular", [5, 3], "wrap")]] + [
+            OpSample(["T[2,5,3]", "T[2,5,3]"], attributes={"axis": 1}, opset=24,
+                     name="prefill-axis1", dtypes=["float"]),
+            OpSample(["T[3,4,2]", "T[3,2,2]", Arg("int64[3]", values=[0, 2, 1])],
+                     attributes={"axis": -2, "mode": "linear"}, opset=24, name="3d",
+                     dtypes=["int32"])],
         "TfIdfVectorizer": [
             OpSample([Arg(f"T[{shape}]", low=2, high=9)], ["float"], dict(
                 min_gram_length=low, max_gram_length=2, max_skip_count=skips, mode=mode,
@@ -1696,6 +1754,8 @@ def register_decompositions(registry):
          "linear and nearest"),
         ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
          "no antialias, stretch only"),
+        ("", "TensorScatter", build_tensor_scatter, TENSOR_SCATTER_OPSETS,
+         ("float", "float16", "int32"), "linear, circular"),
         ("", "TfIdfVectorizer", build_tfidf_vectorizer, TFIDF_OPSETS, ("int32", "int64"),
          "integer pool"),
         ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
