@@ -227,8 +227,11 @@ def _shape_outputs(model_bytes: bytes) -> tuple[str, str] | None:
               if i < typed.output_count() and str(typed.output_fact(i)).endswith("tdim")]
     if not shaped:
         return None
-    return ("runtime-refused", f"tract computes the model's output(s) {', '.join(shaped)} as "
-            "shapes (TDim), a type its API cannot hand out")
+    return ("runtime-refused", f"tract computes the model's output(s) {', '.join(shaped)} "
+            f"{_AS_SHAPES}, a type its API cannot hand out")
+
+
+_AS_SHAPES = "as shapes (TDim)"
 
 
 _STAGES = {"load": "load", "typing": "type", "optimizing": "optimize"}
@@ -372,7 +375,7 @@ class TractTarget(Target):
         self._shapes = {}
         verdict = self._whole_model_verdict(model)
         # outputs typed as shapes: every node runs, the model's outputs cannot be read
-        shaped = verdict is not None and "as shapes (TDim)" in verdict[1]
+        shaped = verdict is not None and _AS_SHAPES in verdict[1]
         self._model_runs = verdict is None or shaped
         if not self._model_runs and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
             self._shapes = inferred_shapes(model)
