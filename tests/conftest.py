@@ -159,6 +159,16 @@ def onnxruntime_max_opset(domain: str = "") -> int:
     return max(s.since_version for s in C.get_all_operator_schema() if s.domain in names)
 
 
+@cache
+def onnxruntime_has_kernel(op_type: str, domain: str = "") -> bool:
+    """The installed onnxruntime has a CPU kernel of ``domain::op_type`` (any version)."""
+    from onnxruntime.capi import _pybind_state as C
+
+    names = ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
+    return any(k.op_name == op_type and k.domain in names
+               and k.provider == "CPUExecutionProvider" for k in C.get_all_opkernel_def())
+
+
 def make_model(graph: onnx.GraphProto, opset_imports, **kwargs) -> onnx.ModelProto:
     """``helper.make_model`` at an IR version the installed onnxruntime loads (onnx's
     default, its newest, can be above it) unless ``ir_version`` is given."""

@@ -104,6 +104,13 @@ def test_cli_reference_lists_every_option():
 
 
 def test_example_reports_are_current(tmp_path):
+    import pytest
+
+    from tests.conftest import onnxruntime_is_behind_onnx
+
+    if onnxruntime_is_behind_onnx():
+        pytest.skip("the example reports are what an onnxruntime that knows every opset of the "
+                    "installed onnx says; an older one finds more")
     expected = rendered(tmp_path)
     stale = [name for name, text in expected.items()
              if not (REPORTS / name).is_file() or (REPORTS / name).read_text() != text]
