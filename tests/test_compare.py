@@ -716,6 +716,15 @@ def test_float8_outputs_of_onnxruntime_are_read_as_float8(plugins):
     model = model_from_text("""
         <ir_version: 10, opset_import: ["" : 21]>
         g (float[5] x) => (float8e4m3fn[5] y) { y = Cast <to: int = 17> (x) }""")
+    import onnxruntime as ort
+
+    try:  # onnxruntime 1.23's Python API cannot return a float8 output at all
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": np.zeros(5, np.float32)})
+    except Exception as e:  # noqa: BLE001
+        if "No corresponding Numpy type" not in str(e):
+            raise
+        pytest.skip(f"onnxruntime {ort.__version__} returns no float8 output to Python")
     report = compare(model, model, ["onnxruntime"], plugins=plugins,
                      original_target="reference")
     assert report.verdict == "verified", report.summary()
