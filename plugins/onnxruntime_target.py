@@ -194,7 +194,23 @@ class OnnxRuntimeTarget(Target):
         problem = self._use_kernels(model)
         if problem:
             findings.append(Finding(self.name, "model", "", "", None, "no-kernel", problem))
+        findings.extend(self._external_shape_data(model))
         return findings
+
+    def _external_shape_data(self, model) -> list[Finding]:
+        """Nodes whose input onnx's shape inference reads as a value (Reshape's shape, ...)
+        is an external initializer: onnxruntime refuses the model when it loads it."""
+        from rewriter_plugins.external_shape_data import REASON, external_shape_reads
+
+        def since(op_type: str, opset: int) -> int | None:
+            schema = self.schemas.resolve("", op_type, opset)
+            return schema.since_version if schema is not None else None
+
+        return [Finding(self.name, path, "", node.op_type, version, REASON,
+                        f"input {tensor.name!r} is stored in external data; onnxruntime's shape "
+                        "inference reads its value when it loads the model and cannot read "
+                        "external data", node.name)
+                for path, node, tensor, version in external_shape_reads(model, since)]
 
     # -- custom kernels -------------------------------------------------------------------
 

@@ -160,7 +160,8 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
         detection = detect(loaded.model, target, confirm=False, record=False)
         findings, declared = detection.findings, detection.declared
     try:
-        planned = plan_for_check(loaded.model, target, plugins, findings, declared)
+        planned = plan_for_check(loaded.model, target, plugins, findings, declared,
+                                 base_dir=None if loaded.folder else loaded.base_dir)  # in memory
     except RewriterError as e:  # the plan itself failed: say so on every finding
         return {finding_key(f): f"none: {e}" for f in findings}
     plan: dict[tuple[str, str], str] = {}

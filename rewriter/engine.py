@@ -223,7 +223,8 @@ def _rewrite_proto(
     counts_before = op_counts(work)
     report.before = ModelStats.from_counts(counts_before)
     config = MappingProxyType({"targets": tuple(t.name for t in targets), "prefer": prefer,
-                               "partial": partial, "dry_run": dry_run})
+                               "partial": partial, "dry_run": dry_run,
+                               "base_dir": base_dir})  # external-shape-data reads from it
     ctx = PassContext(targets, plugins.registry, config)
     passes = pipeline(plugins, targets, config)
     for p in passes:
@@ -372,11 +373,11 @@ def plan_findings(planner: Planner, findings: Sequence[Finding], constants,
 
 def plan_for_check(model: ModelProto, target: Target, plugins: Plugins,
                    findings: Sequence[Finding], declared: Mapping[str, Any],
-                   prefer: str = "decompose") -> Planned:
+                   prefer: str = "decompose", base_dir=None) -> Planned:
     """The plan ``rewrite --dry-run --explain`` makes for ``target`` alone, from findings
     already detected with their nodes (``detect``): no copy of the model, no second walk."""
     config = MappingProxyType({"targets": (target.name,), "prefer": prefer,
-                               "partial": False, "dry_run": True})
+                               "partial": False, "dry_run": True, "base_dir": base_dir})
     ctx = PassContext([target], plugins.registry, config)
     passes = pipeline(plugins, [target], config)
     for p in passes:

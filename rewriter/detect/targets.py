@@ -36,6 +36,7 @@ REASONS: dict[str, str] = {
     "invalid-node": "node does not match the operator's schema",
     "input-rank": "an input's rank contradicts the operator's schema (invalid on every target)",
     "runtime-refused": "the runtime refused the model",
+    "external-shape-data": "a value shape inference reads is stored in external data",
 }
 
 # Models up to this many bytes (with external data) are run once on generated inputs when

@@ -1,0 +1,160 @@
+"""Pass ``external-shape-data``: store inline the small tensors shape inference reads as values.
+
+onnx's shape inference reads some inputs' values (Reshape's shape, Slice's starts, a Reduce's
+axes, ...: :data:`SHAPE_DATA_INPUTS`) and cannot read them from external data ("Cannot parse
+data from external tensors. Please load external data into raw data for tensor: NAME"), and
+onnxruntime, which runs that inference when it loads a model, refuses such a model. Exporters
+that save every tensor externally (``size_threshold=0``) make such models. The onnxruntime
+target reports each node whose value-read input is an external initializer
+(``external-shape-data``); this pass reads exactly those tensors from the model's folder (no
+other file: the location must stay inside it) and stores them inline. Every other tensor stays
+external and untouched. A model given in memory has no folder: the pass declines.
+
+The table is onnx's: every ``getInputData`` whose tensor reaches ``ParseData`` in the
+operator definitions (``onnx/defs/**``), ai.onnx domain.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, iter_scopes
+
+REASON = "external-shape-data"
+NAME = "external-shape-data"
+
+_REDUCE_18 = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+              "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSumSquare")
+_WINDOWS = ("BlackmanWindow", "HammingWindow", "HannWindow")
+
+# ai.onnx op -> ((from since-version, input indices whose values shape inference reads), ...),
+# ascending: the last entry whose version is at most the node's schema version applies.
+SHAPE_DATA_INPUTS: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {
+    "AffineGrid": ((20, (1,)),),
+    "CenterCropPad": ((18, (1,)),),
+    "Col2Im": ((18, (1, 2)),),
+    "ConstantOfShape": ((9, (0,)),),
+    "DFT": ((17, (1,)), (20, (1, 2))),
+    "Expand": ((8, (1,)),),
+    "MelWeightMatrix": ((17, (0, 1)),),
+    "OneHot": ((9, (0, 1)), (11, (1,))),
+    "Pad": ((11, (1,)), (18, (1, 3))),
+    "Range": ((11, (0, 1, 2)),),
+    "ReduceSum": ((13, (1,)),),
+    "Reshape": ((5, (1,)),),
+    "Resize": ((10, (1,)), (11, (2, 3))),
+    "STFT": ((17, (1, 3)),),
+    "Slice": ((10, (1, 2, 3, 4)),),
+    "Split": ((13, (1,)),),
+    "SplitToSequence": ((11, (1,)),),
+    "Squeeze": ((13, (1,)),),
+    "Tile": ((6, (1,)),),
+    "TopK": ((10, (1,)),),
+    "Unsqueeze": ((13, (1,)),),
+    "Upsample": ((9, (1,)),),
+    **{op: ((18, (1,)),) for op in _REDUCE_18},
+    **{op: ((17, (0,)),) for op in _WINDOWS},
+}
+
+
+def shape_data_inputs(op_type: str, version: int) -> tuple[int, ...]:
+    """The input indices of an ai.onnx ``op_type`` (schema ``version``) whose values onnx's
+    shape inference reads."""
+    chosen: tuple[int, ...] = ()
+    for since, indices in SHAPE_DATA_INPUTS.get(op_type, ()):
+        if since <= version:
+            chosen = indices
+    return chosen
+
+
+def _external_initializers(graph) -> dict:
+    return {t.name: t for t in graph.initializer if t.data_location == 1}  # EXTERNAL
+
+
+def external_shape_reads(model, since_version) -> Iterator[tuple[str, object, object, int]]:
+    """(node path, node, external initializer, schema version) for each value-read input of
+    an ai.onnx node that is an external initializer of its graph or an enclosing one.
+    ``since_version(op_type, opset)`` resolves the node's schema version (None: unknown)."""
+    external: dict = {}
+    for scope in iter_scopes(model):
+        if scope.graph is None:
+            continue  # function bodies hold no initializers
+        if scope.depth == 0:
+            external = _external_initializers(scope.graph)
+        local = {**external, **_external_initializers(scope.graph)} if scope.depth else external
+        if not local:
+            continue
+        opset = scope.opsets.get("")
+        for i, node in enumerate(scope.nodes):
+            if node.op_type not in SHAPE_DATA_INPUTS or node.domain not in ("", "ai.onnx"):
+                continue
+            version = since_version(node.op_type, opset) if opset else None
+            for index in shape_data_inputs(node.op_type, version or 0):
+                if index < len(node.input) and node.input[index] in local:
+                    path = f"{scope.path}/node {i} ({node.name or node.op_type})"
+                    yield path, node, local[node.input[index]], version
+
+
+def _inside(base_dir: str, location: str) -> str | None:
+    """Why ``location`` may not be read from ``base_dir`` (None: it may)."""
+    if not location or os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+        return f"location {location!r} is not a relative path inside the model's folder"
+    full = os.path.join(base_dir, location)
+    if os.path.islink(full):
+        return f"{location!r} is a symlink"
+    base = os.path.realpath(base_dir)
+    if os.path.commonpath([os.path.realpath(full), base]) != base:
+        return f"{location!r} resolves outside the model's folder"
+    if not os.path.isfile(full):
+        return f"{location!r} is not a regular file in the model's folder"
+    return None
+
+
+class ExternalShapeDataPass(RewritePass):
+    phase = "legalize"
+
+    def handles(self, finding: Finding, ctx: PassContext) -> bool:
+        return finding.reason == REASON
+
+    def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
+        if finding.reason != REASON:
+            return False, "stores inline only the tensors shape inference reads"
+        if not ctx.options.get("base_dir"):
+            return False, ("the model was given in memory: no folder to read its external "
+                           "data from (load it from its file)")
+        return True, "reads the tensor from the model's external data and stores it inline"
+
+    def run(self, model, ctx: PassContext):
+        base_dir = ctx.options.get("base_dir")
+        if not base_dir:
+            return None
+        from onnx.external_data_helper import load_external_data_for_tensor
+
+        from rewriter.plugin import onnx_schemas
+
+        schemas = onnx_schemas()
+
+        def since(op_type: str, opset: int) -> int | None:
+            schema = schemas.resolve("", op_type, opset)
+            return schema.since_version if schema is not None else None
+
+        base = os.fspath(base_dir)
+        done: set[int] = set()
+        for _path, node, tensor, _version in list(external_shape_reads(model, since)):
+            if id(tensor) in done:
+                continue
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            problem = _inside(base, location)
+            if problem:
+                raise ValueError(f"external data of {tensor.name!r} (read by {node.op_type} "
+                                 f"{node.name!r}): {problem}")
+            load_external_data_for_tensor(tensor, base)
+            done.add(id(tensor))
+            ctx.record("conversion", self.plugin, "inline shape data", f"ai.onnx::{node.op_type}")
+        return model if done else None
+
+
+@hookimpl
+def register_passes(registry):
+    registry.add(NAME, ExternalShapeDataPass, phase="legalize")
