@@ -118,3 +118,25 @@ def test_stale_declared_rank_behind_a_decomposed_attention(plugins):
     q, k, v = (RNG.standard_normal((B, S, D)).astype(np.float32) for _ in range(3))
     got = _run_reference(out, {"q": q, "k": k, "v": v})
     np.testing.assert_allclose(got, _attention(q, k, v) @ W, rtol=1e-4, atol=1e-5)
+
+
+def test_whether_a_runtime_runs_the_original_leaves_ranks_out(plugins):
+    """The oracle's question (can this runtime run the original?) is the runtime's to
+    answer by running it; the rewrite engine's walks flag the contradiction."""
+    from rewriter.detect.targets import resolve_targets
+    from rewriter.detect.walker import find_unsupported
+
+    (target,) = resolve_targets(plugins, ["reference"])
+    model = _gemm_on_rank3(3)
+    assert find_unsupported(model, target) == []
+    assert [f.reason for f in find_unsupported(model, target, keep_nodes=True)] == [
+        "input-rank"]
+
+
+def test_rewrite_verifies_against_the_runtime_that_runs_the_original(plugins):
+    """OpenVINO multiplies the rank-3 Gemm batch by batch: it is the oracle, and the
+    rewritten model (MatMul) is verified on the reference evaluator."""
+    pytest.importorskip("openvino")
+    result = rewrite(_gemm_on_rank3(3), ["reference"], plugins=plugins, confirm=False)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    assert result.report.comparison.oracle == "openvino"

@@ -69,11 +69,17 @@ class CheckReport:
         return all(r.runs for r in self.results)
 
 
-def find_unsupported(model: ModelProto, target: Target, keep_nodes: bool = False) -> list[Finding]:
+def find_unsupported(model: ModelProto, target: Target, keep_nodes: bool = False,
+                     ranks: bool | None = None) -> list[Finding]:
     """Static findings of one target over the whole model. With ``keep_nodes`` each finding
-    also carries its node, input types and scope opsets (for the rewrite engine)."""
+    also carries its node, input types and scope opsets (for the rewrite engine).
+    ``ranks``: also flag nodes whose input ranks contradict their schema (``input-rank``,
+    :mod:`rewriter.detect.ranks`); by default with ``keep_nodes`` (the rewrite engine's
+    walks, which remedy them), not for the question whether a runtime can run a model
+    (an oracle runs the original: OpenVINO multiplies a rank-3 ``Gemm`` batch by batch)."""
     walker = _Walker(model, target)
     walker.keep_nodes = keep_nodes
+    walker.ranks = keep_nodes if ranks is None else ranks
     return walker.run()
 
 
@@ -218,6 +224,7 @@ def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
 
 class _Walker:
     keep_nodes = False
+    ranks = True  # flag input-rank contradictions too (rewriter.detect.ranks)
     record = False  # keep the main graph's types, produced names and subgraph owners
 
     def __init__(self, model: ModelProto, target: Target) -> None:
@@ -248,6 +255,8 @@ class _Walker:
     def _add_rank_findings(self) -> None:
         """Nodes whose input ranks contradict their schema (invalid on every target), unless
         the target flagged them already (:mod:`rewriter.detect.ranks`)."""
+        if not self.ranks:
+            return
         self.findings.extend(rank_findings(
             self.model, self.target.name, {f.path for f in self.findings}, self.main_types,
             self.keep_nodes, self.in_main if self.record else None))
