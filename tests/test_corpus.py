@@ -13,7 +13,7 @@ import pytest
 
 from rewriter.api import check
 from rewriter.io.model import load_model
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, onnxruntime_max_opset
 
 MODELS = sorted(p.name for p in CORPUS.glob("*.onnx")) if CORPUS.is_dir() else []
 
@@ -92,6 +92,10 @@ def test_cli_process_exit_code_and_output(corpus, name):
     )
     assert "Traceback" not in proc.stderr
     expected, words = CLI_CHECKS[name]
+    if name == "onnx_op28_swiglu.onnx" and onnxruntime_max_opset() < 28:
+        # an older onnxruntime: the opset is above its ceiling before any kernel is asked for
+        words = f"model imports ai.onnx opset 28; the runtime supports up to " \
+                f"{onnxruntime_max_opset()}"
     assert proc.returncode == expected, proc.stdout + proc.stderr
     assert ("every node runs" in proc.stdout) == (expected == 0)
     assert words in proc.stdout
