@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from operator import attrgetter
 
-from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, iter_scopes
+from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, opset_map
 
 REASON = "external-shape-data"
 NAME = "external-shape-data"
@@ -68,32 +69,59 @@ def shape_data_inputs(op_type: str, version: int) -> tuple[int, ...]:
     return chosen
 
 
-def _external_initializers(graph) -> dict:
-    return {t.name: t for t in graph.initializer if t.data_location == 1}  # EXTERNAL
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # ops with subgraphs
+_OP_TYPE, _NAME = attrgetter("op_type"), attrgetter("name")
+_EXTERNAL, _GRAPH = 1, 5  # TensorProto.EXTERNAL, AttributeProto.GRAPH
 
 
 def external_shape_reads(model, since_version) -> Iterator[tuple[str, object, object, int]]:
     """(node path, node, external initializer, schema version) for each value-read input of
-    an ai.onnx node that is an external initializer of its graph or an enclosing one.
-    ``since_version(op_type, opset)`` resolves the node's schema version (None: unknown)."""
-    external: dict = {}
-    for scope in iter_scopes(model):
-        if scope.graph is None:
-            continue  # function bodies hold no initializers
-        if scope.depth == 0:
-            external = _external_initializers(scope.graph)
-        local = {**external, **_external_initializers(scope.graph)} if scope.depth else external
-        if not local:
+    an ai.onnx node that is an external initializer of its graph or an enclosing one, in the
+    main graph and the If/Loop/Scan/SequenceMap bodies. ``since_version(op_type, opset)``
+    resolves the node's schema version (None: unknown). Per graph, one C-level read of the
+    op types, and of the initializer names only when some node reads a value."""
+    opset = opset_map(model.opset_import).get("")
+    if opset:
+        yield from _graph_reads(model.graph, "graph", opset, {}, since_version)
+
+
+def _graph_reads(graph, path, opset, outer, since_version):
+    nodes = graph.node
+    picked = [i for i, op in enumerate(map(_OP_TYPE, nodes))
+              if op in SHAPE_DATA_INPUTS or op in _CONTROL_FLOW]
+    if not picked:
+        return
+    reads = []  # (node index, node, input name, schema version)
+    for i in picked:
+        node = nodes[i]
+        if node.op_type in _CONTROL_FLOW or node.domain not in ("", "ai.onnx"):
             continue
-        opset = scope.opsets.get("")
-        for i, node in enumerate(scope.nodes):
-            if node.op_type not in SHAPE_DATA_INPUTS or node.domain not in ("", "ai.onnx"):
-                continue
-            version = since_version(node.op_type, opset) if opset else None
-            for index in shape_data_inputs(node.op_type, version or 0):
-                if index < len(node.input) and node.input[index] in local:
-                    path = f"{scope.path}/node {i} ({node.name or node.op_type})"
-                    yield path, node, local[node.input[index]], version
+        version = since_version(node.op_type, opset) or 0
+        inputs = node.input
+        reads += [(i, node, inputs[k], version) for k in shape_data_inputs(node.op_type, version)
+                  if k < len(inputs) and inputs[k]]
+    wanted = {name for _, _, name, _ in reads}
+    flow = [i for i in picked if nodes[i].op_type in _CONTROL_FLOW]
+    local = dict(outer)
+    if wanted or flow:  # bodies may read any of this graph's initializers
+        inits = graph.initializer
+        for j, name in enumerate(map(_NAME, inits)):
+            if (flow or name in wanted) and inits[j].data_location == _EXTERNAL:
+                local[name] = inits[j]
+            elif local:
+                local.pop(name, None)  # an inline initializer hides an outer one
+    for i, node, name, version in reads:
+        if name in local:
+            yield f"{path}/node {i} ({node.name or node.op_type})", node, local[name], version
+    for i in flow:
+        node = nodes[i]
+        for attr in node.attribute:
+            bodies = [(attr.name, attr.g)] if attr.type == _GRAPH else [
+                (f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs)]
+            for label, body in bodies:
+                yield from _graph_reads(
+                    body, f"{path}/node {i} ({node.name or node.op_type})/{label}", opset,
+                    local, since_version)
 
 
 def _inside(base_dir: str, location: str) -> str | None:

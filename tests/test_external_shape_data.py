@@ -225,3 +225,36 @@ def test_reference_and_openvino_load_it_and_report_nothing(tmp_path, plugins):
         targets.append("openvino")
     report = check(path, targets, plugins=plugins, confirm=False)
     assert [r.findings for r in report.results] == [[] for _ in targets]
+
+
+def test_a_branch_reading_an_outer_external_shape_is_found_and_fixed(tmp_path, plugins):
+    from rewriter.api import check, rewrite
+
+    def branch(name):
+        return helper.make_graph(
+            [helper.make_node("Reshape", ["x", "flat_shape"], ["r"], name=f"{name}_flatten")],
+            name, [], [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 12])])
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], name="pick", then_branch=branch("then"),
+                          else_branch=branch("else"))],
+        "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 12])],
+        [numpy_helper.from_array(_i64(2, 12), "flat_shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path = tmp_path / "if.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="if.data", size_threshold=0)
+    with pytest.raises(Exception, match=EXTERNAL_ERROR):
+        _ort_session(path)
+    findings = check(path, ["onnxruntime"], plugins=plugins, confirm=False).findings
+    assert sorted(f.path for f in findings) == [
+        "graph/node 0 (pick)/else_branch/node 0 (else_flatten)",
+        "graph/node 0 (pick)/then_branch/node 0 (then_flatten)"]
+    out = tmp_path / "fixed.onnx"
+    report = rewrite(path, ["onnxruntime"], output=out, plugins=plugins, confirm=False).report
+    assert report.verdict == "verified", report.verdict_reason
+    x = np.ones((2, 3, 4), np.float32)
+    (y,) = _ort_session(out).run(None, {"c": np.array(True), "x": x})
+    np.testing.assert_array_equal(y, x.reshape(2, 12))
