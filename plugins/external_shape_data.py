@@ -70,6 +70,7 @@ def shape_data_inputs(op_type: str, version: int) -> tuple[int, ...]:
 
 
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # ops with subgraphs
+_WATCHED = frozenset(SHAPE_DATA_INPUTS).union(_CONTROL_FLOW)
 _OP_TYPE, _NAME = attrgetter("op_type"), attrgetter("name")
 _EXTERNAL, _GRAPH = 1, 5  # TensorProto.EXTERNAL, AttributeProto.GRAPH
 
@@ -82,37 +83,56 @@ def external_shape_reads(model, since_version) -> Iterator[tuple[str, object, ob
     op types, and of the initializer names only when some node reads a value."""
     opset = opset_map(model.opset_import).get("")
     if opset:
-        yield from _graph_reads(model.graph, "graph", opset, {}, since_version)
+        yield from _graph_reads(model.graph, "graph", opset, (), since_version)
 
 
-def _graph_reads(graph, path, opset, outer, since_version):
+class _Initializers:
+    """A graph's initializers by name, indexed when first asked."""
+
+    def __init__(self, graph) -> None:
+        self.tensors = graph.initializer
+        self.index: dict[str, int] | None = None
+
+    def get(self, name: str):
+        if self.index is None:
+            self.index = {n: j for j, n in enumerate(map(_NAME, self.tensors))}
+        j = self.index.get(name)
+        return None if j is None else self.tensors[j]
+
+
+def _graph_reads(graph, path, opset, outer: tuple, since_version):
+    """``outer``: the enclosing graphs' :class:`_Initializers`, innermost first."""
     nodes = graph.node
-    picked = [i for i, op in enumerate(map(_OP_TYPE, nodes))
-              if op in SHAPE_DATA_INPUTS or op in _CONTROL_FLOW]
-    if not picked:
+    ops = list(map(_OP_TYPE, nodes))
+    if _WATCHED.isdisjoint(ops):
         return
-    reads = []  # (node index, node, input name, schema version)
+    picked = [i for i, op in enumerate(ops) if op in _WATCHED]
+    reads = []  # (node index, input name, schema version)
+    flow = []
+    per_op: dict[str, tuple[int, tuple[int, ...]]] = {}  # op -> (version, indices read)
     for i in picked:
-        node = nodes[i]
-        if node.op_type in _CONTROL_FLOW or node.domain not in ("", "ai.onnx"):
+        op = ops[i]
+        if op in _CONTROL_FLOW:
+            flow.append(i)
             continue
-        version = since_version(node.op_type, opset) or 0
-        inputs = node.input
-        reads += [(i, node, inputs[k], version) for k in shape_data_inputs(node.op_type, version)
-                  if k < len(inputs) and inputs[k]]
-    wanted = {name for _, _, name, _ in reads}
-    flow = [i for i in picked if nodes[i].op_type in _CONTROL_FLOW]
-    local = dict(outer)
-    if wanted or flow:  # bodies may read any of this graph's initializers
-        inits = graph.initializer
-        for j, name in enumerate(map(_NAME, inits)):
-            if (flow or name in wanted) and inits[j].data_location == _EXTERNAL:
-                local[name] = inits[j]
-            elif local:
-                local.pop(name, None)  # an inline initializer hides an outer one
-    for i, node, name, version in reads:
-        if name in local:
-            yield f"{path}/node {i} ({node.name or node.op_type})", node, local[name], version
+        known = per_op.get(op)
+        if known is None:
+            version = since_version(op, opset) or 0
+            known = per_op[op] = (version, shape_data_inputs(op, version))
+        inputs = nodes[i].input
+        reads += [(i, inputs[k], known[0]) for k in known[1] if k < len(inputs) and inputs[k]]
+    scopes = ((_Initializers(graph),) if len(graph.initializer) else ()) + outer
+    if not scopes:
+        return
+    for i, name, version in reads:
+        for scope in scopes:
+            tensor = scope.get(name)
+            if tensor is not None:
+                break
+        node = nodes[i]
+        if (tensor is not None and tensor.data_location == _EXTERNAL
+                and node.domain in ("", "ai.onnx")):
+            yield f"{path}/node {i} ({node.name or node.op_type})", node, tensor, version
     for i in flow:
         node = nodes[i]
         for attr in node.attribute:
@@ -121,7 +141,7 @@ def _graph_reads(graph, path, opset, outer, since_version):
             for label, body in bodies:
                 yield from _graph_reads(
                     body, f"{path}/node {i} ({node.name or node.op_type})/{label}", opset,
-                    local, since_version)
+                    scopes, since_version)
 
 
 def _inside(base_dir: str, location: str) -> str | None:
