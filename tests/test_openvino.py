@@ -356,6 +356,54 @@ def test_reduction_over_axes_the_caller_feeds_runs_on_openvino(plugins, target, 
         assert compared.status == "equal", compared.summary()
 
 
+def _static_sequence_model(position: str = "constant") -> onnx.ModelProto:
+    """A sequence of three tensors read at a position, joined along an axis and stacked on a
+    new one, its length, and an optional of a present tensor read back."""
+    pos = (helper.make_node("Constant", [], ["pos"], value=numpy_helper.from_array(
+        np.array(-2, np.int64))) if position == "constant" else None)
+    nodes = [helper.make_node("SequenceConstruct", ["a", "b", "c"], ["seq"]),
+             helper.make_node("SequenceAt", ["seq", "pos"], ["second"]),
+             helper.make_node("ConcatFromSequence", ["seq"], ["joined"], axis=0),
+             helper.make_node("ConcatFromSequence", ["seq"], ["stacked"], axis=1, new_axis=1),
+             helper.make_node("SequenceLength", ["seq"], ["n"]),
+             helper.make_node("Optional", ["a"], ["opt"]),
+             helper.make_node("OptionalHasElement", ["opt"], ["has"]),
+             helper.make_node("OptionalGetElement", ["opt"], ["got"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "abc"]
+    if pos is None:
+        inputs.append(helper.make_tensor_value_info("pos", TensorProto.INT64, []))
+    else:
+        nodes.insert(0, pos)
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in [
+        ("second", TensorProto.FLOAT, [2, 3]), ("joined", TensorProto.FLOAT, [6, 3]),
+        ("stacked", TensorProto.FLOAT, [2, 3, 3]), ("n", TensorProto.INT64, []),
+        ("has", TensorProto.BOOL, []), ("got", TensorProto.FLOAT, [2, 3])]]
+    return make_model(helper.make_graph(nodes, "sequences", inputs, outputs),
+                      opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_sequences_of_a_fixed_structure_become_their_tensors_and_run_on_openvino(plugins):
+    from rewriter_plugins.static_sequences import resolvable
+
+    model = _static_sequence_model()
+    assert resolvable(model) == {"seq": ["a", "b", "c"], "opt": ["a"]}
+    result = rewrite(model, ["openvino"], plugins=plugins, verify=False)
+    assert not result.report.remaining
+    ops = {n.op_type for n in result.model.graph.node}
+    assert ops.isdisjoint({"SequenceConstruct", "SequenceAt", "ConcatFromSequence",
+                           "SequenceLength", "Optional", "OptionalHasElement",
+                           "OptionalGetElement"})
+    names = [n.name for n in result.model.graph.node]
+    assert len(names) == len(set(names))
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal((2, 3)).astype(np.float32) for n in "abc"}
+    compared = compare(model, result.model, ["openvino"], inputs=feeds,
+                       original_target="onnxruntime", plugins=plugins)
+    assert compared.status == "equal", compared.summary()
+    # a position known only at run time: the sequence stays (nothing else resolves it)
+    assert "seq" not in resolvable(_static_sequence_model(position="fed"))
+
+
 # -- conformance: the rescue count may not drop ----------------------------------------------
 
 
