@@ -49,6 +49,19 @@ SAMPLES = [
     ("CenterCropPad", 21, {}, [("x", (_F, [4, 4])), ("shape", _i64(2, 2))]),
     ("AffineGrid", 21, {}, [("theta", (_F, [1, 2, 3])), ("size", _i64(1, 1, 4, 4))]),
     ("HannWindow", 21, {}, [("size", np.array(8, np.int64))]),
+    ("Col2Im", 21, {}, [("x", (_F, [1, 4, 9])), ("image", _i64(4, 4)), ("block", _i64(2, 2))]),
+    ("SplitToSequence", 21, {}, [("x", (_F, [6])), ("split", _i64(2, 4))]),
+    ("DFT", 20, {}, [("x", (_F, [1, 8, 1])), ("length", np.array(8, np.int64)),
+                     ("axis", np.array(1, np.int64))]),
+    ("DFT", 17, {}, [("x", (_F, [1, 8, 1])), ("length", np.array(8, np.int64))]),
+    ("STFT", 21, {}, [("x", (_F, [1, 16, 1])), ("step", np.array(4, np.int64)), ("w", None),
+                      ("frame", np.array(8, np.int64))]),
+    ("Upsample", 9, {}, [("x", (_F, [1, 1, 2, 2])),
+                         ("scales", np.array([1, 1, 2, 2], np.float32))]),
+    ("Resize", 10, {}, [("x", (_F, [1, 1, 2, 2])),
+                        ("scales", np.array([1, 1, 2, 2], np.float32))]),
+    ("OneHot", 9, {}, [("i", _i64(0, 2)), ("depth", np.array(4, np.int64)),
+                       ("values", (_F, [2]))]),
     ("MelWeightMatrix", 21, {}, [("bins", np.array(4, np.int64)),
                                  ("dft", np.array(16, np.int64)),
                                  ("rate", np.array(16000, np.int64)),
@@ -83,7 +96,7 @@ def _sample_model(op, opset, attrs, args, external: set[str]) -> onnx.ModelProto
     node = helper.make_node(op, names, outputs, **attrs)
     graph = helper.make_graph(
         [node], "g", inputs,
-        [helper.make_tensor_value_info(y, TensorProto.UNDEFINED, None) for y in outputs], inits)
+        [onnx.ValueInfoProto(name=y) for y in outputs], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
