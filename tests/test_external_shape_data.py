@@ -271,3 +271,25 @@ def test_a_branch_reading_an_outer_external_shape_is_found_and_fixed(tmp_path, p
     x = np.ones((2, 3, 4), np.float32)
     (y,) = _ort_session(out).run(None, {"c": np.array(True), "x": x})
     np.testing.assert_array_equal(y, x.reshape(2, 12))
+
+
+def test_the_pass_reads_no_file_outside_the_models_folder(tmp_path, plugins):
+    """A location leaving the folder is refused (rewriter.io.model refuses it at load too; the
+    pass checks again before it reads)."""
+    from rewriter_plugins.external_shape_data import ExternalShapeDataPass
+
+    from rewriter.plugin import PassContext
+
+    path = _save_external(tmp_path)
+    (tmp_path / "secret.data").write_bytes(_i64(2, 12).tobytes())
+    model = onnx.load(path, load_external_data=False)
+    shape = next(t for t in model.graph.initializer if t.name == "flat_shape")
+    for entry in shape.external_data:
+        if entry.key == "location":
+            entry.value = "../secret.data"
+        elif entry.key == "offset":
+            entry.value = "0"
+    ctx = PassContext([], plugins.registry, {"base_dir": path.parent})
+    with pytest.raises(ValueError, match="'flat_shape'.*not a relative path inside"):
+        ExternalShapeDataPass().run(model, ctx)
+    assert shape.data_location == TensorProto.EXTERNAL and not shape.raw_data
