@@ -27,6 +27,10 @@ FOLDABLE = frozenset({
     "Or", "ReduceProd", "ReduceSum", "Reshape", "Slice", "Squeeze", "Sub", "Unsqueeze", "Xor",
 })
 _DEFAULT = ("", "ai.onnx")
+# findings the opset conversion remedies inside the branches as they are: folding the If
+# for them would expose shapes it hides (AffineGrid's body feeds a [1]-shaped branch output
+# to Range, which onnxruntime's shape inference refuses once the shape is static)
+VERSION_REASONS = frozenset({"opset-too-new", "ir-too-new"})
 _NODE = re.compile(r"^graph/node (\d+)\b")
 
 
@@ -170,9 +174,11 @@ class StaticIfPass(RewritePass):
         return index if index in self._known else None
 
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
-        return self._if_of(finding) is not None
+        return finding.reason not in VERSION_REASONS and self._if_of(finding) is not None
 
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
+        if finding.reason in VERSION_REASONS:
+            return False, "an op version above a ceiling: the opset conversion lowers branches"
         index = self._if_of(finding)
         if index is None:
             return False, "not in an If whose condition is known before the run"
