@@ -131,6 +131,10 @@ RESCUED = frozenset({
     "test_unsqueeze_axis_0", "test_unsqueeze_axis_1", "test_unsqueeze_axis_2",
     "test_unsqueeze_negative_axes", "test_unsqueeze_three_axes", "test_unsqueeze_two_axes",
     "test_unsqueeze_unsorted_axes", "test_wrap_pad",
+    # generated axes distinct (rewrite's own comparison drew [1, 1], which the reference
+    # evaluator refuses)
+    "test_reduce_log_sum_asc_axes", "test_reduce_log_sum_desc_axes",
+    "test_reduce_log_sum_desc_axes_expanded",
 })
 MIN_RESCUED = len(RESCUED)
 # Cases OpenVINO runs as they are: a rewrite must leave them alone (a few op families,

@@ -729,3 +729,21 @@ def test_float8_outputs_of_onnxruntime_are_read_as_float8(plugins):
                      original_target="reference")
     assert report.verdict == "verified", report.summary()
     assert report.targets[0].outputs[0].actual_dtype == "float8_e4m3fn"
+
+
+def test_generated_reduction_axes_are_distinct_and_in_range():
+    model = model_from_text("""
+<ir_version: 10, opset_import: ["" : 18]>
+g (float[3, 4, 5] data, int64[2] axes) => (float[?, ?, ?] y) {
+    y = ReduceLogSum <keepdims: int = 1> (data, axes)
+}""")
+    for seed in range(20):
+        axes = generate_inputs(model, seed=seed)["axes"]
+        assert axes.dtype == np.int64 and axes.shape == (2,)
+        assert len(set(axes.tolist())) == 2 and all(0 <= a < 3 for a in axes)
+    # the reference evaluator (which refuses a repeated axis) runs every generated set
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(model)
+    for seed in range(5):
+        evaluator.run(None, generate_inputs(model, seed=seed))

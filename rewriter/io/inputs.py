@@ -244,11 +244,37 @@ def generate_inputs(
     feeds = {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
                                   ranges.get(spec.name))
              for spec in input_specs(model)}
+    _distinct_axes(model, feeds, np.random.default_rng([seed, 1]))
     for name, value in feeds.items():
         if name.endswith(_MASK_NAMES) and isinstance(value, np.ndarray) \
                 and value.dtype.kind in "biuf":
             feeds[name] = np.ones_like(value)
     return feeds
+
+
+# reductions whose input 1 lists axes: each at most once, within the data's rank
+_REDUCE_OPS = frozenset({"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+                         "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+                         "ReduceSumSquare"})
+
+
+def _distinct_axes(model: ModelProto, feeds: dict[str, Any], rng) -> None:
+    """Regenerate fed ``axes`` of main-graph reductions as distinct axes within the data's
+    declared rank (drawn independently, a repeated axis is invalid: the reference evaluator
+    and OpenVINO refuse it, onnxruntime reduces once)."""
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*model.graph.input,
+                                                                 *model.graph.value_info)
+             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    ranks.update({t.name: len(t.dims) for t in model.graph.initializer})
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _REDUCE_OPS \
+                or len(node.input) < 2:
+            continue
+        axes, rank = feeds.get(node.input[1]), ranks.get(node.input[0])
+        if not isinstance(axes, np.ndarray) or axes.ndim != 1 or rank is None \
+                or axes.dtype.kind not in "iu" or not 0 < axes.size <= rank:
+            continue
+        feeds[node.input[1]] = np.sort(rng.permutation(rank)[:axes.size]).astype(axes.dtype)
 
 
 def symbolic_dims(models: Sequence[ModelProto]) -> set[str]:
