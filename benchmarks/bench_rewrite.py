@@ -37,7 +37,9 @@ each model (best of several runs, ``gc.collect()`` before each, GC enabled durin
 It prints seconds, ratios to the floor, per-node time at the largest size over the smallest
 (1.0 = linear), and, at 100k and 300k nodes (28% custom ops), the peak RSS of a child
 process rewriting the same graph with its small weights file and with a ~1 GiB (sparse)
-weights file, over the peak RSS of a child doing the floor; it writes everything to
+weights file, over the peak RSS of a child doing the floor, and, at 100k nodes (28%),
+``compare`` of the model with its rewrite on onnxruntime against creating and running once
+an onnxruntime session of each of the two (``--compare-sizes``); it writes everything to
 ``benchmarks/_out/bench_rewrite.json``. ``--profile`` adds a cProfile of one rewrite per
 fraction at 100k nodes (``benchmarks/_out/bench_rewrite_profile_*.txt``).
 """
