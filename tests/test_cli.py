@@ -181,8 +181,11 @@ def test_github_annotations(tmp_path, capsys):
     folder = _corpus_sample(tmp_path)
     code, out, _ = run(capsys, "check", folder, "--no-confirm", "--output-format", "github")
     lines = out.splitlines()
-    # one line per finding group (and one per ceiling of an older onnxruntime)
-    assert code == 1 and len(lines) == 3 + 2 + 1 + len(_ceiling_reasons())
+    # one line per finding group; an older onnxruntime adds one per ceiling, and the
+    # export's ops above its opset are no-schema groups (how many: which ops are above it)
+    ceilings = _ceiling_reasons()
+    assert code == 1 and (len(lines) >= 3 + 2 + 1 + len(ceilings) if ceilings
+                          else len(lines) == 3 + 2 + 1)
     for line in lines:  # ::LEVEL file=F,title=T::MESSAGE (properties escape ':' and ',')
         level, rest = line[2:].split(" ", 1)
         props, message = rest.split("::", 1)
@@ -231,7 +234,8 @@ def test_sarif_validates_against_the_sarif_2_1_0_schema(tmp_path, capsys):
     newer = ["no-schema"] if "opset-too-new" in ceilings else []
     assert rules == sorted({"no-kernel", "unknown-domain", *ceilings, *newer})
     results = run_["results"]
-    assert len(results) == 6 + len(ceilings)  # one per finding group
+    # one per finding group (an older onnxruntime: see test_github_annotations)
+    assert len(results) >= 6 + len(ceilings) if ceilings else len(results) == 6
     for r in results:
         assert rules[r["ruleIndex"]] == r["ruleId"]
         (loc,) = r["locations"]
