@@ -15,9 +15,7 @@ An ``If`` whose branch would bring a value name the main graph already has is le
 
 from __future__ import annotations
 
-import re
-
-from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl
+from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, main_node_index
 
 LIMIT = 1024  # elements of a value computed ahead of the run
 # ops computed ahead of the run when all their inputs are known (no subgraphs, no randomness)
@@ -31,7 +29,6 @@ _DEFAULT = ("", "ai.onnx")
 # for them would expose shapes it hides (AffineGrid's body feeds a [1]-shaped branch output
 # to Range, which onnxruntime's shape inference refuses once the shape is static)
 VERSION_REASONS = frozenset({"opset-too-new", "ir-too-new"})
-_NODE = re.compile(r"^graph/node (\d+)\b")
 
 
 def _static_shapes(model) -> dict[str, list[int]]:
@@ -160,11 +157,10 @@ class StaticIfPass(RewritePass):
     def _if_of(self, finding: Finding) -> int | None:
         """The index of the main-graph If that ``finding`` lies in (or is), if it is one whose
         condition is known before the run."""
-        match = _NODE.match(finding.path or "")
+        index = main_node_index(finding.path)
         model = self._model
-        if not match or model is None:
+        if index is None or model is None:
             return None
-        index = int(match.group(1))
         nodes = model.graph.node
         if index >= len(nodes) or nodes[index].op_type != "If":
             return None

@@ -15,15 +15,12 @@ position known only at run time are left alone.
 
 from __future__ import annotations
 
-import re
-
-from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl
+from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, main_node_index
 
 _DEFAULT = ("", "ai.onnx")
 _READERS = frozenset({"SequenceAt", "SequenceLength", "ConcatFromSequence",
                       "OptionalHasElement", "OptionalGetElement"})
 _PRODUCERS = frozenset({"SequenceConstruct", "Optional"})
-_NODE = re.compile(r"^graph/node (\d+)\b")
 
 
 def _constant_int(model, name: str) -> int | None:
@@ -135,11 +132,10 @@ class StaticSequencesPass(RewritePass):
         self._model, self._known = model, None
 
     def _resolves(self, finding: Finding) -> bool:
-        match = _NODE.match(finding.path or "")
+        index = main_node_index(finding.path)
         model = self._model
-        if not match or model is None:
+        if index is None or model is None:
             return False
-        index = int(match.group(1))
         nodes = model.graph.node
         if index >= len(nodes):
             return False

@@ -7,6 +7,7 @@ it never converts the model to another IR and never reads external data.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,16 @@ def opset_map(opset_imports) -> dict[str, int]:
 
 def node_label(index: int, node: NodeProto) -> str:
     return f"node {index} ({node.name or node.op_type})"
+
+
+_MAIN_NODE = re.compile(r"^graph/node (\d+)\b")
+
+
+def main_node_index(path: str | None) -> int | None:
+    """The index of the main-graph node a path starts at (``graph/node 12 (If_3)/...`` ->
+    12), or None for a path elsewhere (a function body, the model)."""
+    match = _MAIN_NODE.match(path or "")
+    return int(match.group(1)) if match else None
 
 
 @dataclass
