@@ -132,14 +132,19 @@ def evaluate(sample: Sample, ceiling: int, plugins) -> dict:
         return result
     model = with_output_shapes(sample.model, expected[0])
     try:
-        out = rewrite(model, [f"opset:{ceiling}"], plugins=plugins, confirm=False,
-                      verify=False).model
+        report = rewrite(model, [f"opset:{ceiling}"], plugins=plugins, confirm=False,
+                         verify=False)
     except UnfixableError as e:
         result["stage"] = "unfixable"
         result["why"] = [f"{op}: {reason or detail}" for _t, op, detail, reason, _n in e.groups]
         return result
     except Exception as e:  # noqa: BLE001 - an engine bug is a verdict too
         result["stage"], result["why"] = "error", [f"{type(e).__name__}: {_line(e)}"]
+        return result
+    out = report.model
+    if out is None:  # the rewrite refused its own result (validation): nothing to measure
+        result["stage"] = "unfixable"
+        result["why"] = [f"not written: {report.report.verdict_reason}"]
         return result
     result["stage"] = "converted"
     try:
