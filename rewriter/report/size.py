@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from onnx import ModelProto, TensorProto
+from onnx import ModelProto
 
 from rewriter.graph.walk import iter_scopes, iter_tensor_sites
-from rewriter.io.model import IN_MEMORY, LoadedModel, tensor_nbytes
+from rewriter.io.model import IN_MEMORY, LoadedModel, external_locations, tensor_nbytes
 
 
 def _initializer_bytes(scopes) -> int:
@@ -54,19 +54,14 @@ def input_file_bytes(loaded: LoadedModel) -> int | None:
     return loaded.file_size + sum(f.size for f in loaded.external_files.values())
 
 
-def _data_locations(model: ModelProto) -> set[str]:
-    external = TensorProto.EXTERNAL
-    return {e.value for _, t in iter_tensor_sites(model) if t.data_location == external
-            for e in t.external_data if e.key == "location"}
-
-
 def written_file_bytes(path: str | os.PathLike, model: ModelProto,
                        source: LoadedModel | None) -> int:
     """Bytes of a written model: its file, plus the external-data files of ``source`` that
     ``model`` still names (the writer copies each of them whole next to the output)."""
     total = os.stat(path).st_size
     if source is not None and source.external_files:
-        total += sum(source.external_files[loc].size for loc in _data_locations(model)
+        named = external_locations(t for _, t in iter_tensor_sites(model))
+        total += sum(source.external_files[loc].size for loc in named
                      if loc in source.external_files)
     return total
 
