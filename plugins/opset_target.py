@@ -68,8 +68,11 @@ class OpsetTarget(Target):
             return None
         older = schemas.resolve(domain, node.op_type, limit)
         if older is None:
-            detail = (f"{node.op_type} was introduced in opset {schema.since_version}, "
-                      f"after {limit}")
+            first = next(v for v in range(limit + 1, schema.since_version + 1)
+                         if schemas.resolve(domain, node.op_type, v) is not None)
+            detail = f"{node.op_type} was introduced in opset {first}, after {limit}"
+            if first != schema.since_version:
+                detail += f" (the model's is {node.op_type}({schema.since_version}))"
         else:
             detail = (f"{node.op_type}({schema.since_version}) is newer than the "
                       f"{node.op_type}({older.since_version}) a runtime at opset {limit} has")

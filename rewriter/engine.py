@@ -243,8 +243,9 @@ def _rewrite_proto(
     # A finding whose input types are unknown here (downstream of an op no schema types)
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
     # what is still left then fails the rewrite all the same (nothing is written)
-    provisional = [f for f in unfixable if id(f) in relevant_pass and waits_on_types(f)
-                   and len(unfixable) < len(findings)]
+    waiting = {id(f) for f in planned.typed_later}
+    provisional = [f for f in unfixable if (id(f) in relevant_pass or id(f) in waiting)
+                   and waits_on_types(f) and len(unfixable) < len(findings)]
     if len(provisional) < len(unfixable) and not partial:
         if explain or dry_run:
             report.remaining = unfixable
