@@ -69,11 +69,68 @@ def from_ort_output(value: Any, declared: str) -> Any:
 
 def run_once(session, feeds: Mapping[str, Any]) -> list | None:
     """``session.run`` on ``feeds`` (bfloat16 and float8 arrays fed as OrtValues): the
-    outputs, or None when the run happened but the Python API has no numpy type for some
-    output."""
+    outputs, those numpy has no type for (bfloat16, float8, 4- and 2-bit) read from their
+    bits as ml_dtypes arrays; None when some output is of a kind that cannot be read."""
+    given = {name: as_ort_feed(v) for name, v in feeds.items()}
     try:
-        return session.run(None, {name: as_ort_feed(v) for name, v in feeds.items()})
+        return session.run(None, given)
     except Exception as e:
-        if _NO_NUMPY_TYPE in str(e):
+        if _NO_NUMPY_TYPE not in str(e):
+            raise
+    return run_reading_bits(session, given)
+
+
+def run_reading_bits(session, given: Mapping[str, Any]) -> list | None:
+    """Run again keeping the outputs as OrtValues, and read each tensor whose element type
+    numpy lacks from the bytes onnxruntime holds (CPU memory, so its data pointer is
+    readable); None if some output is neither a tensor nor readable that way."""
+    import onnxruntime as ort
+
+    values = {name: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(v)
+              for name, v in given.items()}
+    out = []
+    for value in session.run_with_ort_values(None, values):
+        if not value.is_tensor():
             return None
-        raise
+        kind = _RAW_BY_TYPE.get(value.data_type())
+        if kind is None:
+            out.append(value.numpy())
+            continue
+        array = tensor_from_bits(value, kind)
+        if array is None:
+            return None
+        out.append(array)
+    return out
+
+
+_RAW_BY_TYPE = {f"tensor({name.replace('_', '')})": name for name in RAW_FEEDS}
+_RAW_BY_TYPE["tensor(float8e8m0)"] = "float8_e8m0fnu"
+
+
+def tensor_from_bits(value, kind: str):
+    """The ml_dtypes array (``kind``: its name) an OrtValue on the CPU holds, read from its
+    bytes (4- and 2-bit values unpacked, the first value in the low bits); None where the
+    value is not in CPU memory or ml_dtypes lacks the type."""
+    import ctypes
+
+    import numpy as np
+
+    if value.device_name().lower() != "cpu":
+        return None
+    try:
+        import ml_dtypes
+
+        dtype = np.dtype(getattr(ml_dtypes, kind))
+    except (ImportError, AttributeError):
+        return None
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    size = -(-count * PACKED[kind] // 8) if kind in PACKED else count * dtype.itemsize
+    raw = np.frombuffer(ctypes.string_at(value.data_ptr(), size), np.uint8)
+    if kind in PACKED:
+        bits = PACKED[kind]
+        per_byte = 8 // bits
+        codes = np.stack([(raw >> (k * bits)) & ((1 << bits) - 1) for k in range(per_byte)],
+                         axis=-1).reshape(-1)[:count]
+        return codes.astype(np.uint8).view(dtype).reshape(shape)
+    return raw.copy().view(dtype).reshape(shape)

@@ -576,15 +576,18 @@ class OnnxRuntimeTarget(Target):
         declared = [o.type for o in session.get_outputs()]
 
         def run(feeds):
-            from rewriter_plugins.onnxruntime_feeds import as_ort_feed, from_ort_output
+            from rewriter_plugins.onnxruntime_feeds import from_ort_output, run_once
 
-            # ml_dtypes' bfloat16/float8/4-bit arrays go in as OrtValues of their bits
-            given = {name: as_ort_feed(feeds[name]) for name in inputs if name in feeds}
+            # ml_dtypes' bfloat16/float8/4-bit arrays go in as OrtValues of their bits, and
+            # outputs of those types come back read from their bits
             try:
-                values = session.run(None, given)
+                values = run_once(session, {n: feeds[n] for n in inputs if n in feeds})
             except Exception as e:  # noqa: BLE001
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise RuntimeError(_clean_ort_message(first)) from None
+            if values is None:
+                raise RuntimeError("an output is of a kind onnxruntime's Python API cannot "
+                                   "return (neither a tensor nor readable from its bits)")
             return {name: from_ort_output(value, kind)
                     for name, value, kind in zip(outputs, values, declared)}
 
