@@ -361,7 +361,8 @@ def rewrite(
     if destination is not None and keep:
         with progress.stage("save", destination):
             written = save_model(rewritten, destination, source=loaded if is_path else None,
-                                 in_place=in_place)
+                                 in_place=in_place,
+                                 domains=report.after.domains if report.after else None)
         report.output, report.written = str(written), True
     if not keep:
         return RewriteResult(None, report)

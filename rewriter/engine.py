@@ -38,6 +38,8 @@ FULL_CHECK_MAX_NODES = 10_000
 class ModelStats:
     nodes: int
     ops: Counter
+    # the domains the nodes use, in every graph and function ("" for ai.onnx)
+    domains: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, model: ModelProto) -> ModelStats:
@@ -49,7 +51,7 @@ class ModelStats:
         ops: Counter = Counter()
         for (domain, op_type), n in counts.items():
             ops[str(OpId(domain, op_type))] += n
-        return cls(sum(ops.values()), ops)
+        return cls(sum(ops.values()), ops, frozenset(d for d, _ in counts))
 
 @dataclass
 class RewriteReport:

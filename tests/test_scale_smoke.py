@@ -249,3 +249,81 @@ def test_cut_names_that_share_a_prefix_stay_distinct():
     assert a != b
     assert all(len(f"{base}/{label}") <= MAX_NAME for base in (a, b) for label in labels)
     assert region_base("short", labels) == "short"
+
+
+def _external(tensor, location: str, folder: Path, offset: int) -> None:
+    """Move ``tensor``'s bytes to ``folder/location`` at ``offset``."""
+    from onnx import TensorProto
+
+    data = tensor.raw_data
+    with open(folder / location, "ab") as f:
+        f.seek(0, 2)
+        assert f.tell() == offset
+        f.write(data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)),
+                       ("length", str(len(data)))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+@pytest.mark.parametrize("constant_outside", [False, True])
+def test_save_renames_every_external_location_with_and_without_a_walk(tmp_path, monkeypatch,
+                                                                      constant_outside):
+    """The save reads the main graph's initializers for external data and checks the
+    serialized bytes for any other; a Constant's external tensor makes it walk the model.
+    Either way every location is renamed to the copy, the values read back are the input's,
+    and the domain imports from the engine's counts are the walk's."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import rewriter.io.model as io_model
+    from rewriter.io.model import missing_imports, save_model
+
+    walks = []
+    real_walk = io_model._location_entries
+    monkeypatch.setattr(io_model, "_location_entries",
+                        lambda m: walks.append(1) or real_walk(m))
+
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "W")
+    c = numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "c")
+    src = tmp_path / "src"
+    src.mkdir()
+    _external(w, "weights.bin", src, 0)
+    if constant_outside:
+        _external(c, "weights.bin", src, 24)
+    nodes = [helper.make_node("Constant", [], ["C"], value=c),
+             helper.make_node("Add", ["W", "C"], ["S"]),
+             helper.make_node("Custom", ["S"], ["Y"], domain="com.acme")]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(
+        "Y", TensorProto.FLOAT, [2, 3])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, src / "model.onnx")
+    loaded = load_model(src / "model.onnx")
+    walked = missing_imports(loaded.model)
+    assert walked == [("com.acme", None)]
+
+    outs = []
+    for domains in (None, {"", "com.acme"}):
+        out_dir = tmp_path / f"out{len(outs)}"
+        out_dir.mkdir()
+        out = save_model(loaded.model, out_dir / "m.onnx", source=loaded, domains=domains)
+        outs.append(out.read_bytes())
+        written = onnx.load(str(out), load_external_data=False)
+        locations = {e.value for t in [written.graph.initializer[0],
+                                       written.graph.node[0].attribute[0].t]
+                     for e in t.external_data if e.key == "location"}
+        assert locations == {"m.onnx.data"}
+        assert [(o.domain, o.version) for o in written.opset_import] == [("", 17),
+                                                                        ("com.acme", 1)]
+        full = onnx.load(str(out))  # reads the copied data
+        np.testing.assert_array_equal(numpy_helper.to_array(full.graph.initializer[0]),
+                                      np.arange(6, dtype=np.float32).reshape(2, 3))
+        np.testing.assert_array_equal(numpy_helper.to_array(full.graph.node[0].attribute[0].t),
+                                      np.full((2, 3), 0.5, np.float32))
+    assert outs[0] == outs[1]
+    assert len(walks) == (2 if constant_outside else 0)
+    assert [e.value for e in loaded.model.graph.initializer[0].external_data
+            if e.key == "location"] == ["weights.bin"]  # the caller's model as it was

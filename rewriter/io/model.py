@@ -12,6 +12,7 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -152,12 +153,15 @@ def missing_imports(model: ModelProto, scopes: list | None = None) -> list[tuple
         function = root.function if root.function is not None and \
             root.function.opset_import else None
         imported = opset_map(function.opset_import) if function is not None else imported_model
-        for node in scope.nodes:
-            domain = normalize_domain(node.domain)
+        for raw in dict.fromkeys(map(_node_domain, scope.nodes)):  # C-level, in order
+            domain = normalize_domain(raw)
             if domain in imported or domain == "":  # no version to guess for ai.onnx
                 continue
             missing.setdefault((domain, id(function)), (domain, function))
     return list(missing.values())
+
+
+_node_domain = attrgetter("domain")
 
 
 def add_imports(model: ModelProto, missing: list[tuple[str, object]]) -> list:
@@ -566,18 +570,40 @@ def save_model(
     *,
     source: LoadedModel | None = None,
     in_place: bool = False,
+    domains: Iterable[str] | None = None,
 ) -> Path:
     """Write ``model`` to ``output`` with its external data, as one unit
     (:func:`rewriter.io.output.write_model`).
 
     External tensors that still point into ``source``'s folder are copied (streamed, never
     loaded) to files named after the output (names no file has yet), and their ``location``
-    fields are updated; the caller's model is left as it was.
+    fields are updated; the caller's model is left as it was. ``domains``: the domains the
+    nodes of every graph and function use, when the caller knows them (the engine's op
+    counts): the imports the save adds are then found without a walk over the nodes.
     """
     data_paths = [ext.path for ext in source.external_files.values()] if source else []
     out = check_output_path(output, source.path if source else None, in_place=in_place,
                             protected=data_paths)
-    entries = _location_entries(model)  # every external tensor's location, in one walk
+    # The usual place of external data is the main graph's initializers: those are read
+    # first, and the serialized bytes tell whether that was every location (else: a walk)
+    entries = _initializer_location_entries(model)
+    try:
+        return _save(model, out, source, in_place, data_paths, entries, domains, fast=True)
+    except _Elsewhere:
+        return _save(model, out, source, in_place, data_paths, _location_entries(model),
+                     domains, fast=False)
+
+
+class _Elsewhere(Exception):  # noqa: N818 - a signal, not an error
+    """External data outside the main graph's initializers: the save walks for them."""
+
+
+_LOCATION_KEY = b"\x0a\x08location\x12"  # an external_data entry: key "location", value
+
+
+def _save(model: ModelProto, out: Path, source: LoadedModel | None, in_place: bool,
+          data_paths: list[Path], entries: list, domains: Iterable[str] | None,
+          fast: bool) -> Path:
     locations = sorted({entry.value for entry in entries})
     if locations and source is None:
         raise OutputError(f"{out}: model refers to external data but its source folder is unknown")
@@ -595,23 +621,36 @@ def save_model(
                 if ext is None:
                     raise OutputError(f"{out}: external data {loc!r} was not validated on load")
                 copies[loc] = ext.path
+    missing = (_missing_model_imports(model, domains)
+               if domains is not None and not model.functions else missing_imports(model))
 
     def serialize(renames) -> bytes:
         # the locations are renamed in place, serialized, then restored: no copy of the model
         restore: list = []
-        added = add_imports(model, missing_imports(model))  # what is written passes the checker
+        added = add_imports(model, missing)  # what is written passes the checker
         try:
             renamed = model
             if renames:
                 renamed = _with_locations(model, _Renames(dict(renames), entries, restore))
-            return renamed.SerializeToString()
+            payload = renamed.SerializeToString()
         finally:
             for entry, old in restore:
                 entry.value = old
             for field_, entry in added:
                 field_.remove(entry)
+        if fast and payload.count(_LOCATION_KEY) != len(entries):
+            raise _Elsewhere  # before anything is written (write_model serializes first)
+        return payload
 
     return output_io.write_model(out, serialize, copies, protected=protected, keep=keep)
+
+
+def _missing_model_imports(model: ModelProto, domains: Iterable[str]
+                           ) -> list[tuple[str, object]]:
+    """:func:`missing_imports` of a model without functions whose nodes use ``domains``."""
+    imported = opset_map(model.opset_import)
+    used = dict.fromkeys(normalize_domain(d) for d in domains)
+    return [(d, None) for d in used if d and d not in imported]
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -635,6 +674,17 @@ def _location_entries(model: ModelProto) -> list:
                 break
         else:
             entries.append(_NoLocation())
+    return entries
+
+
+def _initializer_location_entries(model: ModelProto) -> list:
+    """:func:`_location_entries` of the main graph's initializers alone."""
+    external = TensorProto.EXTERNAL
+    entries = []
+    for t in model.graph.initializer:
+        if t.data_location == external:
+            entries.append(next((e for e in t.external_data if e.key == "location"),
+                                _NoLocation()))
     return entries
 
 
