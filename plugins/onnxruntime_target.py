@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from rewriter.plugin import (
+    BY_NODE,
+    BY_TYPES,
+    REFUSED,
     RUN_BY_DEFAULT_BELOW,
     BodyUnavailable,
     Confirmation,
@@ -269,6 +272,26 @@ class OnnxRuntimeTarget(Target):
         return None if verdict is None else verdict[1]
 
     # -- per node -------------------------------------------------------------------------
+
+    def check_op(self, domain: str, op_type: str, opset: int | None) -> str:
+        """Refused whatever the node where onnxruntime knows no domain or schema for the op;
+        decided by the type signature where a kernel's type constraints decide; per node
+        where custom-op libraries are probed, the domain is not imported, the kernel checks
+        attributes, or the op's function body may run instead (see :meth:`_verdict`)."""
+        if self.libraries or opset is None:
+            return BY_NODE
+        if domain not in self._known_domains:
+            return REFUSED
+        schema = self.schemas.resolve(domain, op_type, opset)
+        if schema is None:
+            return REFUSED
+        if domain == "" and op_type in _KERNEL_VALIDATES_ATTRIBUTES:
+            return BY_NODE
+        if domain in ("", "ai.onnx.ml"):  # a spec function body may run (_function_verdict)
+            spec = onnx_schemas().resolve(domain, op_type, opset)
+            if schema.has_function or (spec is not None and spec.has_function):
+                return BY_NODE
+        return BY_TYPES
 
     def check_node(self, query: NodeQuery) -> Finding | None:
         # Most nodes repeat an (op, opset, input types, output types) already decided: answer
@@ -715,6 +738,10 @@ class ReducedBuildTarget(OnnxRuntimeTarget):
                      else f"onnxruntime:ops={config_path}")
         self.description = f"a reduced onnxruntime build ({provider}) with the ops of {config_path}"
         self._reduced: dict[tuple, tuple[str, str, int | None] | None] = {}
+
+    def check_op(self, domain: str, op_type: str, opset: int | None) -> str:
+        """As onnxruntime's: the build's own verdict depends on the op and its types."""
+        return super().check_op(domain, op_type, opset)
 
     def check_node(self, query: NodeQuery) -> Finding | None:
         finding = super().check_node(query)

@@ -8,6 +8,8 @@ introduced after N.
 from __future__ import annotations
 
 from rewriter.plugin import (
+    REFUSED,
+    RUNS,
     Finding,
     NodeQuery,
     Target,
@@ -43,6 +45,15 @@ class OpsetTarget(Target):
         from rewriter.plugin import opset_import_findings
 
         return opset_import_findings(self.name, model, self.max_versions, ("", "ai.onnx.ml"))
+
+    def check_op(self, domain: str, op_type: str, opset: int | None) -> str:
+        """The verdict depends on the op's version alone."""
+        if opset is None or domain not in self.max_versions:
+            return REFUSED
+        schema = onnx_schemas().resolve(domain, op_type, opset)
+        if schema is None or schema.since_version > self.max_versions[domain]:
+            return REFUSED
+        return RUNS
 
     def check_node(self, query: NodeQuery) -> Finding | None:
         node, domain, opset = query.node, query.domain, query.opset

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from rewriter.comparison.runtime import KernelSession, prepare_kernels
 from rewriter.detect.targets import (
+    BY_NODE,
+    BY_TYPES,
+    REFUSED,
     RUN_BY_DEFAULT_BELOW,
+    RUNS,
     Confirmation,
     Finding,
     NodeQuery,
@@ -103,6 +107,7 @@ __all__ = [
     "NodeQuery",
     "Confirmation",
     "RUN_BY_DEFAULT_BELOW",
+    "RUNS", "REFUSED", "BY_TYPES", "BY_NODE",  # Target.check_op's answers
     "child_says",
     "confirm_in_child",
     "generated_feeds",

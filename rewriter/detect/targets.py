@@ -39,6 +39,15 @@ REASONS: dict[str, str] = {
     "external-shape-data": "a value shape inference reads is stored in external data",
 }
 
+# What a target's verdict on a node depends on (:meth:`Target.check_op`), so that detection
+# asks once per op, or once per op and type signature, instead of once per node.
+RUNS = "runs"  # every node of the op runs: not asked per node
+REFUSED = "refused"  # every node of the op is refused the same way: asked for the first one
+BY_TYPES = "depends on types"  # the same answer for nodes of the op with the same input and
+# output types (and the same inputs left empty): asked once per such signature
+BY_NODE = "depends on the node"  # attributes, shapes, names...: asked for every node
+OP_VERDICTS = (RUNS, REFUSED, BY_TYPES, BY_NODE)
+
 # Models up to this many bytes (with external data) are run once on generated inputs when
 # they are confirmed (``Target.confirm_by_size``); bigger ones are only loaded.
 RUN_BY_DEFAULT_BELOW = 100 * 2**20
@@ -231,6 +240,16 @@ class Target:
         """A finding if the target cannot run this node, else None."""
         raise NotImplementedError
 
+    def check_op(self, domain: str, op_type: str, opset: int | None) -> str:
+        """What :meth:`check_node`'s answer for the nodes of ``domain::op_type`` (``domain``
+        normalized, ``opset`` the version of that domain imported where the node lives, None
+        when not imported) depends on: :data:`RUNS`, :data:`REFUSED`, :data:`BY_TYPES` or
+        :data:`BY_NODE` (the default: every node is asked). Detection asks once per op, or
+        once per op and type signature, where the target says so; a finding asked once is
+        repeated for the other nodes with their own path and name. A subclass that
+        overrides :meth:`check_node` without overriding this is asked for every node."""
+        return BY_NODE
+
     def wants_confirm(self, loaded: LoadedModel) -> bool:
         """Whether to confirm by default (e.g. only for small models)."""
         return False
@@ -312,6 +331,23 @@ class Target:
             detail=detail,
             node_name=node.name,
         )
+
+
+def _owner(cls: type, attribute: str) -> type:
+    return next(c for c in cls.__mro__ if attribute in c.__dict__)
+
+
+def op_verdicts_apply(target: Target) -> bool:
+    """Whether ``target``'s :meth:`Target.check_op` speaks for its :meth:`Target.check_node`:
+    both from the same class (or ``check_op`` from a subclass of the one that wrote
+    ``check_node``), on the target itself (not a wrapper forwarding to another target, nor
+    a ``check_node`` set on the instance)."""
+    method = getattr(target, "check_op", None)
+    if getattr(method, "__self__", None) is not target or \
+            "check_node" in getattr(target, "__dict__", ()):  # replaced on the instance
+        return False
+    cls = type(target)
+    return issubclass(_owner(cls, "check_op"), _owner(cls, "check_node"))
 
 
 def opset_import_findings(

@@ -10,8 +10,20 @@ from typing import Any
 from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
 
 from rewriter.detect.ranks import rank_findings
-from rewriter.detect.targets import Confirmation, Finding, NodeQuery, Target, refused_node
+from rewriter.detect.targets import (
+    BY_NODE,
+    BY_TYPES,
+    REFUSED,
+    RUNS,
+    Confirmation,
+    Finding,
+    NodeQuery,
+    Target,
+    op_verdicts_apply,
+    refused_node,
+)
 from rewriter.graph.typeinfer import (
+    SPECIAL_OUTPUT_OPS,
     OutputTypeMemo,
     binding_conflict,
     declared_protos,
@@ -211,6 +223,28 @@ def recheck(
     return result
 
 
+_ASK = object()  # a signature whose nodes are asked one by one (BY_NODE)
+_EACH = (_ASK, None)  # a node asked and typed on its own (no signatures)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A target's finding on one node, for every node of its op or signature."""
+
+    finding: Finding
+
+    def at(self, path: str, node, in_sig: tuple, opsets, keep_nodes: bool) -> Finding:
+        """The finding on ``node`` at ``path`` (``in_sig``: its input types, "" for an
+        empty input), with its node, input types and opsets when ``keep_nodes``."""
+        f = self.finding
+        if keep_nodes:
+            return Finding(f.target, path, f.domain, f.op_type, f.version, f.reason,
+                           f.detail, node.name, node, tuple([t or None for t in in_sig]),
+                           dict(opsets))
+        return Finding(f.target, path, f.domain, f.op_type, f.version, f.reason, f.detail,
+                       node.name)
+
+
 def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
     """``finding`` with its node, input types and scope opsets (dataclasses.replace, the
     fields spelled out: a rewrite makes one per finding, and replace is ten times slower)."""
@@ -237,6 +271,13 @@ class _Walker:
         self.findings: list[Finding] = []
         self.declared: dict = {}  # value name -> declared TypeProto (with shape), all graphs
         self.output_types = OutputTypeMemo()
+        # (domain, op, imported version, input types, output types) -> (verdict, output
+        # types) (see _signature); None: every node asked and typed on its own, as before
+        # the signatures (kept to test that both find the same)
+        self.signatures: dict[tuple, tuple] | None = {}
+        self.by_op = op_verdicts_apply(target)  # whether target.check_op may be used
+        self.op_modes: dict[tuple, str] = {}  # (domain, op, version) -> target.check_op
+        self.op_verdicts: dict[tuple, _Verdict | None] = {}  # the REFUSED ops' verdicts
         self.main_types: dict[str, str] = {}
         self.produced: set[str] = set()
         self.owners: set[str] = set()
@@ -300,59 +341,110 @@ class _Walker:
     def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str],
                record: bool = False) -> None:
         # The hot loop of `check`: every protobuf field read here costs a wrapper object, so
-        # each is read once per node and shared with the target through the NodeQuery.
+        # each is read once per node. Nodes are grouped by signature (op, imported version,
+        # input and output types, empty inputs): the target is asked once per op or once
+        # per signature where its check_op allows (else per node, through a NodeQuery), and
+        # output types are inferred once per signature (per node for SPECIAL_OUTPUT_OPS).
         check_node, schemas, functions = self.target.check_node, self.schemas, self.functions
         findings, declared, infer = self.findings, self.declared, self.output_types.infer
         resolve, max_version = schemas.resolve, schemas.max_version
-        aliases = _DOMAIN_ALIASES
+        aliases, keep_nodes, memo = _DOMAIN_ALIASES, self.keep_nodes, self.signatures
         produce = self.produced.update if record else None
+        get = types.get
         for i, node in enumerate(nodes):
             raw_domain = node.domain
             domain = aliases.get(raw_domain, raw_domain)
             opset = opsets.get(domain)
             op_type = node.op_type
-            key = (domain, op_type, node.overload) if functions else None
-            if key is not None and key in functions:
-                if produce is not None:
-                    produce(node.output)
-                in_types = [types.get(n) if n else None for n in node.input]
-                if key not in self.checked_functions:
-                    self._function(key, functions[key], in_types, opsets)
-                body_types = self.function_types.get(key, {})
-                f = functions[key]
-                for name, inner in zip(node.output, f.output):
-                    if name and inner in body_types and name not in types:
-                        types[name] = body_types[inner]
+            if functions and (domain, op_type, node.overload) in functions:
+                self._call(node, (domain, op_type, node.overload), types, opsets, produce)
                 continue
             inputs, outputs = tuple(node.input), tuple(node.output)
             if produce is not None:
                 produce(outputs)
-            node_path = f"{path}/node {i} ({node.name or op_type})"  # walk.node_label
-            finding = check_node(NodeQuery(node, node_path, domain, opset, types, opsets,
-                                           declared, inputs, outputs))
-            if finding is not None:
-                if self.keep_nodes:
-                    finding = _with_node(finding, node, inputs, types, opsets)
-                if record:
-                    self.in_main.add(id(finding))
-                findings.append(finding)
+            in_sig = tuple([get(n) if n else "" for n in inputs])  # "": an empty input
+            out_sig = tuple([get(n) if n else None for n in outputs])
+            key = (domain, op_type, opset, in_sig, out_sig)
+            entry = memo.get(key) if memo is not None else _EACH
+            if entry is None:
+                entry = self._signature(key, node, raw_domain, inputs, outputs, types,
+                                        opsets, f"{path}/node {i} ({node.name or op_type})")
+            verdict, inferred = entry
+            if verdict is not None:
+                node_path = f"{path}/node {i} ({node.name or op_type})"  # walk.node_label
+                if verdict is _ASK:
+                    finding = check_node(NodeQuery(node, node_path, domain, opset, types,
+                                                   opsets, declared, inputs, outputs))
+                    if finding is not None and keep_nodes:
+                        finding = _with_node(finding, node, inputs, types, opsets)
+                else:
+                    finding = verdict.at(node_path, node, in_sig, opsets, keep_nodes)
+                if finding is not None:
+                    if record:
+                        self.in_main.add(id(finding))
+                    findings.append(finding)
             if node.attribute:
                 for attr_label, sub in subgraphs(node):
                     if produce is not None:
                         self.owners.update(outputs)
+                    node_path = f"{path}/node {i} ({node.name or op_type})"
                     self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
-            for o in outputs:
-                if o and o not in types:
-                    break
-            else:
-                continue  # every output's type is known already
-            version = opset or max_version.get(domain)  # a forgotten import
-            schema = resolve(domain, op_type, version) if version else None
-            for name, t in zip(outputs, infer(node, schema, inputs, outputs, types, op_type,
-                                              raw_domain)):
+            if inferred is None:  # inferred per node (SPECIAL_OUTPUT_OPS, or no memo)
+                if None not in out_sig:
+                    continue  # every output's type is known already
+                version = opset or max_version.get(domain)  # a forgotten import
+                schema = resolve(domain, op_type, version) if version else None
+                inferred = infer(node, schema, inputs, outputs, types, op_type, raw_domain)
+            for name, t in zip(outputs, inferred):
                 if name and t and name not in types:
                     types[name] = t
 
+    def _call(self, node, key, types: dict[str, str], opsets, produce) -> None:
+        """A call of a model-local function: its body walked once (for the first call's
+        input types), its outputs typed from the body's."""
+        if produce is not None:
+            produce(node.output)
+        f = self.functions[key]
+        if key not in self.checked_functions:
+            in_types = [types.get(n) if n else None for n in node.input]
+            self._function(key, f, in_types, opsets)
+        body_types = self.function_types.get(key, {})
+        for name, inner in zip(node.output, f.output):
+            if name and inner in body_types and name not in types:
+                types[name] = body_types[inner]
+
+    def _signature(self, key, node, raw_domain, inputs, outputs, types, opsets, node_path):
+        """(verdict, output types) of a signature not seen yet in this walk: the verdict
+        None (runs), a :class:`_Verdict` shared by every node of the signature, or _ASK
+        (ask the target per node); the output types None where they are inferred per node.
+        Remembered for the signature."""
+        domain, op_type, opset, in_sig, out_sig = key
+        target = self.target
+        mode = self.op_modes.get(key[:3])
+        if mode is None:
+            mode = self.op_modes[key[:3]] = (
+                target.check_op(domain, op_type, opset) if self.by_op else BY_NODE)
+        if mode == RUNS:
+            verdict = None
+        elif mode == REFUSED or mode == BY_TYPES:
+            verdict = self.op_verdicts.get(key[:3], ...) if mode == REFUSED else ...
+            if verdict is ...:
+                asked = target.check_node(NodeQuery(
+                    node, node_path, domain, opset, types, opsets, self.declared, inputs,
+                    outputs))
+                verdict = None if asked is None else _Verdict(asked)
+                if mode == REFUSED:
+                    self.op_verdicts[key[:3]] = verdict
+        else:
+            verdict = _ASK
+        inferred = None
+        if not (op_type in SPECIAL_OUTPUT_OPS and domain == ""):
+            version = opset or self.schemas.max_version.get(domain)  # a forgotten import
+            schema = self.schemas.resolve(domain, op_type, version) if version else None
+            inferred = tuple(self.output_types.infer(node, schema, inputs, outputs, types,
+                                                     op_type, raw_domain))
+        entry = self.signatures[key] = (verdict, inferred)
+        return entry
 
     # -- the re-check of a rewritten model (see :func:`recheck`) ----------------------------
 
