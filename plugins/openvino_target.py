@@ -237,6 +237,21 @@ def _rank_follows_fed_axes(query: NodeQuery) -> bool:
     return keepdims == 0 and bool(query.inputs[1]) and query.inputs[1] in query.caller_fed
 
 
+def _split_sizes_proto(node, query: NodeQuery, name: str, proto):
+    """A ``Split``'s computed ``split`` input of unknown length as what the spec makes it:
+    one size per output (OpenVINO's frontend makes as many outputs as that length says, one
+    when it is unknown: a decomposition body's ``Split`` of computed sizes converts in the
+    whole model, where the length is known, but not in a probe that did not say it)."""
+    from onnx import helper
+
+    if (query.domain not in ("", "ai.onnx") or node.op_type != "Split"
+            or len(node.input) < 2 or name != node.input[1] or proto is None
+            or proto.WhichOneof("value") != "tensor_type"
+            or _shape_key(proto) not in (None, (None,))):
+        return proto
+    return helper.make_tensor_type_proto(proto.tensor_type.elem_type, [len(query.outputs)])
+
+
 def _blames_subgraph(node, detail: str) -> bool:
     """Whether OpenVINO's refusal of a node with subgraphs names an operation or a node of
     those subgraphs (then the walk reports that node; the If/Loop/Scan itself is fine)."""
@@ -454,6 +469,7 @@ class OpenVINOTarget(Target):
                     key_inputs.append(("weight", tensor.data_type, tuple(tensor.dims)))
                     continue
             proto = self._input_proto(name, query, in_body, guess)
+            proto = _split_sizes_proto(node, query, name, proto)
             if proto is None:  # type unknown (it comes from an op nobody has a schema for)
                 guessed = True
                 rank, dim = guess or (None, None)
