@@ -327,3 +327,44 @@ def test_save_renames_every_external_location_with_and_without_a_walk(tmp_path, 
     assert len(walks) == (2 if constant_outside else 0)
     assert [e.value for e in loaded.model.graph.initializer[0].external_data
             if e.key == "location"] == ["weights.bin"]  # the caller's model as it was
+
+
+def test_spliced_calls_bind_given_and_default_attributes(tmp_path):
+    """The protobuf splice takes each call as it is (not retargeted at its function first):
+    an attribute the call sets is bound, one it leaves out takes the function's default,
+    one the function does not declare is dropped. Checked numerically on the reference
+    evaluator against numpy's swish."""
+    import numpy as np
+    import onnx
+    from conftest import FUSED_SWISH_SOURCE
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from rewriter.api import rewrite
+
+    plugin = tmp_path / "acme_swish.py"
+    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
+                      + FUSED_SWISH_SOURCE + "\n@hookimpl\ndef register_decompositions("
+                      "registry):\n    registry.add('com.acme', 'FusedSwish', FUSED_SWISH)\n")
+    nodes = [helper.make_node("FusedSwish", ["x"], ["a"], domain="com.acme", name="plain"),
+             helper.make_node("FusedSwish", ["a"], ["b"], domain="com.acme", name="given",
+                              alpha=2.5),
+             helper.make_node("FusedSwish", ["b"], ["y"], domain="com.acme", name="extra",
+                              beta=7.0)]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7])]),
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.acme", 1)])
+    result = rewrite(model, ["reference"], plugins=[str(plugin)], verify=False)
+    rewritten = result.model
+    assert result.report.applied and not result.report.remaining
+    assert {n.domain for n in rewritten.graph.node} == {""}
+    onnx.checker.check_model(rewritten, full_check=True)
+
+    def swish(v, alpha=1.0):
+        return v / (1 + np.exp(-alpha * v))
+
+    x = np.linspace(-3, 3, 7).astype(np.float32)
+    (got,) = ReferenceEvaluator(rewritten).run(None, {"x": x})
+    np.testing.assert_allclose(got, swish(swish(swish(x), 2.5)), rtol=1e-5, atol=1e-6)

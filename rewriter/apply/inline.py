@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto
 
@@ -29,7 +29,8 @@ MAX_NAME = 80  # longest node name the splice creates
 @dataclass
 class Template:
     """A simple body prepared once per function: its nodes stamped with a provenance key,
-    and what each call has to rename or bind."""
+    and what each call has to rename or bind, as slots of a per-call table of encoded
+    fields (see :func:`_created`)."""
 
     function: FunctionProto
     bodies: list[tuple[tuple[str, ...], tuple[str, ...], bytes]]  # inputs, outputs, rest
@@ -40,6 +41,18 @@ class Template:
     # the body nodes that make one of the function's outputs (or none at all): the ones a
     # re-check of the spliced graph visits (splice_graph's ``visit``)
     output_nodes: tuple[int, ...] = ()
+    # The per-call table: [input field, output field] of each value of the body (in
+    # ``values`` order), then each node's pre-encoded rest. ``fields``: per body node, the
+    # table slots making its inputs, outputs and rest, in order.
+    values: tuple[str, ...] = ()
+    table: tuple[bytes | None, ...] = ()
+    fields: tuple[tuple[int, ...], ...] = ()
+    bind_inputs: tuple[tuple[int, int], ...] = ()  # (call input position, value index)
+    bind_outputs: tuple[tuple[int, int], ...] = ()  # (call output position, value index)
+    internal: tuple[int, ...] = ()  # value indices of the body's own values
+    room: int = MAX_NAME  # longest region base that keeps every created name in MAX_NAME
+    suffixes: tuple[bytes, ...] = ()  # b"/<op>_<k>" of each created node
+    defaults: dict = field(default_factory=dict)  # function attribute -> its default
 
 
 def simple_body(fn: FunctionProto, remedy_domain: str) -> bool:
@@ -98,7 +111,26 @@ def template(fn: FunctionProto, table: ProvenanceTable) -> Template:
     results = set(fn.output)
     output_nodes = tuple(j for j, node in enumerate(fn.node)
                          if not any(node.output) or not results.isdisjoint(node.output))
-    return Template(fn, bodies, labels, refs, key, outputs, output_nodes)
+    # the per-call table: "" first, then the function's inputs, outputs and own values
+    values = tuple(dict.fromkeys(["", *fn.input, *fn.output, *sorted(outputs - results)]))
+    index = {name: k for k, name in enumerate(values)}
+    table: list[bytes | None] = [None] * (2 * len(values))
+    table[0], table[1] = _INPUT + b"\x00", _OUTPUT + b"\x00"
+    fields = []
+    for ins, outs, rest in bodies:
+        table.append(rest)
+        fields.append(tuple([2 * index[n] for n in ins] + [2 * index[n] + 1 for n in outs]
+                            + [len(table) - 1]))
+    bind_inputs = tuple((p, index[n]) for p, n in enumerate(fn.input) if n)
+    bind_outputs = tuple((p, index[n]) for p, n in enumerate(fn.output) if n)
+    bound = {k for _, k in bind_inputs}
+    internal = tuple(k for k, n in enumerate(values) if n and k not in bound
+                     and n in outputs and n not in results)
+    room = MAX_NAME - max(len(label) for label in labels) - 1
+    return Template(fn, bodies, labels, refs, key, outputs, output_nodes, values,
+                    tuple(table), tuple(fields), bind_inputs, bind_outputs, internal, room,
+                    tuple(f"/{label}".encode() for label in labels),
+                    {a.name: a for a in fn.attribute_proto})
 
 
 def region_base(name: str, labels: Iterable[str]) -> str:
@@ -106,7 +138,10 @@ def region_base(name: str, labels: Iterable[str]) -> str:
     every label: a cut name ends with ``~`` and 8 hex digits of the whole name's hash, so
     two long names sharing a prefix stay two names (onnxruntime refuses a graph with two
     nodes of one name)."""
-    room = MAX_NAME - max(len(label) for label in labels) - 1
+    return _cut(name, MAX_NAME - max(len(label) for label in labels) - 1)
+
+
+def _cut(name: str, room: int) -> str:
     if len(name) > room:
         digest = hashlib.blake2s(name.encode("utf-8", "surrogatepass"),
                                  digest_size=4).hexdigest()
@@ -116,20 +151,24 @@ def region_base(name: str, labels: Iterable[str]) -> str:
 
 def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
                  taken: set[str], table: ProvenanceTable, visit: list[int] | None = None,
-                 ) -> int:
+                 calls: Mapping[int, str] | None = None) -> int:
     """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
     template's nodes, in place; ``taken``: the value names defined anywhere in the model
     (grown with the new ones). Returns the number of calls replaced. ``visit``: filled with
     the new positions, in order, of the nodes kept and of the created nodes that make a
     call's outputs (what a re-check has to look at: the rest are body nodes the plan
-    proved).
+    proved). ``calls``: the calls by node identity (``id`` of the NodeProto, alive) ->
+    template name, for nodes left as they were (not retargeted at ``domain``).
 
     The graph's node list is written as protobuf bytes (each kept node serialized, each
     created node encoded from its template's pre-encoded bytes) and parsed back once: a
     created node costs a few byte joins instead of a dozen protobuf field writes. NodeProto
     objects of the old list stay valid (detached)."""
     nodes = graph.node
-    if not any(node.domain == domain and node.op_type in templates for node in nodes):
+    if calls is not None:
+        if calls.keys().isdisjoint(map(id, nodes)):
+            return 0
+    elif not any(node.domain == domain and node.op_type in templates for node in nodes):
         return 0
     pieces: list[bytes] = []
     put = pieces.append
@@ -137,7 +176,11 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
     count = 0
     at = 0  # the position in the new node list
     for node in nodes:
-        t = templates.get(node.op_type) if node.domain == domain else None
+        if calls is not None:
+            name = calls.get(id(node))
+            t = templates[name] if name is not None else None
+        else:
+            t = templates.get(node.op_type) if node.domain == domain else None
         if t is None:
             data = node.SerializeToString()
             put(_NODE_TAG + _varint(len(data)) + data)
@@ -184,45 +227,53 @@ def _string(s: str, encoded: dict[str, bytes]) -> bytes:
 
 def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, bytes],
              table: ProvenanceTable) -> list[bytes]:
-    """The serialized nodes replacing ``call``."""
-    fn = t.function
-    call_inputs, call_outputs = list(call.input), list(call.output)
-    rename: dict[str, str] = {}
-    for p, name in enumerate(fn.input):
-        rename[name] = call_inputs[p] if p < len(call_inputs) else ""
+    """The serialized nodes replacing ``call``: the template's table of encoded fields with
+    this call's values filled in, each node the join of its slots and its name."""
+    call_inputs, call_outputs = call.input, call.output
+    n_in, n_out = len(call_inputs), len(call_outputs)
+    fields = list(t.table)
+    for p, k in t.bind_inputs:
+        s = _string(call_inputs[p] if p < n_in else "", encoded)
+        fields[2 * k], fields[2 * k + 1] = _INPUT + s, _OUTPUT + s
     base_value = next((o for o in call_outputs if o), call.name or call.op_type)
-    for p, name in enumerate(fn.output):
-        if p < len(call_outputs) and call_outputs[p]:
-            rename[name] = call_outputs[p]
-    for name in t.outputs:
-        if name not in rename:
-            rename[name] = _fresh(f"{base_value}/{name}", taken)
-    bound = _bound_attributes(call, t) if t.refs else None
-    base_name = region_base(call.name or base_value, t.labels)
+    values = t.values
+    for p, k in t.bind_outputs:
+        name = call_outputs[p] if p < n_out else ""
+        if not name:  # an output the call leaves out: the body's own value
+            name = _fresh(f"{base_value}/{values[k]}", taken)
+        s = _string(name, encoded)
+        fields[2 * k], fields[2 * k + 1] = _INPUT + s, _OUTPUT + s
+    for k in t.internal:
+        s = _string(_fresh(f"{base_value}/{values[k]}", taken), encoded)
+        fields[2 * k], fields[2 * k + 1] = _INPUT + s, _OUTPUT + s
+    base_name = _cut(call.name or base_value, t.room)
     if t.key is not None:
         table.add_region(t.key, base_name)
+    base = base_name.encode()
+    bound = _bound_attributes(call, t) if t.refs else None
+    get = fields.__getitem__
     out = []
-    for j, body in enumerate(t.bodies):
-        ins, outs, rest = body
-        parts = [_INPUT + _string(rename.get(n, n) if n else "", encoded) for n in ins]
-        parts += [_OUTPUT + _string(rename[n] if n else "", encoded) for n in outs]
-        parts.append(rest)
-        parts.append(_NAME + _string(f"{base_name}/{t.labels[j]}", {}))
-        if bound is not None:
-            parts.extend(bound.get(j, ()))
-        out.append(b"".join(parts))
+    for j, (slots, suffix) in enumerate(zip(t.fields, t.suffixes)):
+        name = base + suffix
+        data = b"".join(map(get, slots)) + _NAME + _varint(len(name)) + name
+        if bound is not None and j in bound:
+            data += b"".join(bound[j])
+        out.append(data)
     return out
 
 
 def _bound_attributes(call: NodeProto, t: Template) -> dict[int, list[bytes]]:
     """Per body node, its attributes that refer to the function's, bound to the call's
-    values (an attribute the call does not set is left out, as ONNX specifies)."""
+    values or the function's defaults (an attribute neither sets is left out, as ONNX
+    specifies)."""
     given = {a.name: a for a in call.attribute}
     out: dict[int, list[bytes]] = {}
     for j, attr_name, ref in t.refs:
         value = given.get(ref)
         if value is None:
-            continue
+            value = t.defaults.get(ref)
+            if value is None:
+                continue
         attr = AttributeProto()
         attr.CopyFrom(value)
         attr.name = attr_name

@@ -8,12 +8,24 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from onnx import FunctionProto, ModelProto, NodeProto
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
 
-from rewriter.apply.inline import defined_names, simple_body, splice_graph, template
+from rewriter.apply.inline import (
+    Template,
+    defined_names,
+    simple_body,
+    splice_graph,
+    template,
+)
 from rewriter.apply.provenance import ProvenanceTable
 from rewriter.detect.targets import Finding
-from rewriter.graph.walk import iter_scopes, normalize_domain, opset_map
+from rewriter.graph.walk import (
+    iter_scopes,
+    main_node_index,
+    normalize_domain,
+    opset_map,
+    subgraphs,
+)
 from rewriter.plan.functions import REMEDY_DOMAIN, retarget, specialise, splice
 from rewriter.plan.passes import PassContext
 from rewriter.plan.planner import LazyConstants, Planner, replaced_op
@@ -91,6 +103,13 @@ def apply_decompositions(
     seen: set[int] = set(skip)  # nodes already given a kernel
     produced: set[str] = set()  # outputs of the replaced nodes
     labels: dict[tuple, str] = {}
+    # Calls of simple bodies are found by the node's identity and spliced as they are;
+    # the others are retargeted at their function for onnx's inliner. Identity needs
+    # protobuf's upb wrappers (one per message while alive) and no model-local function
+    # (a call inside one is the inliner's).
+    by_identity = not model.functions and _stable_wrappers()
+    direct: dict[str, bool] = {}  # function name -> spliced directly by identity
+    calls: dict[int, str] = {}  # id(node) -> function name, for those
     for f in findings:
         if f.node is None or id(f.node) in seen:
             continue
@@ -104,6 +123,7 @@ def apply_decompositions(
                 choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule,
                 replaced_op(f),
             )
+            direct[name] = by_identity and simple_body(functions[name], REMEDY_DOMAIN)
         key = (f.domain, f.op_type, f.version)
         label = labels.get(key)
         if label is None:
@@ -112,16 +132,21 @@ def apply_decompositions(
         for kind, plugin, rule, op_label in choice.nested:
             ctx.record(kind, plugin, rule, op_label)
         produced.update(o for o in f.node.output if o)
-        retarget(f.node, functions[name])
+        if direct[name]:
+            calls[id(f.node)] = name
+        else:
+            retarget(f.node, functions[name])
         if regions is not None and name not in regions:
             call = NodeProto()
             call.CopyFrom(f.node)
+            if direct[name]:
+                retarget(call, functions[name])
             regions[name] = Region(functions[name], call, f)
     if not functions:
         return model, False
     _import_domains(model, functions.values())
     forget_shapes(model, produced)
-    left = splice_simple(model, functions, findings, taken, visit)
+    left = splice_simple(model, functions, findings, taken, visit, calls if calls else None)
     if not left:
         return model, True
     if visit is not None:
@@ -135,19 +160,25 @@ def apply_decompositions(
 
 def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
                   findings: list[Finding], taken: set[str] | None = None,
-                  visit: list[int] | None = None) -> list[FunctionProto]:
+                  visit: list[int] | None = None, calls: dict[int, str] | None = None,
+                  ) -> list[FunctionProto]:
     """Splice the simple bodies (:mod:`rewriter.apply.inline`) into the main graph and its
     subgraphs at the protobuf level, the created nodes named after the replaced ones, as the
     provenance table lists them (:mod:`rewriter.apply.provenance`). Returns the functions
     left for onnx's inliner (bodies that are not simple, and those still called from
     model-local functions). ``visit``: as :func:`splice_graph` fills it, for the main
-    graph."""
+    graph. ``calls``: the calls of simple bodies by node identity (left as they were, see
+    :func:`splice_graph`); the others are found retargeted at their function."""
     ops = {(f.domain, f.op_type): f for f in findings}  # one str(OpId) per op, not finding
     table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
     templates = {name: template(fn, table) for name, fn in functions.items()
                  if simple_body(fn, REMEDY_DOMAIN)}
     if not templates:
         return list(functions.values())
+    if calls is not None:
+        _splice_by_identity(model, templates, findings, calls, taken, table, visit)
+        table.write(model)
+        return [fn for name, fn in functions.items() if name not in templates]
     expected = len({id(f.node) for f in findings if f.node is not None
                     and f.node.domain == REMEDY_DOMAIN and f.node.op_type in templates})
     if taken is None:
@@ -166,6 +197,49 @@ def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
         left += [fn for name, fn in functions.items()
                  if name in templates and (REMEDY_DOMAIN, name) in called]
     return left
+
+
+def _stable_wrappers() -> bool:
+    """Whether protobuf gives one Python object per message while it is alive (upb)."""
+    from google.protobuf.internal import api_implementation
+
+    return api_implementation.Type() == "upb"
+
+
+def _splice_by_identity(model: ModelProto, templates: dict[str, Template],
+                        findings: list[Finding], calls: dict[int, str],
+                        taken: set[str] | None, table: ProvenanceTable,
+                        visit: list[int] | None) -> None:
+    """:func:`splice_simple` for calls known by identity: the subgraphs holding some are
+    found from their findings' paths (the main-graph node each starts at), before the main
+    graph is spliced (which moves its nodes); every call must be found."""
+    main = model.graph.node
+    subs: dict[int, GraphProto] = {}
+    for f in findings:
+        if f.node is None or id(f.node) not in calls:
+            continue
+        i = main_node_index(f.path)
+        if i is not None and i < len(main) and main[i] is f.node:
+            continue  # in the main graph
+        if i is None or i >= len(main):  # not where the path says: every subgraph
+            subs.update((id(s.graph), s.graph) for s in iter_scopes(model)
+                        if s.graph is not None and s.graph is not model.graph)
+            break
+        stack = [main[i]]
+        while stack:
+            for _, g in subgraphs(stack.pop()):
+                subs[id(g)] = g
+                stack.extend(n for n in g.node if n.attribute)
+    if taken is None:
+        taken = defined_names([model.graph])
+    if subs:
+        taken.update(defined_names(subs.values()))
+    done = 0
+    for g in subs.values():
+        done += splice_graph(g, templates, REMEDY_DOMAIN, taken, table, calls=calls)
+    done += splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit, calls)
+    if done != len(calls):
+        raise AssertionError(f"the splice found {done} of {len(calls)} calls by identity")
 
 
 def _import_domains(model: ModelProto, functions) -> None:
