@@ -1130,6 +1130,35 @@ def _embed_layer_norm_sample(case: str, opset: int) -> OpSample:
     return OpSample(inputs, ["T", "int32", "T"], {"epsilon": 1e-5}, opset=opset, name=case)
 
 
+# min_onnxruntime of the samples whose oracle, onnxruntime's own kernel, older releases lack
+# or compute otherwise (found on 1.21.0, 1.23.2, 1.30.0 and 1.32.0; releases between them
+# were not available to check)
+_GQA_MIN_ONNXRUNTIME = {
+    "window": ("1.24", "onnxruntime's local_window_size excluded the current token before "
+               "its pull request 25927 (after 1.23.2): the window now includes it, as Hugging "
+               "Face's sliding window and the decomposition do; 1.23.2 differs, 1.30.0 agrees"),
+    "prompt-padded": ("1.30", "onnxruntime 1.21.0 and 1.23.2 compute the padding rows of a "
+                      "right-padded prompt (rows from seqlens_k[b] + 1 on) otherwise than "
+                      "1.30.0 and 1.32.0, which agree with the decomposition; the other rows "
+                      "agree"),
+    "prompt-present-unused": ("1.30", "the GroupQueryAttention schema of onnxruntime 1.23.2 "
+                              "requires the present outputs ('output size 1 not in range "
+                              "[min=3, max=4]')"),
+    **dict.fromkeys(("head-sink", "attention-bias", "prompt-position-ids",
+                     "token-position-ids"), (
+        "1.23", "onnxruntime 1.21.0's GroupQueryAttention schema has no position_ids, "
+        "attention_bias or head_sink input (1.23.2 has them)")),
+}
+_DMMHA_MIN_ONNXRUNTIME = {
+    "first-step": ("1.32", "with past_sequence_length 0 the only key is the new one, so the "
+                   "output is the value input and present slot 0 the new key; onnxruntime "
+                   "1.21.0, 1.23.2 and 1.30.0 give other values for both"),
+    "attention-bias": ("1.23", "onnxruntime 1.21.0 adds a (B, 1, 1, T) attention_bias "
+                       "otherwise: 48 of 64 values differ from 1.23.2 and 1.32.0, which agree "
+                       "with the decomposition"),
+}
+
+
 def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
     """The prompt form (no past, or a past buffer the prompt fills) or token generation (a
     past buffer of max length, the new K/V written at each entry's ``seqlens_k[b]``)."""
@@ -1177,7 +1206,8 @@ def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
     # prompt form is comparable without them)
     outputs = ["T"] if case == "prompt-present-unused" else ["T", "T", "T"]
     return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
-                    tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None)
+                    tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None,
+                    min_onnxruntime=_GQA_MIN_ONNXRUNTIME.get(case.removeprefix("rotary-")))
 
 
 def _dmmha_sample(case: str, opset: int) -> OpSample:
@@ -1205,7 +1235,8 @@ def _dmmha_sample(case: str, opset: int) -> OpSample:
         attrs["scale"] = 0.4
     while inputs[-1] is None:
         inputs.pop()
-    return OpSample(inputs, ["T", "T", "T"], attrs, opset=opset, name=case)
+    return OpSample(inputs, ["T", "T", "T"], attrs, opset=opset, name=case,
+                    min_onnxruntime=_DMMHA_MIN_ONNXRUNTIME.get(case))
 
 
 ATTENTION_CASES = ["plain", "no-bias", "mask-2d", "mask-1d", "mask-2b", "mask-3d", "causal",

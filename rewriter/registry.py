@@ -19,6 +19,7 @@ PHASES = ("decompose", "legalize", "convert", "cleanup")
 
 _TARGET_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 _LAZY_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_VERSION = re.compile(r"\d+(\.\d+)*")  # a release number, as min_onnxruntime gives it
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,9 @@ class OpSample:
         oracle: this sample's oracle, where the registration's cannot run it (onnxruntime's
             kernel lacking a dtype, ...).
         name: a label for test ids.
+        min_onnxruntime: ``(version, why)``: the oldest onnxruntime whose kernels (the
+            oracle's, or those running the decomposition) compute this sample as the op
+            defines it; below it the check is skipped, saying why.
     """
 
     inputs: Sequence[Arg | str | None]
@@ -120,8 +124,13 @@ class OpSample:
     tolerance: tuple[float, float] | None = None
     oracle: str | None = None
     name: str = ""
+    min_onnxruntime: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
+        if self.min_onnxruntime is not None and not (
+                len(self.min_onnxruntime) == 2 and _VERSION.fullmatch(self.min_onnxruntime[0])
+                and self.min_onnxruntime[1]):
+            raise ValueError("min_onnxruntime is (version, why), e.g. ('1.24', 'before it ...')")
         if self.oracle is not None and not _is_oracle(self.oracle):
             raise ValueError(f"sample oracle {self.oracle!r} is not one of {', '.join(ORACLES)}"
                              " or a 'module:attr' function")

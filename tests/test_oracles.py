@@ -49,6 +49,9 @@ def test_decomposition_agrees_with_its_oracle(oracle_plugins, index, sample, dty
         assert checks, f"{oracle_check.label(entry)}: no backend case of the op"
     else:
         checks = [oracle_check.build(entry, sample, dtype)]
+        too_old = oracle_check.needs_newer_onnxruntime(checks[0])
+        if too_old:
+            pytest.skip(too_old)
     try:
         problems = {c.label: oracle_check.check_one(c, oracle_plugins) for c in checks}
     except Exception:
