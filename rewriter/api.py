@@ -108,12 +108,13 @@ def check(
     """
     plugins = as_plugins(plugins)
     with progress.stage("load", progress.loaded_name(model)):
-        loaded = as_loaded(model)
+        loaded = as_loaded(model, node_io=True)  # node names kept for each target's walk
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     results = []
     for target in resolve_targets(plugins, as_targets(targets), options):
         with progress.stage("detect", f"on {target.name}"):  # nodes kept for the plan
-            detection = detect(loaded.model, target, confirm=False, record=False)
+            detection = detect(loaded.model, target, confirm=False, record=False,
+                               main_io=loaded.main_io)
         findings = detection.findings
         result = TargetResult(target.name, target.description, findings)
         wants = confirm if confirm is not None else target.wants_confirm(loaded)

@@ -140,3 +140,23 @@ def test_check_op_is_used_only_where_it_speaks_for_check_node(plugins):
 
     assert Plain().check_op("", "Relu", 13) == BY_NODE
     assert not op_verdicts_apply(Plain())
+
+
+def test_node_names_read_by_the_load_serve_detection(plugins, corpus):
+    """``load_model(node_io=True)`` keeps what the structure check read of each main-graph
+    node; detection from those finds what it finds reading the nodes itself."""
+    from rewriter.detect.walker import detect
+
+    target = _target(plugins, "onnxruntime")
+    compared = 0
+    for path in sorted(corpus.glob("*.onnx")):
+        loaded = load_model(path, node_io=True)
+        nodes = loaded.model.graph.node
+        assert loaded.main_io == [(tuple(n.input), tuple(n.output)) for n in nodes]
+        given = detect(loaded.model, target, confirm=False, main_io=loaded.main_io)
+        read = detect(loaded.model, target, confirm=False)
+        assert [_facts(f) for f in given.findings] == [_facts(f) for f in read.findings]
+        assert given.main_types == read.main_types
+        compared += len(read.findings)
+    assert compared > 10
+    assert load_model(path).main_io is None  # kept only when asked

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
@@ -147,17 +148,21 @@ class Detection:
 
 
 def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
-           base_dir=None, record: bool = True) -> Detection:
+           base_dir=None, record: bool = True,
+           main_io: Sequence[tuple] | None = None) -> Detection:
     """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs.
 
     When the walk finds nothing, the model is confirmed (:func:`confirm_model`: loaded, and
     run once where the target does) if ``confirm`` says so, or by default when the target
     confirms models of that size (:func:`confirms_here`); a refusal is a finding on the node
     the runtime names, which the engine remedies like any other. ``record=False`` leaves
-    out what only :func:`recheck` needs (main-graph names produced, owners of subgraphs)."""
+    out what only :func:`recheck` needs (main-graph names produced, owners of subgraphs).
+    ``main_io``: each main-graph node's (inputs, outputs), as the load read them
+    (:attr:`rewriter.io.model.LoadedModel.main_io`)."""
     walker = _Walker(model, target)
     walker.keep_nodes = True
     walker.record = record
+    walker.main_io = main_io
     findings = walker.run()
     confirmation = None
     if not findings and (confirm if confirm is not None
@@ -245,6 +250,9 @@ class _Verdict:
                        node.name)
 
 
+_INPUTS, _OUTPUTS = attrgetter("input"), attrgetter("output")
+
+
 def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
     """``finding`` with its node, input types and scope opsets (dataclasses.replace, the
     fields spelled out: a rewrite makes one per finding, and replace is ten times slower)."""
@@ -276,6 +284,7 @@ class _Walker:
         # the signatures (kept to test that both find the same)
         self.signatures: dict[tuple, tuple] | None = {}
         self.by_op = op_verdicts_apply(target)  # whether target.check_op may be used
+        self.main_io: Sequence[tuple] | None = None  # LoadedModel.main_io, when given
         self.op_modes: dict[tuple, str] = {}  # (domain, op, version) -> target.check_op
         self.op_verdicts: dict[tuple, _Verdict | None] = {}  # the REFUSED ops' verdicts
         self.main_types: dict[str, str] = {}
@@ -317,7 +326,7 @@ class _Walker:
             types[name] = t
         self.declared.update(declared_protos(graph))
         if main:  # the main graph's types stay for the caller (see Detection)
-            self._nodes(graph.node, path, opsets, types, self.record)
+            self._nodes(graph.node, path, opsets, types, self.record, self.main_io)
             return
         try:
             self._nodes(graph.node, path, opsets, types)
@@ -339,7 +348,7 @@ class _Walker:
         self.function_types[key] = types
 
     def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str],
-               record: bool = False) -> None:
+               record: bool = False, io: Sequence[tuple] | None = None) -> None:
         # The hot loop of `check`: every protobuf field read here costs a wrapper object, so
         # each is read once per node. Nodes are grouped by signature (op, imported version,
         # input and output types, empty inputs): the target is asked once per op or once
@@ -351,7 +360,9 @@ class _Walker:
         aliases, keep_nodes, memo = _DOMAIN_ALIASES, self.keep_nodes, self.signatures
         produce = self.produced.update if record else None
         get = types.get
-        for i, node in enumerate(nodes):
+        if io is None or len(io) != len(nodes):  # each node's input and output names
+            io = zip(map(tuple, map(_INPUTS, nodes)), map(tuple, map(_OUTPUTS, nodes)))
+        for i, (node, (inputs, outputs)) in enumerate(zip(nodes, io)):
             raw_domain = node.domain
             domain = aliases.get(raw_domain, raw_domain)
             opset = opsets.get(domain)
@@ -359,7 +370,6 @@ class _Walker:
             if functions and (domain, op_type, node.overload) in functions:
                 self._call(node, (domain, op_type, node.overload), types, opsets, produce)
                 continue
-            inputs, outputs = tuple(node.input), tuple(node.output)
             if produce is not None:
                 produce(outputs)
             in_sig = tuple([get(n) if n else "" for n in inputs])  # "": an empty input

@@ -53,6 +53,10 @@ class LoadedModel:
     file_size: int
     external_files: dict[str, ExternalFile] = field(default_factory=dict)
     folder: Path | None = None  # where external data lives, when not the file's folder
+    # each main-graph node's (inputs, outputs), read by the validation when asked
+    # (``load_model(node_io=True)``): detection reuses them instead of reading the fields again
+    main_io: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = field(
+        default=None, repr=False, compare=False)
 
     @property
     def base_dir(self) -> Path:
@@ -92,8 +96,11 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def load_model(path: str | os.PathLike, *, validate: bool = True) -> LoadedModel:
+def load_model(path: str | os.PathLike, *, validate: bool = True,
+               node_io: bool = False) -> LoadedModel:
     """Load ``path`` without reading external data; validate structure and every reference.
+    ``node_io``: keep each main-graph node's inputs and outputs as the validation read them
+    (``LoadedModel.main_io``, for detection; 100k nodes hold ~20 MB).
 
     Raises:
         ModelError: the file is missing, not a regular file, not an ONNX model, structurally
@@ -126,16 +133,18 @@ def load_model(path: str | os.PathLike, *, validate: bool = True) -> LoadedModel
         raise ModelError(str(path), "not an ONNX model (no opset imports; truncated file?)")
     loaded = LoadedModel(model=model, path=path, file_size=st.st_size)
     if validate:
-        _validate(loaded, str(path), path.parent)
+        _validate(loaded, str(path), path.parent, node_io)
     return loaded
 
 
-def _validate(loaded: LoadedModel, where: str, base_dir: Path) -> None:
+def _validate(loaded: LoadedModel, where: str, base_dir: Path, node_io: bool = False) -> None:
     """Structure, external data and opset imports: the checks every model goes through,
     from a file or given in memory."""
     scopes = list(iter_scopes(loaded.model))  # one walk for every check
     validate_text(loaded.model, where, scopes=scopes)
-    validate_structure(loaded.model, where, scopes=scopes)
+    io: list | None = [] if node_io else None
+    validate_structure(loaded.model, where, scopes=scopes, main_io=io)
+    loaded.main_io = io
     loaded.external_files = validate_external_data(loaded.model, base_dir, where,
                                                    scopes=scopes)
 
@@ -245,11 +254,13 @@ def validate_text(model: ModelProto, where: str, *, scopes: list | None = None) 
 # ----------------------------------------------------------------------------- structure
 
 
-def validate_structure(model: ModelProto, where: str, *, scopes: list | None = None) -> None:
+def validate_structure(model: ModelProto, where: str, *, scopes: list | None = None,
+                       main_io: list | None = None) -> None:
     """Every node input and graph output must be defined, and no graph may contain a cycle.
 
     All problems are gathered into one error line. ``scopes``: the model's
     :func:`~rewriter.graph.walk.iter_scopes`, when the caller has them already.
+    ``main_io``: filled with each main-graph node's (inputs, outputs) tuples.
     """
     problems: list[str] = []
     defined_in: dict[int, set[str]] = {}
@@ -279,13 +290,16 @@ def validate_structure(model: ModelProto, where: str, *, scopes: list | None = N
         pending: list[tuple[int, str]] = []
         defines_all = local.issuperset
         define = local.update
-        for i, node in enumerate(nodes):
-            inputs = node.input
+        io = zip(map(_INPUTS, nodes), map(_OUTPUTS, nodes))  # the fields, read C-level
+        if main_io is not None and scope.parent is None and scope.graph is not None:
+            main_io.extend(zip(map(tuple, map(_INPUTS, nodes)), map(tuple, map(_OUTPUTS, nodes))))
+            io = main_io  # the main graph's, as tuples kept for detection
+        for i, (inputs, outputs) in enumerate(io):
             if not defines_all(inputs):  # rare: an empty optional input, an outer-scope name
                 for name in inputs:
                     if name and name not in local and not any(name in s for s in parents):
                         pending.append((i, name))
-            define(node.output)
+            define(outputs)
         if _not_text(local):  # protobuf's bytes for a name that is not UTF-8
             bad = next(n for n in local if isinstance(n, bytes))
             raise ModelError(where, f"{scope.path}: a value name is not valid UTF-8 text "
@@ -318,6 +332,9 @@ def validate_structure(model: ModelProto, where: str, *, scopes: list | None = N
         shown = "; ".join(problems[:5])
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise ModelError(where, f"invalid graph: {shown}{more}")
+
+
+_INPUTS, _OUTPUTS = attrgetter("input"), attrgetter("output")
 
 
 def _find_cycle(nodes, available: set[str]) -> list[str]:
@@ -723,8 +740,9 @@ def external_locations(tensors: Iterable[TensorProto]) -> set[str]:
 IN_MEMORY = "<in-memory model>"
 
 
-def as_loaded(model) -> LoadedModel:
-    """A LoadedModel from a path (safely loaded), a ModelProto or a LoadedModel.
+def as_loaded(model, *, node_io: bool = False) -> LoadedModel:
+    """A LoadedModel from a path (safely loaded), a ModelProto or a LoadedModel
+    (``node_io``: see :func:`load_model`).
 
     A ``ModelProto`` goes through the same validation as a file (structure, every
     external-data reference, opset imports), its external data resolved against the
@@ -736,6 +754,6 @@ def as_loaded(model) -> LoadedModel:
         folder = Path(os.getcwd())
         loaded = LoadedModel(model=model, path=Path(IN_MEMORY), file_size=model.ByteSize(),
                              folder=folder)
-        _validate(loaded, IN_MEMORY, folder)
+        _validate(loaded, IN_MEMORY, folder, node_io)
         return loaded
-    return load_model(model)
+    return load_model(model, node_io=node_io)
