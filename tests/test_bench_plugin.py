@@ -162,6 +162,9 @@ def test_skip_layer_norm_matches_onnxruntime(bench_plugins, case):
     graph_outputs = [vi(n, TensorProto.FLOAT, out_shapes[n]) for n in node_outputs if n]
     model = _bench_model([node], graph_inputs, graph_outputs)
     expected = run_ort(model, feeds)
+    if any(e is None for e in expected):
+        pytest.skip(f"onnxruntime {ort.__version__}'s SkipLayerNormalization returns no "
+                    "mean and inv_std_var (None), so its kernel is no oracle for them")
     got = run_ort(_verified(model, bench_plugins), feeds)
     for name, e, g in zip([n for n in node_outputs if n], expected, got):
         np.testing.assert_allclose(g.reshape(e.shape), e, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -19,7 +19,7 @@ from rewriter.manager import load_plugins
 from rewriter.testing import make_model, rewritten
 from rewriter.testing import run_onnxruntime as run_ort
 from rewriter.testing import value_info as vi
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, onnxruntime_is_behind_onnx
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -159,10 +159,40 @@ def test_corpus_onnxruntime_refuses(plugins, name):
 def test_corpus_reference(plugins, name):
     """onnxruntime runs the original (the oracle); the result runs on the reference
     evaluator, with nothing left unfixed."""
-    result = rewrite(_corpus_model(name), ["reference"], plugins=plugins, confirm=False,
-                     compare_options={"original_target": "onnxruntime"})
+    model = _corpus_model(name)
+    options = {"original_target": "onnxruntime"}
+    if name == "ov_com_microsoft_gather_block_quantized_int4":  # data [2, 32]: indices in [-2, 1]
+        sets = [{"indices": np.array(i, np.int32)} for i in ([1, 0], [-2, -1], [0, 0])]
+        try:
+            run_ort(model, sets[0])
+        except Exception as e:  # noqa: BLE001 - onnxruntime's Fail, whichever its class
+            if not onnxruntime_is_behind_onnx():
+                raise
+            pytest.skip(f"onnxruntime {_onnxruntime_version()} cannot run the original, the oracle "
+                        f"(1.21 has no `bits` attribute): {str(e)[-120:]}")
+        if _onnxruntime_gathers_out_of_range(model):  # as zeros, as the decomposition does
+            sets.append({"indices": np.array([2, -3], np.int32)})
+        options["inputs"] = sets
+    result = rewrite(model, ["reference"], plugins=plugins, confirm=False,
+                     compare_options=options)
     assert not result.report.remaining
     assert result.report.verification["compare"] == "ok", result.report.verification
+
+
+def _onnxruntime_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _onnxruntime_gathers_out_of_range(model) -> bool:
+    """The installed onnxruntime's GatherBlockQuantized takes an index past the data (1.32
+    gathers zeros; 1.23 refuses it: "indices element out of data bounds")."""
+    try:
+        run_ort(model, {"indices": np.array([2, 2], np.int32)})
+    except Exception:  # noqa: BLE001 - onnxruntime's Fail, whichever its class
+        return False
+    return True
 
 
 def test_qattention_with_qkv_hidden_sizes_declines(plugins):

@@ -580,8 +580,13 @@ def test_cli_rewrite_to_opset_13(tmp_path, capsys):
 # -- the node suite ------------------------------------------------------------------------
 
 # What `python benchmarks/downconvert.py` reaches (matching cases, of those importing
-# ai.onnx above N): the counts must not drop.
-FLOOR = {13: 1178, 17: 1003}
+# ai.onnx above N) with each onnxruntime (minor version) as the runner: the counts must not
+# drop. An older onnxruntime matches fewer: it loads no IR version above its own (1.23 and
+# 1.21: 11), which the converted cases keep, and 1.21 has fewer kernels. Measured with
+# `python benchmarks/downconvert.py` under each; with an onnxruntime that has no figure,
+# only the invariants below are asserted (no case that ran before the conversion breaks).
+FLOOR = {"1.32": {13: 1178, 17: 1003}, "1.23": {13: 812, 17: 633}, "1.21": {13: 626, 17: 447}}
+ONNXRUNTIME = ".".join(ort.__version__.split(".")[:2])
 # A fixed sample of the suite: conversions of every kind, run on every test run.
 SAMPLE = [
     "test_layer_normalization_4d_axis_negative_2_expanded_ver18",
@@ -649,7 +654,8 @@ def test_node_suite_below_13_breaks_nothing(opset):
     right there."""
     summary = downconvert.measure(opset, workers=2)
     lost = [(r["case"], r.get("why")) for r in summary.results
-            if r.get("baseline") == "matches" and r["stage"] in ("converted", "checker", "runs")]
+            if r.get("baseline") == "matches" and r["stage"] in ("converted", "checker", "runs")
+            and r["case"] not in _runner_gaps()]
     assert not lost, lost
 
 
@@ -658,12 +664,14 @@ def test_node_suite_below_13_breaks_nothing(opset):
 def test_node_suite_counts_do_not_drop(opset):
     summary = downconvert.measure(opset, workers=2)
     print(downconvert.report(summary, show=15))
-    assert summary.counts["matches"] >= FLOOR[opset], downconvert.report(summary)
+    if ONNXRUNTIME in FLOOR:
+        assert summary.counts["matches"] >= FLOOR[ONNXRUNTIME][opset], downconvert.report(
+            summary)
     # converted models pass the checker, and none breaks what ran before it
     assert summary.counts["checker"] == summary.counts["converted"]
     lost = [r["case"] for r in summary.results
             if r.get("baseline") == "matches" and r["stage"] in ("checker", "runs")
-            and r["case"] not in RUNNER_GAPS]
+            and r["case"] not in _runner_gaps()]
     assert not lost, lost
 
 
@@ -674,6 +682,14 @@ RUNNER_GAPS = {
     # onnxruntime's CPU lacks (the original Celu-28 runs through onnxruntime's own kernel)
     "test_celu_bfloat16",
 }
+# ... and those of an older onnxruntime only: Clip of int8 (Clip has no int8 before 12)
+# lowered to 9 or 11 uses Where-9 of int8, which onnxruntime 1.23 and 1.21 lack (1.32 has it)
+RUNNER_GAPS_OF = {version: {"test_clip_default_int8_max", "test_clip_default_int8_min"}
+                  for version in ("1.21", "1.23")}
+
+
+def _runner_gaps() -> set[str]:
+    return RUNNER_GAPS | RUNNER_GAPS_OF.get(ONNXRUNTIME, set())
 
 
 @pytest.mark.parametrize("ceiling", [17, 13])
