@@ -62,6 +62,13 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   last axis, ``(1, len)`` for a 1-D ``X``. ``ai.onnx.ml::Binarizer(X)`` (``threshold``):
   ``X > threshold`` as 1 / 0 in ``X``'s type.
 
+* ``ai.onnx.contrib::FastGelu(X[, bias])`` (onnxruntime-extensions; CUDA-only there): the
+  com-microsoft plugin's body of ``com.microsoft::FastGelu`` (the same formula over
+  ``X + bias``). ``ai.onnx.contrib::NegPos(X)``: ``Where(X > 0, 0, X)`` and
+  ``Where(X > 0, X, 0)`` (NaN and -0.0 in the first output, as the library's kernel does).
+  Oracle: the custom-ops plugin's Python kernels (written from the library's code); runtimes
+  without those kernels (OpenVINO) run the bodies.
+
 A model that imports no ai.onnx opset gets bodies written at opset 17 (which they bring in).
 """
 
@@ -96,6 +103,8 @@ DEFORM_CONV_OPSETS = (19, None)
 BLOCKED_QUANTIZE_OPSETS = (21, None)
 TFIDF_OPSETS = (9, None)
 TENSOR_SCATTER_OPSETS = (24, None)  # block_size is new in QuantizeLinear-21
+CONTRIB = "ai.onnx.contrib"  # onnxruntime-extensions' domain
+CONTRIB_OPSETS = (7, None)  # Where is new in opset 9; FastGelu's body takes what it is given
 
 _FLOATS = {"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE,
            "tensor(float16)": TensorProto.FLOAT16, "tensor(bfloat16)": TensorProto.BFLOAT16}
@@ -235,6 +244,31 @@ def build_float_mod(ctx) -> FunctionProto | None:
     signed_zero = b.op("Where", b.op("Less", "B", zero), b.op("Neg", zero), zero)
     r = b.op("Where", b.op("Equal", r, zero), signed_zero, r)
     return b.function(DOMAIN, "float_mod", ["A", "B"], [r])
+
+
+# -- onnxruntime-extensions: FastGelu, NegPos -----------------------------------------------
+
+
+def build_contrib_fast_gelu(ctx) -> FunctionProto | None:
+    """``ai.onnx.contrib::FastGelu``: the body of ``com.microsoft::FastGelu``."""
+    from rewriter_plugins.com_microsoft import build_fast_gelu
+
+    return build_fast_gelu(ctx)
+
+
+@declining
+def build_neg_pos(ctx) -> FunctionProto | None:
+    """``ai.onnx.contrib::NegPos``: the non-positive and the positive parts."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    if (elem is None or len(node.input) != 1 or len(node.output) != 2 or node.attribute
+            or _opset(ctx) < 9):
+        raise Declined("needs X of a known float type, two outputs, no attributes, opset 9+")
+    b = _Body(_opset(ctx))
+    zero = b.const(np.array(0.0), elem, hint="zero")
+    positive = b.op("Greater", "X", zero)
+    negative = b.op("Where", positive, zero, "X")
+    return b.function(DOMAIN, "neg_pos", ["X"], [negative, b.op("Where", positive, "X", zero)])
 
 
 # -- Det ------------------------------------------------------------------------------------
@@ -1718,6 +1752,12 @@ def _samples() -> dict[str, list[OpSample]]:
                 "scan_input_directions": [1], "scan_output_axes": [-1],
                 "scan_output_directions": [1]}, opset=16, name="reverse-axes",
                      oracle="onnxruntime")],  # (the reference evaluator scans forward only)
+        "FastGelu": [OpSample(["T[3,4]", "T[4]"], opset=18, name="bias"),
+                     OpSample([Arg("T[7]", values=[-30.0, -3.0, -0.5, 0.0, 0.5, 3.0, 30.0])],
+                              opset=12, name="no-bias")],
+        "NegPos": [OpSample([Arg("T[8]", values=[-1.5, -0.0, 0.0, 2.5, np.inf, -np.inf,
+                                                 np.nan, 1e-30])], ["T", "T"], opset=12),
+                   OpSample(["T[2,3]"], ["T", "T"], opset=18, name="2d")],
         "Binarizer": [OpSample(["T[3,4,5]"], attributes={"threshold": 0.3}, opset=0,
                                dtypes=["float", "double"]),
                       OpSample(["T[6]"], opset=17, name="default", dtypes=["float"])],
@@ -1762,6 +1802,14 @@ def register_decompositions(registry):
          ("float", "int64"), ""),
         ("ai.onnx.ml", "Binarizer", build_binarizer, ML_OPSETS, ("float", "double"), ""),
     ]
+    contrib = [(CONTRIB, "FastGelu", build_contrib_fast_gelu, CONTRIB_OPSETS,
+                ("float", "double"), "onnxruntime-extensions; the com.microsoft body"),
+               (CONTRIB, "NegPos", build_neg_pos, CONTRIB_OPSETS, ("float",),
+                "onnxruntime-extensions")]
+    for domain, op_type, builder, opsets, dtypes, note in contrib:
+        registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes,
+                     description=f"onnx-lowering:{op_type} ({note})", oracle="kernel",
+                     samples=samples[op_type])
     entries += [("", op, build_reduce_axes, (13 if op == "ReduceSum" else 18, None),
                  ("float", "double", "float16"), "run-time axes, keepdims=0")
                 for op in REDUCE_AXES_OPS]

@@ -488,6 +488,10 @@ CORPUS_ON_OPENVINO = {
     "pt_com_microsoft_atenop_embedding": {"oracle": "reference",
                                           "dims": {"input_2_dim_1": 8}},
     "ort_gpt2_megatron_skiplayernorm": {"oracle": "rewritten"},
+    # onnxruntime-extensions ops (onnx-lowering); the original runs on onnxruntime with the
+    # library's or the custom-ops plugin's kernels
+    "ortx_fastgelu": {},
+    "ortx_negpos_no_opset_import": {},
     # its bias Split takes computed sizes: the probe says their length (one per output)
     "ort_dmmha_self_attn": {"inputs": [_dmmha_feeds()]},
 }
