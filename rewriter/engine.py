@@ -322,6 +322,14 @@ def _rewrite_proto(
     report.remaining = findings
     report.after = ModelStats.from_counts(counts)
     report.kernels = _kernel_summary(work)
+    # What detection and planning kept (every finding's node, the walks' type maps, the
+    # planner's caches, the names taken) goes before onnx's checker parses its own copy of
+    # the result: that is the peak of a big rewrite's memory
+    if regions:
+        main_types = {name: main_types[name] for region in regions.values()
+                      for name in region.call.input if name in main_types}
+    detections = findings = spliced = for_passes = planner = planned = constants = None
+    taken = visit = None
     with progress.stage("validate", f"{report.after.nodes} nodes"):
         if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
                 and (regions or conflicts)):
