@@ -237,9 +237,12 @@ def validate_text(model: ModelProto, where: str, *, scopes: list | None = None) 
             if _not_text(names):
                 refuse(f"{scope.path}: function name, domain, inputs or outputs", names)
         nodes = scope.nodes  # (their inputs and outputs: validate_structure)
+        attributed = scope.attributed  # the nodes with attributes, as iter_scopes read them
+        if attributed is None or scope.node_count != len(nodes):
+            attributed = [i for i, n in enumerate(nodes) if n.attribute]
         try:
             [n.op_type + n.domain + n.name for n in nodes]  # noqa: B018 - str + bytes raises
-            "".join([a.name for n in nodes if n.attribute for a in n.attribute])
+            "".join([a.name for i in attributed for a in nodes[i].attribute])
         except TypeError:
             for i, node in enumerate(nodes):
                 values = [node.op_type, node.domain, node.name,
@@ -418,16 +421,20 @@ def _itemsize(data_type: int) -> int | None:
 
 def tensor_nbytes(tensor: TensorProto) -> int | None:
     """Bytes the tensor's data should occupy, or None for strings/unknown types."""
-    data_type = tensor.data_type
+    return _nbytes(tensor.data_type, tensor.dims)
+
+
+def _nbytes(data_type: int, dims) -> int | None:
+    """:func:`tensor_nbytes` from the tensor's type and dimensions."""
     if data_type in _NO_SIZE:
         return None
     bits = _PACKED_BITS.get(data_type)
     if bits:
-        return (math.prod(tensor.dims) * bits + 7) // 8
+        return (math.prod(dims) * bits + 7) // 8
     itemsize = _itemsize(data_type)
     if itemsize is None:
         return None
-    return math.prod(tensor.dims) * itemsize
+    return math.prod(dims) * itemsize
 
 
 def _tensor_label(site, tensor: TensorProto) -> str:
@@ -478,12 +485,13 @@ def validate_external_data(
                 where,
                 f"external data of {_tensor_label(site, tensor)}: negative offset or length",
             )
-        if any(d < 0 for d in tensor.dims):
+        dims = tuple(tensor.dims)
+        if dims and min(dims) < 0:
             raise ExternalDataError(
                 where, f"external data of {_tensor_label(site, tensor)}: negative dimension "
-                f"in shape {list(tensor.dims)}"
+                f"in shape {list(dims)}"
             )
-        expected = tensor_nbytes(tensor)
+        expected = _nbytes(tensor.data_type, dims)
         needed = length if length is not None else expected
         if length is not None and expected is not None and length < expected:
             raise ExternalDataError(
