@@ -15,6 +15,8 @@ An ``If`` whose branch would bring a value name the main graph already has is le
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, main_node_index
 
 LIMIT = 1024  # elements of a value computed ahead of the run
@@ -68,24 +70,34 @@ def _evaluate(node, values: dict, opsets) -> list | None:
     return [np.asarray(r) for r in results]
 
 
+_OP_TYPE, _OUTPUTS = attrgetter("op_type"), attrgetter("output")
+
+
 def known_conditions(model) -> dict[int, bool]:
     """Index of each main-graph ``If`` whose condition is known before the run -> its value."""
     import numpy as np
     from onnx import AttributeProto, numpy_helper
 
     graph = model.graph
-    ifs = [i for i, n in enumerate(graph.node) if n.op_type == "If" and n.domain in _DEFAULT]
+    nodes = graph.node
+    ifs = [i for i, op in enumerate(map(_OP_TYPE, nodes))  # op types read C-level
+           if op == "If" and nodes[i].domain in _DEFAULT]
     if not ifs:
         return {}
-    producer = {o: n for n in graph.node for o in n.output if o}
-    # the nodes the conditions depend on, in graph order
-    wanted, stack = set(), [graph.node[i].input[0] for i in ifs]
+    if {nodes[i].input[0] for i in ifs} <= {v.name for v in graph.input}:
+        return {}  # every condition is fed by the caller: none known before the run
+    # main-graph node index by output name (indices: no node object kept per output)
+    producer = {o: i for i, outputs in enumerate(map(_OUTPUTS, nodes)) for o in outputs}
+    producer.pop("", None)
+    # the nodes the conditions depend on, visited in graph order below
+    wanted, stack = set(), [nodes[i].input[0] for i in ifs]
     while stack:
         name = stack.pop()
-        node = producer.get(name)
-        if node is None or id(node) in wanted:
+        index = producer.get(name)
+        if index is None or index in wanted:
             continue
-        wanted.add(id(node))
+        wanted.add(index)
+        node = nodes[index]
         if node.op_type not in ("Shape", "Size"):
             stack.extend(i for i in node.input if i)
     initializers = {t.name: t for t in graph.initializer}
@@ -93,8 +105,9 @@ def known_conditions(model) -> dict[int, bool]:
     shapes = None
     opsets = list(model.opset_import)
     subgraphs = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-    for node in graph.node:
-        if id(node) not in wanted or node.domain not in _DEFAULT:
+    for index in sorted(wanted):
+        node = nodes[index]
+        if node.domain not in _DEFAULT:
             continue
         for name in node.input:
             tensor = initializers.get(name)
