@@ -9,9 +9,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import conformance  # noqa: E402
+import onnxruntime  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from tests.conftest import model_from_text  # noqa: E402
+
+ONNXRUNTIME = ".".join(onnxruntime.__version__.split(".")[:2])
 
 # Raise it when a plugin rescues more; never lower it to make a change pass. Reached with:
 # spec function bodies (SwiGLU), kernels (ImageDecoder), the onnx-preview plugin
@@ -20,6 +28,12 @@ import conformance  # noqa: E402
 # onnx-standard (BitCast of bool; bfloat16, int16 and uint32 ops computed in a wider type),
 # and the harness reading float8, 4- and 2-bit feeds and outputs.
 MIN_RESCUED = 90
+# The same figures with an older onnxruntime installed (minor version: cases it runs, cases
+# rescued; measured with conformance.measure_rescue()). It refuses every model above its
+# opset or IR version whole (1.23: 23 and 11), which this harness does not try to rescue:
+# there the named cases are asked only of those it refuses for a kernel or schema. With an
+# onnxruntime that has no figure, only the invariants are asserted.
+FIGURES = {"1.32": (1500, MIN_RESCUED), "1.23": (1257, 39), "1.21": (1074, 34)}
 # Some rescued cases of each kind, named, so that losing one is reported by name.
 MUST_RESCUE = {
     "test_swiglu", "test_swiglu_alpha", "test_swiglu_alpha_expanded", "test_swiglu_expanded",
@@ -48,19 +62,21 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
     result = conformance.measure_rescue()
     assert result.total > 1500, "the onnx package should ship ~1,900 node cases"
     # the yardstick is meaningful: onnxruntime does refuse a good number of cases
-    assert len(result.refused) > 50
-    assert len(result.running) > 1500
+    assert len(result.refused) > (50 if ONNXRUNTIME == "1.32" else 40)
+    running, min_rescued = FIGURES.get(ONNXRUNTIME, (0, 0))
+    assert len(result.running) >= running
 
     # no case that runs is touched: no remedy, the same nodes, the same outputs
     assert not result.changed, "rewrite changed cases onnxruntime runs:\n" + _listing(
         result.changed)
     assert result.unchanged == len(result.running)
 
-    assert MUST_RESCUE <= set(result.rescued), (
-        f"no longer rescued: {sorted(MUST_RESCUE - set(result.rescued))}\n"
+    must = MUST_RESCUE if ONNXRUNTIME == "1.32" else MUST_RESCUE & set(result.refused)
+    assert must <= set(result.rescued), (
+        f"no longer rescued: {sorted(must - set(result.rescued))}\n"
         + _listing(result.failed))
-    assert len(result.rescued) >= MIN_RESCUED, (
-        f"rescued {len(result.rescued)} of {len(result.refused)} (was {MIN_RESCUED})\n"
+    assert len(result.rescued) >= min_rescued, (
+        f"rescued {len(result.rescued)} of {len(result.refused)} (was {min_rescued})\n"
         + _listing(result.failed))
     # every attempted case is accounted for, and every failure has a reason
     failing = sum(len(v) for v in result.failed.values())
@@ -79,6 +95,8 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
     for name, verdicts in result.compared.items():
         if name.startswith(RANDOM_CASES):  # random numbers differ between any two runtimes
             continue
+        if name.startswith("test_l1normalization") and _reference_l1_norm_is_signed():
+            continue  # the oracle is wrong on negative inputs (rescued only below 1.32)
         for which in ("case inputs", "generated inputs"):
             assert not verdicts[which].startswith("mismatch"), (name, which, verdicts)
             if which == "generated inputs" and name.startswith(cannot_take_random):
@@ -88,5 +106,17 @@ def test_rewrite_rescues_refused_cases_and_leaves_running_ones_alone():
                     which == "generated inputs" and verdicts[which].startswith(cannot)), (
                     name, which, verdicts)
     for name in result.rescued:
+        if name.startswith("test_l1normalization") and _reference_l1_norm_is_signed():
+            continue
         if not name.startswith(cannot_take_random):
             assert result.compared[name]["generated inputs"] == "equal", name
+
+
+def _reference_l1_norm_is_signed() -> bool:
+    """The installed onnx's reference evaluator computes LpNormalization's p=1 norm as
+    sum(x), not sum(|x|) (fixed by onnx/onnx#8427, after onnx 1.23.2): [1, -1] gives 0s."""
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["": 13]>
+        g (float[2] x) => (float[2] y) { y = LpNormalization<axis=0, p=1>(x) }""")
+    got = ReferenceEvaluator(model).run(None, {"x": np.array([1, -1], np.float32)})[0]
+    return not np.allclose(got, [0.5, -0.5])
