@@ -32,3 +32,14 @@ def test_the_running_python_is_found_when_it_is_a_pyenv_one():
     found = dict(python_versions.found_pythons([]))
     assert minor in found
     assert found[minor].is_file()
+
+
+def test_failed_tests_are_read_from_pytests_summary():
+    output = """x
+FAILED tests/test_a.py::test_one[float-13] - AssertionError: no
+ERROR tests/test_b.py::test_two
+SKIPPED [1] tests/test_c.py:3: why
+1 failed, 1 error, 3 passed in 1.00s
+"""
+    assert python_versions.failed_tests(output) == [
+        "tests/test_a.py::test_one[float-13]", "tests/test_b.py::test_two"]

@@ -9,9 +9,10 @@ then the README's first command (``onnx-rewriter rewrite examples/new_opset_expo
 README's whole test command, ``pytest -n 2``). ``--lowest`` adds one more run on the
 lowest Python: the same install, then ``pip install onnx==X onnxruntime==Y`` with X and Y
 the lower bounds ``pyproject.toml`` declares. Runs go one at a time (the machine has 2
-cores); each prints one line, and ``--json FILE`` keeps every run's versions, exit codes
-and last lines of output. ``--reuse`` keeps a venv an earlier run made when its Python
-still starts (the install step then only tops it up).
+cores); each prints one line (and the ids of the tests that failed), and ``--json FILE``
+keeps every run's versions, exit codes, failed tests and last lines of output.
+``--reuse`` keeps a venv an earlier run made when its Python still starts (the install step
+then only tops it up).
 
     python tools/python_versions.py --lowest                 # every Python + lowest pins
     python tools/python_versions.py --only 3.10 --lowest --full
@@ -57,6 +58,7 @@ class Run:
     command1: str = "not run"
     tests: str = "not run"
     tests_summary: str = ""
+    failures: list[str] = field(default_factory=list)  # the test ids pytest's summary lists
     seconds: float = 0.0
 
     @property
@@ -128,6 +130,12 @@ def copy_tree(work: Path, commit: str = "HEAD") -> Path:
     return src
 
 
+def failed_tests(output: str) -> list[str]:
+    """The ids of the tests pytest's short summary lists as FAILED or ERROR (``-ra``, the
+    project's addopts)."""
+    return [m.group(2) for m in re.finditer(r"^(FAILED|ERROR) (\S+)", output, re.MULTILINE)]
+
+
 def _starts(python: Path, env: dict) -> bool:
     """The venv's interpreter runs and has pip (a venv kept from an earlier run)."""
     return python.exists() and _run([str(python), "-m", "pip", "--version"], python.parent,
@@ -181,6 +189,7 @@ def run_one(run: Run, src: Path, work: Path, tests: list[str] | None,
             r"\b(passed|failed|error|skipped)\b", line) and line.strip().startswith(("=", "1",
             "2", "3", "4", "5", "6", "7", "8", "9"))]
         run.tests_summary = summary[-1].strip("= ") if summary else _tail(out, 3)
+        run.failures = failed_tests(out)
         run.tests = "ok" if code == 0 else f"exit {code}: {_tail(out, 40)}"
     run.seconds = round(time.perf_counter() - start, 1)
     return run
@@ -233,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             text = getattr(run, what)
             if text not in ("ok", "not run"):
                 print("\n".join(f"{'':>14}| {line}" for line in text.splitlines()[-25:]))
+        if run.failures:
+            print(f"{'':>14}{len(run.failures)} failed: " + " ".join(run.failures))
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
     return 0 if all(r.passed for r in runs) else 1
