@@ -7,10 +7,11 @@ only) as pip resolves it for that Python (``pip install -e '.[dev]'``, the READM
 then the README's first command (``onnx-rewriter rewrite examples/new_opset_export.onnx
 -o rewritten.onnx``, which must exit 0: verified) and a quick test subset (``--full``: the
 README's whole test command, ``pytest -n 2``). ``--lowest`` adds one more run on the
-lowest Python: the same install, then ``pip install onnx==X onnxruntime==Y`` with X and Y
-the lower bounds ``pyproject.toml`` declares. Runs go one at a time (the machine has 2
-cores); each prints one line (and the ids of the tests that failed), and ``--json FILE``
-keeps every run's versions, exit codes, failed tests and last lines of output.
+lowest Python: the same install, then ``pip install onnx==X onnxruntime==Y ...`` with the
+lower bounds ``pyproject.toml`` declares (``PINNED_LOWEST``). Runs go one at a time (the
+machine has 2 cores); each prints one line (and the ids of the tests that failed), and
+``--json FILE`` keeps every run's versions, exit codes, failed tests and last lines of
+output.
 ``--reuse`` keeps a venv an earlier run made when its Python still starts (the install step
 then only tops it up).
 
@@ -40,6 +41,10 @@ QUICK_TESTS = ["tests/test_examples.py", "tests/test_check.py", "tests/test_rewr
                "tests/test_onnxruntime_reduced.py", "tests/test_tract.py"]
 REPORTED = ("onnx", "onnxruntime", "onnxruntime-extensions", "onnx-ir", "onnxscript", "numpy",
             "openvino", "tract", "torch")
+# the dependencies whose lower bound the lowest run installs (pluggy, click and rich: as pip
+# resolves them)
+PINNED_LOWEST = ("onnx", "onnxruntime", "onnx-ir", "onnxscript", "onnxruntime-extensions",
+                 "numpy")
 INSTALL_TIMEOUT_S = 1800
 COMMAND_TIMEOUT_S = 600
 TESTS_TIMEOUT_S = 7200  # the whole suite on a loaded 2-core machine: up to an hour
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [] if args.lowest_only else [Run(minor, str(py)) for minor, py in pythons]
     if args.lowest or args.lowest_only:
         bounds = lower_bounds()
-        pins = [f"{name}=={bounds[name]}" for name in ("onnx", "onnxruntime")]
+        pins = [f"{name}=={bounds[name]}" for name in PINNED_LOWEST if name in bounds]
         minor, py = pythons[0]
         runs.append(Run(f"{minor}-lowest", str(py), pins))
     args.work.mkdir(parents=True, exist_ok=True)
