@@ -50,6 +50,11 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   the 2^r corners (1 for nearest) gathered from the input flattened over its spatial axes.
 * ``DeformConv`` (2-D): every kernel tap sampled bilinearly at its offset position (zero
   outside), times the mask, then a grouped matrix product with the weights, plus ``B``.
+* ``Conv`` (1- to 3-D, from opset 11) whose weights ``W`` are not a constant (OpenVINO's CPU
+  plugin convolves with no weights of a dynamic shape): ``X`` padded, viewed as
+  ``(N, group, C/group, ...)``; each kernel tap a strided ``Slice``; the taps concatenated
+  and multiplied by ``W`` as ``(group, M/group, taps * C/group)``, plus ``B``. Not
+  ``auto_pad`` SAME_*; sums in another order than a Conv kernel (oracle onnxruntime's Conv).
 * ``QuantizeLinear`` (from 21) with ``block_size`` (8/16-bit outputs: each scale and zero
   point repeated over its block along ``axis``, cut to the input's size, then
   ``saturate(round(x / scale) + zero_point)``, rounding half to even), or into float4e2m1
@@ -103,6 +108,9 @@ DEFORM_CONV_OPSETS = (19, None)
 BLOCKED_QUANTIZE_OPSETS = (21, None)
 TFIDF_OPSETS = (9, None)
 TENSOR_SCATTER_OPSETS = (24, None)  # block_size is new in QuantizeLinear-21
+CONV_OPSETS = (11, None)  # Pad's pads and Slice's steps as inputs
+MAX_CONV_RANK = 3
+MAX_CONV_TAPS = 125  # one Slice per kernel tap
 CONTRIB = "ai.onnx.contrib"  # onnxruntime-extensions' domain
 CONTRIB_OPSETS = (7, None)  # Where is new in opset 9; FastGelu's body takes what it is given
 
@@ -1190,6 +1198,67 @@ def build_deform_conv(ctx) -> FunctionProto | None:
                       [y])
 
 
+# -- Conv with weights computed at run time -------------------------------------------------
+
+
+@declining
+def build_conv_run_time_weights(ctx) -> FunctionProto | None:
+    """``Conv`` whose weights are not a constant, as one matrix product per group of the
+    kernel taps' strided slices (OpenVINO's CPU plugin convolves with no weights of a
+    dynamic shape)."""
+    node = ctx.node
+    elem = _float_elem(ctx, 0)
+    weight_shape = _shape(ctx, node.input[1]) if len(node.input) > 1 else None
+    kernel = ctx.attribute("kernel_shape") or (weight_shape[2:] if weight_shape else None)
+    if (elem is None or not kernel or None in kernel or len(node.input) not in (2, 3)
+            or not all(_present(node.input, i) for i in range(len(node.input)))
+            or len(node.output) != 1 or ctx.attribute("auto_pad", "NOTSET") not in (
+                "NOTSET", "VALID", b"NOTSET", b"VALID")
+            or not _known(node, ["auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                 "strides"])):
+        raise Declined("needs X of a known float type, W, an optional B, the kernel's shape "
+                       "known, auto_pad NOTSET or VALID, one output")
+    if ctx.constant(node.input[1]) is not None:
+        raise Declined("the weights are a constant")
+    if len(kernel) > MAX_CONV_RANK or math.prod(kernel) > MAX_CONV_TAPS:
+        raise Declined(f"at most {MAX_CONV_RANK} spatial axes and {MAX_CONV_TAPS} kernel taps")
+    rank = len(kernel)
+    strides = ctx.attribute("strides") or [1] * rank
+    dilations = ctx.attribute("dilations") or [1] * rank
+    pads = ctx.attribute("pads") or [0] * (2 * rank)
+    group = ctx.attribute("group", 1)
+    b = _Body(_opset(ctx))
+    x = "X"
+    if any(pads):
+        x = b.op("Pad", x, b.ints([0, 0, *pads[:rank], 0, 0, *pads[rank:]]))
+    shape = b.op("Shape", x)
+    n_1 = b.slice(shape, [0], [1], [0])
+    grouped = b.op("Reshape", x, b.op("Concat", n_1, b.ints([group, -1]),
+                                      b.slice(shape, [2], [2 + rank], [0]), axis=0))
+    big = np.iinfo(np.int64).max
+    taps = []
+    for tap in np.ndindex(*kernel):  # row-major, as W's kernel axes flatten
+        starts = [t * d for t, d in zip(tap, dilations)]
+        ends = [-(k - 1 - t) * d or big for t, k, d in zip(tap, kernel, dilations)]
+        taps.append(b.slice(grouped, starts, ends, list(range(3, 3 + rank)), strides))
+    stacked = b.op("Concat", *taps, axis=2) if len(taps) > 1 else taps[0]  # (N, G, K Cg, O..)
+    out_shape = b.op("Shape", stacked)
+    columns = b.op("Reshape", stacked, b.op("Concat", b.slice(out_shape, [0], [3], [0]),
+                                            b.ints([-1]), axis=0))        # (N, G, K Cg, L)
+    w_shape = b.op("Shape", "W")
+    weights = b.op("Reshape", "W", b.op("Concat", b.ints([group, -1]),
+                                        b.slice(w_shape, [1], [2], [0]),
+                                        b.ints([len(taps)]), axis=0))    # (G, Mg, Cg, K)
+    weights = b.op("Reshape", b.op("Transpose", weights, perm=[0, 1, 3, 2]),
+                   b.ints([0, 0, -1]))                                    # (G, Mg, K Cg)
+    y = b.op("MatMul", weights, columns)                                  # (N, G, Mg, L)
+    y = b.op("Reshape", y, b.op("Concat", n_1, b.ints([-1]),
+                                b.slice(out_shape, [3], [3 + rank], [0]), axis=0))
+    if len(node.input) == 3:
+        y = b.op("Add", y, b.reshape("B", [-1] + [1] * rank))
+    return b.function(DOMAIN, "conv_run_time_weights", _inputs(node, ["X", "W", "B"]), [y])
+
+
 # -- blocked QuantizeLinear -----------------------------------------------------------------
 
 _QUANTIZED = {TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8,
@@ -1758,6 +1827,16 @@ def _samples() -> dict[str, list[OpSample]]:
         "NegPos": [OpSample([Arg("T[8]", values=[-1.5, -0.0, 0.0, 2.5, np.inf, -np.inf,
                                                  np.nan, 1e-30])], ["T", "T"], opset=12),
                    OpSample(["T[2,3]"], ["T", "T"], opset=18, name="2d")],
+        "Conv": [
+            OpSample(["T[2,4,7,6]", "T[6,2,3,2]", "T[6]"], attributes=dict(
+                kernel_shape=[3, 2], group=2, strides=[2, 1], pads=[1, 0, 2, 1],
+                dilations=[1, 2]), opset=22, name="2d-groups-bias", tolerance=(1e-5, 1e-5),
+                dtypes=["float"]),
+            OpSample(["T[1,3,9]", "T[4,3,3]"], attributes=dict(auto_pad="VALID"), opset=11,
+                     name="1d-valid", tolerance=(1e-5, 1e-5), dtypes=["float"]),
+            OpSample(["T[1,2,4,5,5]", "T[3,2,2,2,3]", "T[3]"], attributes=dict(
+                pads=[0, 1, 1, 1, 0, 1], strides=[1, 2, 2]), opset=18, name="3d",
+                     tolerance=(1e-5, 1e-5), dtypes=["float"])],
         "Binarizer": [OpSample(["T[3,4,5]"], attributes={"threshold": 0.3}, opset=0,
                                dtypes=["float", "double"]),
                       OpSample(["T[6]"], opset=17, name="default", dtypes=["float"])],
@@ -1790,6 +1869,8 @@ def register_decompositions(registry):
         ("", "QuantizeLinear", build_quantize_linear, BLOCKED_QUANTIZE_OPSETS,
          ("float", "float16"), "block_size; float4e2m1 output"),
         ("", "DeformConv", build_deform_conv, DEFORM_CONV_OPSETS, ("float", "double"), "2-D"),
+        ("", "Conv", build_conv_run_time_weights, CONV_OPSETS, ("float",),
+         "weights computed at run time; not auto_pad SAME"),
         ("", "GridSample", build_grid_sample, GRID_SAMPLE_OPSETS, ("float", "float16"),
          "linear and nearest"),
         ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
@@ -1815,7 +1896,9 @@ def register_decompositions(registry):
                 for op in REDUCE_AXES_OPS]
     for domain, op_type, builder, opsets, dtypes, note in entries:
         # sums in another order than the op's kernels: ReduceSum, ReduceMean
-        exact = builder is not build_reduce_axes or op_type in EXACT_REDUCE_AXES_OPS
+        exact = (builder is not build_reduce_axes or op_type in EXACT_REDUCE_AXES_OPS) and \
+            builder is not build_conv_run_time_weights
+        oracle = "onnxruntime" if builder is build_conv_run_time_weights else "reference"
         registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes, exact=exact,
                      description=f"onnx-lowering:{op_type}" + (f" ({note})" if note else ""),
-                     oracle="reference", samples=samples[op_type])
+                     oracle=oracle, samples=samples[op_type])

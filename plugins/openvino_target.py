@@ -237,6 +237,30 @@ def _rank_follows_fed_axes(query: NodeQuery) -> bool:
     return keepdims == 0 and bool(query.inputs[1]) and query.inputs[1] in query.caller_fed
 
 
+def _has_dynamic_input(model) -> bool:
+    """Whether some input of ``model`` (not an initializer) has a shape not fully static."""
+    initializers = {t.name for t in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        shape = _shape_key(value.type)
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return True
+    return False
+
+
+def _weights_follow_fed_values(query: NodeQuery) -> bool:
+    """A convolution in a decomposition body whose weights the model's caller feeds (the
+    planner says which; the probe, given no shapes there, would give it the benefit of the
+    doubt), asked about for a model with an input of a dynamic shape (the body does not say
+    which input the weights come from): OpenVINO's CPU plugin convolves with no weights of
+    a dynamic shape ("Doesn't support dynamic weights shape")."""
+    node = query.node
+    return (not query.domain and node.op_type == "Conv"
+            and len(query.inputs) > 1 and bool(query.inputs[1])
+            and query.inputs[1] in query.caller_fed)
+
+
 def _split_sizes_proto(node, query: NodeQuery, name: str, proto):
     """A ``Split``'s computed ``split`` input of unknown length as what the spec makes it:
     one size per output (OpenVINO's frontend makes as many outputs as that length says, one
@@ -297,6 +321,7 @@ class OpenVINOTarget(Target):
         self._model_compiles = False  # the model last checked compiled as a whole
         self._ov_shapes: dict | None = {}  # name -> dims from OpenVINO's partial conversion
         self._model = None  # the model last checked, until its OpenVINO shapes are read
+        self._dynamic_inputs = True  # some input of the model last checked has a dynamic shape
         self._confirmations: dict[tuple, Confirmation] = {}
 
     @property
@@ -313,6 +338,7 @@ class OpenVINOTarget(Target):
         """Remember the model's constants and inferred shapes for the node probes."""
         self._constants = model_constants(model)
         self._shapes, self._ov_shapes, self._model = {}, {}, None
+        self._dynamic_inputs = _has_dynamic_input(model)
         self._model_compiles = self._whole_model_compiles(model)
         if not self._model_compiles and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
             self._shapes = _inferred_shapes(model)
@@ -360,6 +386,10 @@ class OpenVINOTarget(Target):
                 f"{label} over axes the model's caller feeds, keepdims = 0: its output's rank "
                 "depends on their values, and OpenVINO's CPU plugin compiles no operation of "
                 "dynamic rank"))
+        if in_body and self._dynamic_inputs and _weights_follow_fed_values(query):
+            return self.finding(query, "no-kernel", (
+                f"{label} with weights the model's caller feeds: OpenVINO's CPU plugin "
+                "convolves with no weights of a dynamic shape"))
         if self._model_compiles and not in_body:
             return None  # the whole model compiled (check_model)
         build, key, unranked, guessed = self._probe_model(query, in_body)
