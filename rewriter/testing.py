@@ -239,21 +239,26 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def onnxruntime_below(version: str) -> bool:
+    """The installed onnxruntime is older than ``version`` (``"1.24"``); False without one."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return _release(onnxruntime.__version__) < _release(version)
+
+
 def needs_newer_onnxruntime(check: Check) -> str | None:
     """Why ``check`` cannot be decided on the installed onnxruntime (older than the
     sample's ``min_onnxruntime``: its kernels lack the form or compute it differently), or
     None."""
-    if check.min_onnxruntime is None:
+    if check.min_onnxruntime is None or not onnxruntime_below(check.min_onnxruntime[0]):
         return None
+    import onnxruntime
+
     version, why = check.min_onnxruntime
-    try:
-        import onnxruntime
-    except ImportError:
-        return None
-    installed = onnxruntime.__version__
-    if _release(installed) >= _release(version):
-        return None
-    return f"{check.label}: needs onnxruntime >= {version}, {installed} is installed: {why}"
+    return (f"{check.label}: needs onnxruntime >= {version}, {onnxruntime.__version__} is "
+            f"installed: {why}")
 
 
 # -- "spec": the backend node test cases -----------------------------------------------------

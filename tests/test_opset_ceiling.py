@@ -16,6 +16,7 @@ import onnx
 import pytest
 
 from rewriter.api import rewrite
+from rewriter.testing import onnxruntime_below
 from tests.conftest import skip_where_the_oracle_cannot_run, skip_where_the_oracle_crashes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -30,6 +31,14 @@ CEILINGS = (13, 17)
 MODELS = ("whisper-encoder-dynamo-ortfusions", "llama-genai-int4", "bert-dynamo-ortfusions",
           "qwen2-dynamo-ort-extended")
 SLOW = {"qwen2-dynamo-ort-extended", "bert-dynamo-ortfusions"}
+# the onnxruntime whose contrib kernels compute a model as its ops define (the oracle is the
+# original run on onnxruntime), and why
+MODEL_MIN_ONNXRUNTIME = {
+    "bert-dynamo-ortfusions": (
+        "1.23", "its com.microsoft Attention adds a (B, 1, S, S) attention_bias, which "
+        "onnxruntime 1.21.0 broadcasts wrongly for the batch entries after the first (the "
+        "rewritten model on 1.21.0 agrees with the original on 1.32.0 within 5e-7)"),
+}
 # the vendor ops the real exports carry: one sample of each runs by default, all when slow
 REAL_EXPORT_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "MatMulNBits",
                    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu",
@@ -69,7 +78,16 @@ def test_committed_new_opset_model_lowers_under_the_ceiling(plugins, name, ceili
 
     with np.load(DATA / f"{name}.inputs.npz") as npz:
         feeds = dict(npz)
-    expected, got = _run(model, feeds), _run(out, feeds)
+    version, why = MODEL_MIN_ONNXRUNTIME.get(name, ("0", ""))
+    if onnxruntime_below(version):
+        pytest.skip(f"{name}: needs onnxruntime >= {version}, {ort.__version__} is installed: "
+                    f"{why}")
+    try:
+        expected = _run(model, feeds)
+    except Exception as e:  # an older onnxruntime that cannot load the export (its schemas)
+        skip_where_the_oracle_cannot_run([f"oracle: {e}"])
+        raise
+    got = _run(out, feeds)
     assert len(got) == len(expected)
     for e, g in zip(expected, got):
         assert g.dtype == e.dtype and g.shape == e.shape
