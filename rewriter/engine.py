@@ -325,17 +325,31 @@ def _rewrite_proto(
     # What detection and planning kept (every finding's node, the walks' type maps, the
     # planner's caches, the names taken) goes before onnx's checker parses its own copy of
     # the result: that is the peak of a big rewrite's memory
-    if regions:
+    if regions:  # what verify_regions reads: about the regions' calls, owned (not views
+        # into the working copy's memory, which the checker's step frees)
         main_types = {name: main_types[name] for region in regions.values()
                       for name in region.call.input if name in main_types}
+        declared = {name: _owned(declared[name]) for region in regions.values()
+                    for name in [*region.call.input, *region.call.output] if name in declared}
+        for region in regions.values():
+            object.__setattr__(region.finding, "node", None)  # the call's copy stands in
     detections = findings = spliced = for_passes = planner = planned = constants = None
-    taken = visit = None
+    taken = visit = passes = p = None  # (passes keep the model they prepared on)
     with progress.stage("validate", f"{report.after.nodes} nodes"):
         if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
                 and (regions or conflicts)):
+            checked: ModelProto | bytes = work
+            if base_dir is None or data_locations is not None:
+                # onnx's checker parses its own copy of the result: the working copy goes
+                # meanwhile (with the replaced nodes its arena still holds), the result is
+                # parsed back from the checker's bytes after
+                checked, ir_version, work = work.SerializeToString(), work.ir_version, None
             report.verification, report.verification_scope = verify_regions(
-                work, model, regions, declared, conflicts, base_dir, main_types,
-                data_locations)
+                checked, model, regions, declared, conflicts, base_dir, main_types,
+                data_locations, ir_version=ir_version if work is None else None)
+            if work is None:
+                work = ModelProto.FromString(checked)
+            checked = None
         else:
             report.verification = verify(work, model, base_dir, data_locations)
             report.verification_scope = "whole model"
@@ -516,6 +530,13 @@ def _decomposed(f: Finding, planner: Planner) -> bool:
     plan = planner._by_finding.get(id(f))
     return (plan is not None and plan.choice is not None
             and plan.choice.kind in (RemedyKind.DECOMPOSITION, RemedyKind.KERNEL))
+
+def _owned(message):
+    """A copy of a protobuf ``message`` that does not keep its parent's memory alive."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
+
 
 def _kernel_summary(model: ModelProto) -> dict[str, Any]:
     """What the rewritten model needs at run time (from its metadata), for the report."""

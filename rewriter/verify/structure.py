@@ -15,8 +15,8 @@ from rewriter.graph.walk import normalize_domain
 
 
 @contextlib.contextmanager
-def _checkable(model: ModelProto, base_dir, locations: Collection[str] | None = None,
-               ) -> Iterator[ModelProto | str]:
+def _checkable(model: ModelProto | bytes, base_dir, locations: Collection[str] | None = None,
+               ) -> Iterator[ModelProto | bytes | str]:
     """What to give onnx's checker for ``model``: the model itself, or, when it has external
     data, the path of a copy in a temporary folder beside empty stand-ins for its data files.
     onnx's checker resolves the locations of an in-memory model against the current
@@ -24,7 +24,12 @@ def _checkable(model: ModelProto, base_dir, locations: Collection[str] | None = 
     on load (:func:`rewriter.io.model.validate_external_data`) and is never read here. No
     process-wide state (the working directory) is touched. ``locations``: the data files
     the model's tensors name, when known (those of the loaded model: a rewrite adds none);
-    else every tensor is read for them."""
+    else every tensor is read for them (``model`` serialized: they must be given)."""
+    if base_dir is None:
+        yield model
+        return
+    if locations is None and isinstance(model, bytes):
+        raise ValueError("the data files of a serialized model must be given")
     if locations is None:
         from rewriter.graph.walk import iter_tensors
         from rewriter.io.model import external_data_fields, uses_external_data
@@ -45,7 +50,7 @@ def _checkable(model: ModelProto, base_dir, locations: Collection[str] | None = 
         yield path
 
 
-def _stand_ins(model: ModelProto, folder: str, base_dir, locations: set[str]) -> str:
+def _stand_ins(model: ModelProto | bytes, folder: str, base_dir, locations: set[str]) -> str:
     """``model`` written to ``folder`` beside empty stand-ins of its data files; its path."""
     for location in locations:
         if not location or os.path.isabs(location) or ".." in location.replace(
@@ -63,7 +68,7 @@ def _stand_ins(model: ModelProto, folder: str, base_dir, locations: set[str]) ->
                 pass  # read the data, an empty stand-in does as well
     path = os.path.join(folder, "model.onnx")
     with open(path, "wb") as f:
-        f.write(model.SerializeToString())
+        f.write(model if isinstance(model, bytes) else model.SerializeToString())
     return path
 
 
@@ -114,23 +119,25 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None,
     return results
 
 def verify_regions(
-    model: ModelProto, original: ModelProto, regions: Mapping[str, Region],
+    model: ModelProto | bytes, original: ModelProto, regions: Mapping[str, Region],
     declared: Mapping, conflicts: Sequence[str] = (), base_dir=None,
     types: Mapping[str, str] | None = None, locations: Collection[str] | None = None,
+    ir_version: int | None = None,
 ) -> tuple[dict[str, str], str]:
     """Verification of a big rewrite without a whole-model full check: the non-full checker
     on the whole model, and the full checker (strict, type-checking shape inference) on
     each rewritten region alone (:func:`region_problem`; ``types``: the main graph's value
     types after the rewrite, for calls whose input types planning did not know).
     ``conflicts`` (from the target re-check: types that changed or disagree) fail it too.
-    ``locations``: the data files the model names (see _checkable). Returns the verdicts
-    and what they covered."""
+    ``locations``: the data files the model names (see _checkable). ``model`` may be its
+    serialized bytes (the caller has freed the model meanwhile), with its ``ir_version``.
+    Returns the verdicts and what they covered."""
     import onnx
 
     def first_line(e: Exception) -> str:
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
-    def basic(m: ModelProto) -> str:
+    def basic(m: ModelProto | bytes) -> str:
         with _checkable(m, base_dir, locations) as checkable:
             try:
                 onnx.checker.check_model(checkable, full_check=False)
@@ -141,7 +148,9 @@ def verify_regions(
     checked = untyped = 0
     problems: list[str] = []
     for region in regions.values():
-        problem = region_problem(region, declared, model.ir_version, types or {})
+        problem = region_problem(region, declared,
+                                 model.ir_version if ir_version is None else ir_version,
+                                 types or {})
         if problem is _UNTYPED:
             untyped += 1
             continue
