@@ -155,3 +155,20 @@ def test_vendor_sample_at_opset_22_lowers_under_the_ceiling(plugins, samples, la
     if result["stage"] == "error":
         skip_where_the_oracle_cannot_run(result["why"])
     assert result["stage"] == "matches", result.get("why")
+
+
+def test_an_output_the_oracle_gives_no_value_for_declares_no_shape():
+    """onnxruntime 1.23's SkipLayerNormalization gives None for mean / inv_std_var: the
+    raised sample declares no shape for them (not a rank-0 one, which strict inference
+    refuses)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")])
+    model = helper.make_model(graph)
+    declared = downconvert_vendor.with_output_shapes(model, [np.zeros((2, 3)), None])
+    y, z = (o.type.tensor_type for o in declared.graph.output)
+    assert [d.dim_value for d in y.shape.dim] == [2, 3]
+    assert not z.HasField("shape")
