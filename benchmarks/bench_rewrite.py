@@ -453,6 +453,12 @@ elif mode == "baseline":  # the imports and plugin loading alone
     from rewriter.manager import load_plugins
     load_plugins([plugin], autoload=False)
     ok = True
+elif mode == "baseline+bodies":  # and the plugin's bodies built (it imports onnxscript)
+    from rewriter.api import rewrite
+    from rewriter.manager import load_plugins
+    load_plugins([plugin], autoload=False)
+    bodies = getattr(sys.modules.get("onnx_rewriter_local_bench_plugin"), "_bodies", None)
+    ok = bodies is not None and bool(bodies())
 else:  # "full-load": a reader that does read the weights (sensitivity control)
     import onnx
     m = onnx.load(path, load_external_data=True)
@@ -525,6 +531,8 @@ def measure_memory(path: Path, gib: float) -> dict:
             "weights_bytes": {"small": data_file(small).stat().st_size,
                               "big": (big_dir / data_file(path).name).stat().st_size},
             "baseline (imports)": run_child("baseline", small, tmp / "x.onnx"),
+            "baseline (imports, the plugin's bodies built)": run_child(
+                "baseline+bodies", small, tmp / "x.onnx"),
             "floor (onnx.load + onnx.save)": run_child("floor", small, tmp / "f.onnx"),
             "rewrite, small weights": run_child("rewrite", small, small_dir / "out.onnx"),
             "rewrite, big weights": run_child("rewrite", big, big_dir / "out.onnx"),

@@ -195,8 +195,9 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         if visit is not None:
             visit.extend(at + j for j in t.output_nodes)
         at += len(created)
-    del nodes[:]
-    graph.MergeFromString(b"".join(pieces))
+    data = b"".join(pieces)
+    del pieces[:], nodes[:]  # (the pieces go before the parse: the peak of a big splice)
+    graph.MergeFromString(data)
     return count
 
 
