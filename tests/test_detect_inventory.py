@@ -160,3 +160,39 @@ def test_node_names_read_by_the_load_serve_detection(plugins, corpus):
         compared += len(read.findings)
     assert compared > 10
     assert load_model(path).main_io is None  # kept only when asked
+
+
+@pytest.mark.parametrize("name", ["reference", "opset:17", "opset:13"])
+def test_op_inventory_alone_where_every_op_runs(plugins, corpus, name):
+    """``check``'s detection (no record, no confirmation) skips the walk when every op of
+    the model runs by ``check_op``, and finds what the walk finds, on models that run and
+    on models that do not (generated without and with custom ops, and the corpus)."""
+    import sys
+    from pathlib import Path
+
+    from rewriter.detect.walker import detect
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from generate import generate_model
+
+    models = [generate_model(2000, custom_fraction=0.0, seed=2).model,
+              generate_model(2000, custom_fraction=0.28, seed=2).model]
+    models += [load_model(p).model for p in sorted(corpus.glob("*.onnx"))]
+    skipped = 0
+    for model in models:
+        target = _target(plugins, name)
+        fast = detect(model, target, confirm=False, record=False)
+        walked = detect(model, _target(plugins, name), confirm=False, record=False,
+                        inventory=False)
+        assert walked.walked
+        assert [_facts(f) for f in fast.findings] == [_facts(f) for f in walked.findings]
+        skipped += not fast.walked
+        if not fast.walked:
+            assert not any(f.node is not None for f in walked.findings)
+    # the generated model without custom ops runs on the reference evaluator and opset:17
+    assert skipped >= (0 if name == "opset:13" else 1)
+    clean = detect(models[0], _target(plugins, name), confirm=False, record=False)
+    assert clean.walked == (name == "opset:13")  # LayerNormalization-17 is above opset 13
+    onnxruntime = detect(models[0], _target(plugins, "onnxruntime"), confirm=False,
+                         record=False)
+    assert onnxruntime.walked  # its kernels are registered per type: the walk types them

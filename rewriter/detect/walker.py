@@ -145,11 +145,14 @@ class Detection:
     # the runtime's answer when the walk found nothing and the model was confirmed
     confirmation: Confirmation | None = None
     base_dir: Any = None  # where the model's external data lies (for confirmations)
+    # False: every op of the model runs by the op inventory alone (see :func:`detect`): no
+    # walk, so no types (``declared`` and ``main_types`` are empty)
+    walked: bool = True
 
 
 def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
            base_dir=None, record: bool = True,
-           main_io: Sequence[tuple] | None = None) -> Detection:
+           main_io: Sequence[tuple] | None = None, inventory: bool = True) -> Detection:
     """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs.
 
     When the walk finds nothing, the model is confirmed (:func:`confirm_model`: loaded, and
@@ -158,7 +161,18 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
     the runtime names, which the engine remedies like any other. ``record=False`` leaves
     out what only :func:`recheck` needs (main-graph names produced, owners of subgraphs).
     ``main_io``: each main-graph node's (inputs, outputs), as the load read them
-    (:attr:`rewriter.io.model.LoadedModel.main_io`)."""
+    (:attr:`rewriter.io.model.LoadedModel.main_io`).
+
+    With ``record=False`` and ``confirm=False`` (``check``), the model's op inventory comes
+    first (:func:`runs_by_inventory`): when the target's ``check_op`` says every op runs,
+    there is no walk (``Detection.walked`` is False, no types are kept)."""
+    if inventory and not record and confirm is False:
+        model_findings = runs_by_inventory(model, target)
+        if model_findings is not None:
+            walker = _Walker(model, target)
+            walker.findings = model_findings
+            return Detection(model_findings, {}, {}, set(), set(), set(), walker,
+                             walked=False)
     walker = _Walker(model, target)
     walker.keep_nodes = True
     walker.record = record
@@ -175,6 +189,29 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
                 walker.in_main.add(id(f))
     return Detection(findings, walker.declared, walker.main_types, walker.produced,
                      walker.owners, walker.in_main, walker, confirmation, base_dir)
+
+
+def runs_by_inventory(model: ModelProto, target: Target) -> list[Finding] | None:
+    """The target's model-level findings when every distinct (domain, op, imported version)
+    of the model runs by ``target.check_op`` (:data:`RUNS`; the op counts are read C-level,
+    no node is typed) and onnx's inference shows no rank contradiction; None when a walk is
+    needed: an op refused or depending on more, model-local functions, a target whose
+    ``check_op`` does not speak for its ``check_node``, a rank problem."""
+    from rewriter.detect.ranks import rank_problems
+    from rewriter.graph.walk import op_counts
+
+    if model.functions or not op_verdicts_apply(target):
+        return None
+    opsets = opset_map(model.opset_import)
+    ops = [(domain, op_type, opsets.get(domain)) for domain, op_type in op_counts(model)]
+    if any(target.check_op(*op) != RUNS for op in ops):
+        return None  # (asked before check_model, which the walk calls)
+    findings = target.check_model(model)
+    if any(target.check_op(*op) != RUNS for op in ops):
+        return None  # check_model registered the model's own kernels, and that changed it
+    if rank_problems(model):
+        return None  # rank findings carry their input types: the walk gives them
+    return findings
 
 
 @dataclass
