@@ -311,15 +311,11 @@ def rewrite(
                                    confirm=confirm)
     resolved = resolve_targets(plugins, targets, target_options)
     log.info("rewrite %s for %s", loaded.path, ", ".join(targets))
-    # whether to confirm the result is judged by the model as given
-    confirms = [confirm if confirm is not None else t.wants_confirm(loaded) for t in resolved]
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
         model_name=str(loaded.path), prefer=prefer,
         base_dir=loaded.base_dir if is_path else None,
         data_locations=tuple(loaded.external_files) if is_path else None,
-        # a model loaded here that nothing compares or reports on after: no working copy
-        in_place=is_path and not verify and not report_details and not dry_run,
     )
     report.verify = verify
     if report_details:
@@ -331,7 +327,8 @@ def rewrite(
 
         shared_runner(plugins, memory_limit=options.get("memory_limit")).start()
     if not dry_run and not report.remaining:
-        for target, wants in zip(resolved, confirms, strict=True):
+        for target in resolved:
+            wants = confirm if confirm is not None else target.wants_confirm(loaded)
             if wants:
                 with progress.stage("confirm", f"the result on {target.name}"):
                     error = target.confirm(rewritten, loaded.base_dir)
