@@ -10,6 +10,9 @@ enabled during the run as in real use):
 * ``load_model``     - ``rewriter.io.load_model``: parse plus structure/external-data checks
 * ``inspect``        - ``load_model`` + ``rewriter.report.summary.inspect_model``
 * ``check:TARGET``   - ``rewriter.api.check(path, [TARGET], confirm=False)`` (loads itself)
+* ``check:TARGET before`` - with ``--before DIR``: the same with the ``rewriter`` package in
+                     folder ``DIR`` (an earlier version, its ``rewriter_plugins`` and
+                     ``rewriter_custom_ops`` beside it), in a child process of the same run
 
 It prints seconds, ratios to the floor (wall, and process CPU time in brackets: the steadier
 figure on a shared machine), the per-node time of 300k over 10k (1.0 = linear),
@@ -80,7 +83,35 @@ def best_of(fn, repeats: int) -> dict:
     return {"best": min(times), "runs": times, "cpu": min(cpu), "cpu_runs": cpu}
 
 
-def measure_size(path: Path, repeats: int, targets) -> dict:
+_BEFORE = r"""
+import gc, json, sys, time
+path, target, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from rewriter.api import check
+check(path, [target], confirm=False)  # one-off costs, as measure_size pays them
+times, cpu = [], []
+for _ in range(repeats):
+    gc.collect()
+    start, start_cpu = time.perf_counter(), time.process_time()
+    found = len(check(path, [target], confirm=False).findings)
+    times.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - start_cpu)
+print(json.dumps({"best": min(times), "runs": times, "cpu": min(cpu), "cpu_runs": cpu,
+                  "findings": found}))
+"""
+
+
+def time_before(engine: Path, path: Path, target: str, repeats: int) -> dict | None:
+    """``check`` of the ``rewriter`` package in folder ``engine``, timed as ``check:TARGET``
+    in a child process (cwd ``engine``, so its packages come first); None if it failed."""
+    proc = subprocess.run([sys.executable, "-c", _BEFORE, str(path), target, str(repeats)],
+                          capture_output=True, text=True, cwd=str(engine))
+    if proc.returncode:
+        print(f"the check in {engine} failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure_size(path: Path, repeats: int, targets, before: Path | None = None) -> dict:
     import onnx
 
     from rewriter.api import check
@@ -111,6 +142,11 @@ def measure_size(path: Path, repeats: int, targets) -> dict:
         if name.startswith("check:"):
             fn()  # first call pays one-off costs (importing onnxruntime, kernel tables)
         results[name] = best_of(fn, repeats)
+        if before is not None and name.startswith("check:"):
+            earlier = time_before(before, path, name.removeprefix("check:"), repeats)
+            if earlier is not None:
+                findings[name.removeprefix("check:") + " before"] = earlier.pop("findings")
+                results[f"{name} before"] = earlier
     scratch.unlink(missing_ok=True)
     return {"timings": results, "findings": findings}
 
@@ -158,6 +194,9 @@ def main(argv=None) -> int:
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--regenerate", action="store_true", help="ignore cached models")
     parser.add_argument("--no-startup", action="store_true")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="folder with an earlier rewriter (and its rewriter_plugins, "
+                             "rewriter_custom_ops): its check timed in the same run")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     targets = [t for t in args.targets.split(",") if t]
@@ -171,7 +210,7 @@ def main(argv=None) -> int:
         print(f"measuring {nodes} nodes ({path.name}, {meta['bytes'] / 2**20:.1f} MiB, "
               f"{repeats} runs each) ...", file=sys.stderr, flush=True)
         sizes[nodes] = {"model": meta | {"path": str(path)}, "repeats": repeats,
-                        **measure_size(path, repeats, targets)}
+                        **measure_size(path, repeats, targets, args.before)}
 
     startup = None if args.no_startup else measure_startup()
     report = summarize(sizes, startup)
@@ -193,11 +232,13 @@ def main(argv=None) -> int:
 
 
 def summarize(sizes: dict, startup: dict | None) -> dict:
-    names = list(next(iter(sizes.values()))["timings"])
+    names = list(dict.fromkeys(n for data in sizes.values() for n in data["timings"]))
     table = {}
     for name in names:
         row = {}
         for nodes, data in sizes.items():
+            if name not in data["timings"]:
+                continue  # an earlier version that failed at this size
             timing, floor = data["timings"][name], data["timings"][FLOOR]
             best = timing["best"]
             row[nodes] = {"seconds": best, "over_floor": best / floor["best"],
@@ -208,22 +249,24 @@ def summarize(sizes: dict, startup: dict | None) -> dict:
         table[name] = row
     small, big = min(sizes), max(sizes)
     growth = {
-        name: (row[big]["us_per_node"] / row[small]["us_per_node"]) if big != small else None
+        name: (row[big]["us_per_node"] / row[small]["us_per_node"])
+        if big != small and big in row and small in row else None
         for name, row in table.items()
     }
+    ours = [n for n in table if not n.endswith(" before")]
     verdicts = {}
-    for name in [n for n in table if n.startswith("check:")] if 100_000 in sizes else ():
+    for name in [n for n in ours if n.startswith("check:")] if 100_000 in sizes else ():
         ratio = table[name][100_000]["over_floor"]
         verdicts[f"{name.replace(':', '_')}_over_load_save_at_100k"] = {
             "value": ratio, "limit": CHECK_OVER_FLOOR_AT_100K,
             "ok": ratio <= CHECK_OVER_FLOOR_AT_100K}
     if big != small:
+        measured = {k: growth[k] for k in ours
+                    if k.startswith(("check", "inspect", "load_model"))}
         verdicts["per_node_growth"] = {
-            "value": {k: v for k, v in growth.items() if k.startswith(("check", "inspect",
-                                                                        "load_model"))},
+            "value": measured,
             "limit": PER_NODE_GROWTH,
-            "ok": all(v <= PER_NODE_GROWTH for k, v in growth.items()
-                      if k.startswith(("check", "inspect", "load_model"))),
+            "ok": all(v <= PER_NODE_GROWTH for v in measured.values()),
             "sizes": [small, big]}
     if startup:
         delta = startup["onnx-rewriter --help"]["best"] - startup['python -c "import onnx"']["best"]
@@ -238,14 +281,15 @@ def summarize(sizes: dict, startup: dict | None) -> dict:
 
 def print_report(report: dict) -> None:
     table, sizes = report["table"], list(report["sizes"])
-    head = f"{'':18}" + "".join(f"{_k(n) + ' s':>11}{'x floor (cpu)':>16}" for n in sizes)
+    head = f"{'':25}" + "".join(f"{_k(n) + ' s':>11}{'x floor (cpu)':>16}" for n in sizes)
     if len(sizes) > 1:
         head += f"{f'us/node {_k(sizes[-1])}/{_k(sizes[0])}':>22}"
     print(head)
     for name, row in table.items():
-        line = f"{name:18}" + "".join(
-            f"{row[n]['seconds']:>11.3f}{row[n]['over_floor']:>9.1f}"
-            + (f" ({row[n]['cpu_over_floor']:4.1f})" if row[n].get("cpu_over_floor") else " " * 7)
+        line = f"{name:25}" + "".join(
+            (f"{row[n]['seconds']:>11.3f}{row[n]['over_floor']:>9.1f}"
+             + (f" ({row[n]['cpu_over_floor']:4.1f})" if row[n].get("cpu_over_floor")
+                else " " * 7)) if n in row else " " * 27
             for n in sizes)
         growth = report["per_node_growth"].get(name)
         if growth is not None:
