@@ -1102,6 +1102,21 @@ _SKIP_LN_STATISTICS = (
 _LAYER_NORM_DOUBLE = (
     "1.30", "onnxruntime 1.21.0 and 1.23.2 compute a double LayerNormalization with float "
     "intermediates: up to 3.5e-7 from the float64 result (1.32.0: 3e-13)")
+_NBITS = {  # onnxruntime's CPU MatMulNBits: "Only 4b quantization is supported" (1.21.0),
+    # "Only 4b and 8b" (1.23.2); 1.30.0 takes 2 bits
+    2: ("1.30", "onnxruntime 1.23.2's CPU MatMulNBits takes 4 and 8 bits only (1.30.0: 2)"),
+    8: ("1.23", "onnxruntime 1.21.0's CPU MatMulNBits takes 4 bits only (1.23.2: 8)"),
+}
+_GATHER_OUT_OF_RANGE = (
+    "1.32", "onnxruntime 1.21.0, 1.23.2 and 1.30.0 refuse an out-of-range index of "
+    "GatherBlockQuantized ('indices element out of data bounds', an error by the op's "
+    "documentation); 1.32.0 gives zeros for it, as the decomposition does")
+_GATHER_BITS = ("1.23", "onnxruntime 1.21.0's GatherBlockQuantized has no bits attribute "
+                "(uint8 data)")
+_GATHER_UINT8_4BIT = (
+    "1.30", "onnxruntime 1.23.2 dequantizes 4-bit data packed in uint8 with packed zero points "
+    "otherwise than 1.30.0 and 1.32.0, which agree with the decomposition (192 of 240 values "
+    "differ); 1.21.0 has no bits attribute")
 _QUANTIZE_FLOAT16 = (
     "1.30", "onnxruntime's QuantizeLinear-19 of float16 (the decomposition's kernel) truncates "
     "x / scale toward zero instead of rounding it before microsoft/onnxruntime#32452: 6 of "
@@ -1163,9 +1178,10 @@ def _oracles() -> dict[str, dict]:
         tolerance = (1e-4, 1e-4) if accuracy else (2e-2, 2e-2)
         return sample(*inputs, opset=opset, attributes=attributes, tolerance=tolerance,
                       name=f"{bits}bit-{zero_points}" + ("-g_idx" if g_idx else "")
-                      + (f"-accuracy{accuracy}" if accuracy else ""))
+                      + (f"-accuracy{accuracy}" if accuracy else ""),
+                      min_onnxruntime=_NBITS.get(bits))
 
-    def gather_block(data, zero_points, axes, opset):
+    def gather_block(data, zero_points, axes, opset, out_of_range=False):
         gather_axis, quantize_axis = axes
         rows, cols, block = 6, 40, 16
         blocks = -(-cols // block)
@@ -1184,10 +1200,16 @@ def _oracles() -> dict[str, dict]:
             low = -8 if data == "int4" else 0
             zp = Arg(f"{data}{scales}", low=low, high=low + 16, constant=True)
             data_arg = Arg(f"{data}{shape}", low=low, high=low + 16, constant=True)
-        inputs = [data_arg, Arg("int64[2,3]", values=[[0, 5, -2], [3, 7, 1]]),
+        # index 7 of 6 rows: the op's documentation calls it an error; onnxruntime 1.32 (and
+        # the decomposition) give zeros for it, older releases refuse it
+        last = 7 if out_of_range else 4
+        inputs = [data_arg, Arg("int64[2,3]", values=[[0, 5, -2], [3, last, 1]]),
                   Arg(f"T{scales}", low=0.01, high=0.11, constant=True)]
+        name = f"{data}-axes{gather_axis}{quantize_axis}" + ("-out-of-range" * out_of_range)
+        needs = (_GATHER_OUT_OF_RANGE if out_of_range else _GATHER_UINT8_4BIT
+                 if data == "uint8-4" else _GATHER_BITS if data.startswith("uint8") else None)
         return sample(*inputs, *([zp] if zero_points else []), opset=opset,
-                      attributes=attributes, name=f"{data}-axes{gather_axis}{quantize_axis}")
+                      attributes=attributes, name=name, min_onnxruntime=needs)
 
     def qdq(op_type, x_type, axis, opset, dtype):
         info = np.iinfo(x_type)
@@ -1321,11 +1343,13 @@ def _oracles() -> dict[str, dict]:
             sample("T[2,3,64]", Arg("uint8[5,2,8]", low=0, high=256, constant=True),
                    Arg("T[5,2]", low=0.01, high=0.11, constant=True), opset=21,
                    attributes=dict(K=64, N=5, bits=2, block_size=32, accuracy_level=4),
-                   tolerance=(1e-4, 1e-4), name="2bit-block32-accuracy4")]),
+                   tolerance=(1e-4, 1e-4), name="2bit-block32-accuracy4",
+                   min_onnxruntime=_NBITS[2])]),
         "GatherBlockQuantized": dict(oracle=ort, samples=[
             gather_block("int4", False, (0, 1), 21), gather_block("uint4", True, (0, 1), 21),
             gather_block("int4", True, (1, 0), 21), gather_block("uint8-4", True, (0, 1), 13),
-            gather_block("uint8-8", False, (0, 1), 17)]),
+            gather_block("uint8-8", False, (0, 1), 17),
+            gather_block("int4", True, (0, 1), 21, out_of_range=True)]),
         "DequantizeLinear": dict(oracle=ort, samples=[
             qdq("DequantizeLinear", x_type, axis, opset, dtype)
             for x_type, dtype, axis, opset in [
