@@ -50,6 +50,14 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   the 2^r corners (1 for nearest) gathered from the input flattened over its spatial axes.
 * ``DeformConv`` (2-D): every kernel tap sampled bilinearly at its offset position (zero
   outside), times the mask, then a grouped matrix product with the weights, plus ``B``.
+* ``Cast`` and ``CastLike`` from float4e2m1 (a static shape of rank 2 or more) to float or
+  float16, for onnxruntime (no CPU kernel casts, reshapes or measures float4e2m1): its
+  ``com.microsoft::GatherBlockQuantized`` of every row with unit scales in blocks of 16
+  (exact: every float4e2m1 value is a float16).
+* ``TopK`` of uint64 (onnxruntime has no kernel): ``TopK`` of int64 keys in the same
+  order (``BitwiseXor`` of the bits as int64 with the sign bit), values gathered from ``X``.
+  ``Pow`` with a uint64 exponent: ``Pow(X, int64(Y))`` below 2^63 (exact), else
+  ``Pow(X, double(Y))``, as numpy and the reference evaluator compute every exponent.
 * ``Conv`` (1- to 3-D, from opset 11) whose weights ``W`` are not a constant (OpenVINO's CPU
   plugin convolves with no weights of a dynamic shape): ``X`` padded, viewed as
   ``(N, group, C/group, ...)``; each kernel tap a strided ``Slice``; the taps concatenated
@@ -108,6 +116,9 @@ DEFORM_CONV_OPSETS = (19, None)
 BLOCKED_QUANTIZE_OPSETS = (21, None)
 TFIDF_OPSETS = (9, None)
 TENSOR_SCATTER_OPSETS = (24, None)  # block_size is new in QuantizeLinear-21
+FLOAT4_CAST_OPSETS = (23, None)  # float4e2m1 is new in opset 23
+FLOAT4_BLOCK = 16  # GatherBlockQuantized's smallest block
+_FLOAT4_TARGETS = (TensorProto.FLOAT, TensorProto.FLOAT16)  # GatherBlockQuantized's T2
 CONV_OPSETS = (11, None)  # Pad's pads and Slice's steps as inputs
 MAX_CONV_RANK = 3
 MAX_CONV_TAPS = 125  # one Slice per kernel tap
@@ -1198,6 +1209,75 @@ def build_deform_conv(ctx) -> FunctionProto | None:
                       [y])
 
 
+# -- Cast from float4e2m1 (onnxruntime) -----------------------------------------------------
+
+
+@declining
+def build_cast_from_float4(ctx) -> FunctionProto | None:
+    """``Cast`` (``CastLike``) of float4e2m1 values to a float type:
+    ``com.microsoft::GatherBlockQuantized`` of every row with unit scales (the one
+    onnxruntime CPU kernel that reads float4e2m1; its values are exact in float16)."""
+    node = ctx.node
+    types = list(ctx.input_types or [])
+    like = node.op_type == "CastLike"
+    to = _elem(ctx, 1) if like else ctx.attribute("to")
+    if (not types or types[0] != "tensor(float4e2m1)" or len(node.input) != 1 + like
+            or len(node.output) != 1 or not _known(node, ["to", "saturate", "round_mode"])):
+        raise Declined("needs a float4e2m1 input (and CastLike's target), one output, only "
+                       "to / saturate / round_mode")
+    if to not in _FLOAT4_TARGETS:
+        raise Declined("casts to float or float16 only")
+    shape = _shape(ctx, node.input[0])
+    if shape is None or len(shape) < 2 or None in shape:
+        raise Declined("needs a declared static shape of rank 2 or more (onnxruntime takes "
+                       "no Shape of float4e2m1; GatherBlockQuantized reads rank 2 or more)")
+    b = _Body(_opset(ctx))
+    rows = b.const(np.arange(shape[0], dtype=np.int64))
+    blocks = -(-shape[-1] // FLOAT4_BLOCK)
+    scales = b.const(np.ones([*shape[:-1], blocks]), to)
+    y = b.op("GatherBlockQuantized", "input", rows, scales, domain="com.microsoft",
+             gather_axis=0, quantize_axis=-1, block_size=FLOAT4_BLOCK)
+    return b.function(DOMAIN, "cast_from_float4e2m1", ["input", "target_type"][:1 + like], [y],
+                      opset_imports={"com.microsoft": 1})
+
+
+# -- uint64: TopK, a Pow exponent (onnxruntime) ---------------------------------------------
+
+_SIGN_BIT = np.int64(np.iinfo(np.int64).min)
+_TWO_TO_63 = np.uint64(2**63)
+
+
+@declining
+def build_topk_uint64(ctx) -> FunctionProto | None:
+    """``TopK`` of uint64 values: ``TopK`` of int64 keys in the same order (the bits read as
+    int64 with the sign bit flipped), the values gathered from ``X`` at its indices."""
+    node = ctx.node
+    if (_elem(ctx, 0) != TensorProto.UINT64 or len(node.input) != 2 or len(node.output) != 2
+            or not all(node.output) or not _known(node, ["axis", "largest", "sorted"])):
+        raise Declined("needs uint64 X and K, both outputs, only axis / largest / sorted")
+    b = _Body(_opset(ctx))
+    keys = b.op("BitwiseXor", b.cast("X", TensorProto.INT64), b.const(_SIGN_BIT))
+    attributes = {a.name: a.i for a in node.attribute}
+    _, indices = b.op("TopK", keys, "K", outputs=2, **attributes)
+    values = b.op("GatherElements", "X", indices, axis=attributes.get("axis", -1))
+    return b.function(DOMAIN, "topk_uint64", ["X", "K"], [values, indices])
+
+
+@declining
+def build_pow_uint64_exponent(ctx) -> FunctionProto | None:
+    """``Pow(X, Y)`` with a uint64 ``Y``: ``Pow(X, int64(Y))`` below 2^63 (exact), else
+    ``Pow(X, double(Y))`` (as numpy and the reference evaluator compute every exponent)."""
+    node = ctx.node
+    if (_elem(ctx, 1) != TensorProto.UINT64 or _float_elem(ctx, 0) is None
+            or len(node.input) != 2 or len(node.output) != 1 or node.attribute):
+        raise Declined("needs X of a known float type and a uint64 Y, one output")
+    b = _Body(_opset(ctx))
+    exact = b.op("Pow", "X", b.cast("Y", TensorProto.INT64))
+    rounded = b.op("Pow", "X", b.cast("Y", TensorProto.DOUBLE))
+    y = b.op("Where", b.op("Less", "Y", b.const(_TWO_TO_63, np.uint64)), exact, rounded)
+    return b.function(DOMAIN, "pow_uint64_exponent", ["X", "Y"], [y])
+
+
 # -- Conv with weights computed at run time -------------------------------------------------
 
 
@@ -1647,6 +1727,14 @@ def _resize_samples() -> list[OpSample]:
     return samples
 
 
+# uint64 values on both sides of 2^63, ties included
+_UINT64_VALUES = np.array([0, 2**64 - 1, 2**63, 2**63 - 1, 1, 7, 2**63 + 5, 7, 2**40, 3,
+                           2**64 - 2, 2**63 - 1, 9, 0, 2**62], np.uint64)
+# every float4e2m1 value
+_FLOAT4_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6],
+                          np.float32)
+
+
 def _samples() -> dict[str, list[OpSample]]:
     mod_values = dict(values=[-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, 0.0, -0.0, -3.0, 3.0, -1.0, 1.0,
                               np.inf, 1.0, np.nan])
@@ -1827,6 +1915,26 @@ def _samples() -> dict[str, list[OpSample]]:
         "NegPos": [OpSample([Arg("T[8]", values=[-1.5, -0.0, 0.0, 2.5, np.inf, -np.inf,
                                                  np.nan, 1e-30])], ["T", "T"], opset=12),
                    OpSample(["T[2,3]"], ["T", "T"], opset=18, name="2d")],
+        "Cast": [OpSample([Arg("float4e2m1[3,5]", values=_FLOAT4_VALUES[:15].reshape(3, 5))],
+                          [out], attributes={"to": to}, opset=opset, name=f"to-{out}")
+                 for out, to, opset in [("float", TensorProto.FLOAT, 23),
+                                        ("float16", TensorProto.FLOAT16, 25)]] + [
+            OpSample([Arg("float4e2m1[2,2,17]", values=np.resize(_FLOAT4_VALUES, (2, 2, 17)))],
+                     ["float"], attributes={"to": TensorProto.FLOAT}, opset=23,
+                     name="two-blocks")],
+        "CastLike": [OpSample([Arg("float4e2m1[3,5]", values=_FLOAT4_VALUES[:15].reshape(3, 5)),
+                               Arg(f"{out}[0]")], [out], opset=25, name=f"like-{out}")
+                     for out in ("float", "float16")],
+        "TopK": [
+            OpSample([Arg("T[3,5]", values=_UINT64_VALUES[:15].reshape(3, 5)),
+                      Arg("int64[1]", values=[3])], ["T", "int64"], attributes=attrs,
+                     opset=24, name=name, dtypes=["uint64"])
+            for attrs, name in [({"axis": 1}, "largest"), ({"axis": 0, "largest": 0}, "smallest"),
+                                ({"axis": -1, "sorted": 1}, "sorted")]],
+        "Pow": [OpSample([Arg("float[2,4]", values=[[0.5, 1.0, -1.0, 1.5], [2.0, -1.0, 0.9, 1.0]]),
+                          Arg("T[2,4]", values=[[3, 2**63 + 1, 2**64 - 1, 0],
+                                                [5, 2**63, 2**64 - 2, 7]])],
+                         ["float"], opset=15, dtypes=["uint64"])],
         "Conv": [
             OpSample(["T[2,4,7,6]", "T[6,2,3,2]", "T[6]"], attributes=dict(
                 kernel_shape=[3, 2], group=2, strides=[2, 1], pads=[1, 0, 2, 1],
@@ -1869,6 +1977,14 @@ def register_decompositions(registry):
         ("", "QuantizeLinear", build_quantize_linear, BLOCKED_QUANTIZE_OPSETS,
          ("float", "float16"), "block_size; float4e2m1 output"),
         ("", "DeformConv", build_deform_conv, DEFORM_CONV_OPSETS, ("float", "double"), "2-D"),
+        ("", "Cast", build_cast_from_float4, FLOAT4_CAST_OPSETS, (),
+         "from float4e2m1, by com.microsoft::GatherBlockQuantized: onnxruntime"),
+        ("", "CastLike", build_cast_from_float4, FLOAT4_CAST_OPSETS, (),
+         "from float4e2m1, by com.microsoft::GatherBlockQuantized: onnxruntime"),
+        ("", "TopK", build_topk_uint64, (11, None), ("uint64",),
+         "uint64 as int64 keys: onnxruntime"),
+        ("", "Pow", build_pow_uint64_exponent, (15, None), ("uint64",),
+         "a uint64 exponent: onnxruntime"),
         ("", "Conv", build_conv_run_time_weights, CONV_OPSETS, ("float",),
          "weights computed at run time; not auto_pad SAME"),
         ("", "GridSample", build_grid_sample, GRID_SAMPLE_OPSETS, ("float", "float16"),

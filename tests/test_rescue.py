@@ -26,8 +26,9 @@ ONNXRUNTIME = ".".join(onnxruntime.__version__.split(".")[:2])
 # (FlexAttention, Adam, Adagrad, Momentum), and down-conversion to the newest opset at which
 # onnxruntime has the op (RoiAlign-22, Optional*-28, QuantizeLinear/DequantizeLinear-28),
 # onnx-standard (BitCast of bool; bfloat16, int16 and uint32 ops computed in a wider type),
-# and the harness reading float8, 4- and 2-bit feeds and outputs.
-MIN_RESCUED = 90
+# and the harness reading float8, 4- and 2-bit feeds and outputs; onnx-lowering (float4e2m1
+# read by com.microsoft::GatherBlockQuantized, uint64 TopK and Pow exponents).
+MIN_RESCUED = 98
 # The same figures with an older onnxruntime installed (minor version: cases it runs, cases
 # rescued; measured with conformance.measure_rescue()). It refuses every model above its
 # opset or IR version whole (1.23: 23 and 11), which this harness does not try to rescue:
@@ -45,6 +46,8 @@ MUST_RESCUE = {
     "test_attention_4d_causal_bf16", "test_celu_bfloat16_expanded", "test_max_uint16",
     "test_pow_types_float32_uint32", "test_onehot_with_bfloat16_values",
     "test_quantizelinear_int4", "test_dequantizelinear_e4m3fn",
+    "test_cast_FLOAT4E2M1_to_FLOAT", "test_castlike_FLOAT4E2M1_to_FLOAT16",
+    "test_top_k_uint64", "test_pow_types_float32_uint64",
 }
 
 
