@@ -477,11 +477,13 @@ def test_native_op_is_preferred_and_needs_no_python(plugins):
 
 def test_native_op_missing_from_the_library_falls_back_to_python(plugins):
     """ai.onnx.contrib::FastGelu is CUDA-only in onnxruntime-extensions: the live probe
-    declines the native remedy and the Python kernel takes over."""
+    declines the native remedy and the Python kernel takes over (asked to prefer a kernel:
+    onnx-lowering also decomposes it)."""
     model = model_from_text("""
         <ir_version: 10, opset_import: ["" : 18, "ai.onnx.contrib" : 1]>
         g (float[N] x, float[N] b) => (float[N] y) { y = ai.onnx.contrib.FastGelu (x, b) }""")
-    rewritten, report = rw(model, ["onnxruntime"], plugins=plugins, explain=True, **FAST)
+    rewritten, report = rw(model, ["onnxruntime"], plugins=plugins, explain=True,
+                           prefer="kernel", **FAST)
     (item,) = report.explain
     native, python = [c for c in item["candidates"] if c["kind"] == "kernel"]
     assert (native["plugin"], native["accepted"]) == ("ortx-native", False)
