@@ -216,18 +216,6 @@ def skip_where_the_oracle_cannot_run(problems: list[str]) -> None:
                     f"kernel (the oracle): {problems[0][len('oracle: '):][:160]}")
 
 
-def skip_where_the_oracle_crashes(label: str) -> None:
-    """Skip a sample (``plugin:domain::Op@N-[sample]``) whose oracle, onnxruntime's own
-    kernel, crashes the process on an onnxruntime behind onnx (a crash cannot be caught):
-    onnxruntime 1.23's com.microsoft Attention without a bias input (segmentation fault)."""
-    if onnxruntime_is_behind_onnx() and "com.microsoft::Attention@" in label and (
-            "no-bias" in label):
-        import onnxruntime
-
-        pytest.skip(f"onnxruntime {onnxruntime.__version__}'s com.microsoft Attention kernel "
-                    "crashes (segmentation fault) without a bias input")
-
-
 NO_KERNEL = "implementation|kernel|registered"  # onnxruntime refusing a node it has no kernel for
 
 

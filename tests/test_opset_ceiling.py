@@ -17,7 +17,7 @@ import pytest
 
 from rewriter.api import rewrite
 from rewriter.testing import onnxruntime_below
-from tests.conftest import skip_where_the_oracle_cannot_run, skip_where_the_oracle_crashes
+from tests.conftest import skip_where_the_oracle_cannot_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -38,6 +38,9 @@ MODEL_MIN_ONNXRUNTIME = {
         "1.23", "its com.microsoft Attention adds a (B, 1, S, S) attention_bias, which "
         "onnxruntime 1.21.0 broadcasts wrongly for the batch entries after the first (the "
         "rewritten model on 1.21.0 agrees with the original on 1.32.0 within 5e-7)"),
+    "llama-genai-int4": (
+        "1.23", "onnxruntime 1.21.0 cannot load the export: its GroupQueryAttention nodes give "
+        "12 inputs, 1.21.0's schema takes 7 to 9"),
 }
 # the vendor ops the real exports carry: one sample of each runs by default, all when slow
 REAL_EXPORT_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "MatMulNBits",
@@ -82,12 +85,7 @@ def test_committed_new_opset_model_lowers_under_the_ceiling(plugins, name, ceili
     if onnxruntime_below(version):
         pytest.skip(f"{name}: needs onnxruntime >= {version}, {ort.__version__} is installed: "
                     f"{why}")
-    try:
-        expected = _run(model, feeds)
-    except Exception as e:  # an older onnxruntime that cannot load the export (its schemas)
-        skip_where_the_oracle_cannot_run([f"oracle: {e}"])
-        raise
-    got = _run(out, feeds)
+    expected, got = _run(model, feeds), _run(out, feeds)
     assert len(got) == len(expected)
     for e, g in zip(expected, got):
         assert g.dtype == e.dtype and g.shape == e.shape
@@ -145,7 +143,6 @@ def samples(plugins):
 
 @pytest.mark.parametrize("label,ceiling", list(_sample_params()))
 def test_vendor_sample_at_opset_22_lowers_under_the_ceiling(plugins, samples, label, ceiling):
-    skip_where_the_oracle_crashes(label)
     from rewriter.testing import needs_newer_onnxruntime
 
     too_old = needs_newer_onnxruntime(samples[label].check)
