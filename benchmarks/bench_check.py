@@ -253,6 +253,12 @@ def summarize(sizes: dict, startup: dict | None) -> dict:
         if big != small and big in row and small in row else None
         for name, row in table.items()
     }
+    cpu_growth = {  # the same from process CPU time (steadier on a shared machine)
+        name: (row[big]["cpu_seconds"] / big) / (row[small]["cpu_seconds"] / small)
+        if big != small and big in row and small in row and row[small]["cpu_seconds"]
+        else None
+        for name, row in table.items()
+    }
     ours = [n for n in table if not n.endswith(" before")]
     verdicts = {}
     for name in [n for n in ours if n.startswith("check:")] if 100_000 in sizes else ():
@@ -275,8 +281,8 @@ def summarize(sizes: dict, startup: dict | None) -> dict:
         verdicts["help_imports_no_onnxruntime_or_rich"] = {
             "value": startup["help_imports_heavy"],
             "ok": not {"onnxruntime", "rich"} & set(startup["help_imports_heavy"])}
-    return {"sizes": sizes, "table": table, "per_node_growth": growth, "startup": startup,
-            "verdicts": verdicts}
+    return {"sizes": sizes, "table": table, "per_node_growth": growth,
+            "per_node_growth_cpu": cpu_growth, "startup": startup, "verdicts": verdicts}
 
 
 def print_report(report: dict) -> None:
@@ -293,7 +299,8 @@ def print_report(report: dict) -> None:
             for n in sizes)
         growth = report["per_node_growth"].get(name)
         if growth is not None:
-            line += f"{growth:>22.2f}"
+            cpu = report.get("per_node_growth_cpu", {}).get(name)
+            line += f"{growth:>15.2f}" + (f" ({cpu:4.2f})" if cpu else "")
         print(line)
     for n, data in report["sizes"].items():
         m = data["model"]
