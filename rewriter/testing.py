@@ -593,7 +593,7 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
         raise AssertionError(f"{check.label}: onnxruntime refuses the decomposed model: "
                              f"{refusal}")
     if any(reason in refusal for reason in CEILING_REFUSALS):
-        lowered = _under_onnxruntime_ceilings(model, plugins)
+        lowered = _under_onnxruntime_ceilings(model, plugins, refusal)
         if lowered is not None:
             lowered_model, how = lowered
             for output in lowered_model.graph.output:
@@ -611,15 +611,22 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
                       "reference evaluator", refusal)
 
 
-def _under_onnxruntime_ceilings(model: ModelProto,
-                                plugins: Plugins) -> tuple[ModelProto, str] | None:
+def _under_onnxruntime_ceilings(model: ModelProto, plugins: Plugins,
+                                refusal: str = "") -> tuple[ModelProto, str] | None:
     """``model`` converted down to the installed onnxruntime's opset and IR version (the
-    engine's own conversion, as ``rewrite --target onnxruntime`` does), and what changed;
-    None when it cannot be."""
+    engine's own conversion, as ``rewrite --target onnxruntime`` does; below the opset its
+    ``refusal`` names as officially supported, where it has schemas of a newer one), and
+    what changed; None when it cannot be."""
+    import re
+
     from rewriter.api import rewrite
 
+    targets = ["onnxruntime"]
+    official = re.search(r"support for domain ai\.onnx is till opset (\d+)", refusal)
+    if official:
+        targets.append(f"opset:{official.group(1)}")
     try:
-        result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False, verify=False)
+        result = rewrite(model, targets, plugins=plugins, confirm=False, verify=False)
     except Exception:  # noqa: BLE001 - not convertible: the reference evaluator runs it
         return None
     if result.model is None:
