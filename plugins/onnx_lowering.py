@@ -79,6 +79,8 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   com-microsoft plugin's body of ``com.microsoft::FastGelu`` (the same formula over
   ``X + bias``). ``ai.onnx.contrib::NegPos(X)``: ``Where(X > 0, 0, X)`` and
   ``Where(X > 0, X, 0)`` (NaN and -0.0 in the first output, as the library's kernel does).
+  ``ai.onnx.contrib::MaskedFill(value, mask)``: ``Compress`` of both flattened (OpenVINO
+  reshapes and compresses string tensors).
   Oracle: the custom-ops plugin's Python kernels (written from the library's code); runtimes
   without those kernels (OpenVINO) run the bodies.
 
@@ -273,6 +275,19 @@ def build_contrib_fast_gelu(ctx) -> FunctionProto | None:
     from rewriter_plugins.com_microsoft import build_fast_gelu
 
     return build_fast_gelu(ctx)
+
+
+@declining
+def build_masked_fill(ctx) -> FunctionProto | None:
+    """``ai.onnx.contrib::MaskedFill``: the values where ``mask`` is true, as a vector."""
+    node = ctx.node
+    if (len(node.input) != 2 or not all(node.input) or len(node.output) != 1
+            or node.attribute or _opset(ctx) < 9):
+        raise Declined("needs value and mask, one output, no attributes, opset 9+")
+    b = _Body(_opset(ctx))
+    flat = b.ints([-1])
+    y = b.op("Compress", b.reshape("value", flat), b.reshape("mask", flat), axis=0)
+    return b.function(DOMAIN, "masked_fill", ["value", "mask"], [y])
 
 
 @declining
@@ -1912,6 +1927,11 @@ def _samples() -> dict[str, list[OpSample]]:
         "FastGelu": [OpSample(["T[3,4]", "T[4]"], opset=18, name="bias"),
                      OpSample([Arg("T[7]", values=[-30.0, -3.0, -0.5, 0.0, 0.5, 3.0, 30.0])],
                               opset=12, name="no-bias")],
+        "MaskedFill": [OpSample([Arg("string[5]", values=np.array(
+            ["a", "bb", "", "\u03a9", "c d"], dtype=object)),
+            Arg("bool[5]", values=[True, False, True, True, False])], ["string"], opset=14),
+            OpSample([Arg("string[]", values=np.array("x", dtype=object)),
+                      Arg("bool[]", values=True)], ["string"], opset=14, name="scalar")],
         "NegPos": [OpSample([Arg("T[8]", values=[-1.5, -0.0, 0.0, 2.5, np.inf, -np.inf,
                                                  np.nan, 1e-30])], ["T", "T"], opset=12),
                    OpSample(["T[2,3]"], ["T", "T"], opset=18, name="2d")],
@@ -2002,7 +2022,9 @@ def register_decompositions(registry):
     contrib = [(CONTRIB, "FastGelu", build_contrib_fast_gelu, CONTRIB_OPSETS,
                 ("float", "double"), "onnxruntime-extensions; the com.microsoft body"),
                (CONTRIB, "NegPos", build_neg_pos, CONTRIB_OPSETS, ("float",),
-                "onnxruntime-extensions")]
+                "onnxruntime-extensions"),
+               (CONTRIB, "MaskedFill", build_masked_fill, (9, None), ("string",),
+                "onnxruntime-extensions; Compress")]
     for domain, op_type, builder, opsets, dtypes, note in contrib:
         registry.add(domain, op_type, builder, opsets=opsets, dtypes=dtypes,
                      description=f"onnx-lowering:{op_type} ({note})", oracle="kernel",

@@ -710,11 +710,15 @@ _NIBBLE_TYPES = frozenset({"i4", "u4", "f4e2m1"})
 
 
 def _to_openvino(value, element_type):
-    """A feed as OpenVINO takes it: numpy arrays as they are (0-d kept 0-d); bfloat16,
-    float8 and 4-bit arrays (ml_dtypes) copied bit for bit into a tensor of that type."""
+    """A feed as OpenVINO takes it: numpy arrays as they are (0-d kept 0-d), object arrays
+    of strings as numpy str arrays ("Unknown string kind" otherwise); bfloat16, float8 and
+    4-bit arrays (ml_dtypes) copied bit for bit into a tensor of that type."""
     import numpy as np
 
     array = np.asarray(value, order="C")
+    if array.dtype.kind == "O":  # strings as onnx and onnxruntime give them: OpenVINO takes
+        return np.array([v.decode() if isinstance(v, bytes) else str(v)  # numpy's str
+                         for v in array.reshape(-1)], dtype=str).reshape(array.shape)
     kind = element_type.to_string()
     if kind not in _RAW_TYPES or array.dtype.name != _RAW_TYPES[kind]:
         return array
@@ -732,11 +736,13 @@ def _to_openvino(value, element_type):
 
 
 def _from_openvino(tensor, element_type):
-    """An output tensor as a numpy array (bfloat16, float8 and 4-bit types as ml_dtypes
-    arrays)."""
+    """An output tensor as a numpy array (strings as an object array, as onnxruntime gives
+    them; bfloat16, float8 and 4-bit types as ml_dtypes arrays)."""
     import numpy as np
 
     kind = element_type.to_string()
+    if kind == "string":  # .data of an empty string tensor crashes OpenVINO 2026.4 (SIGSEGV)
+        return np.array(tensor.str_data, dtype=object).reshape(tuple(tensor.get_shape()))
     name = _RAW_TYPES.get(kind)
     if name is None:
         return np.array(tensor.data, copy=True)

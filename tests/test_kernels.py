@@ -594,9 +594,9 @@ RUNNABLE = ["onnx_op20_image_decoder_jpeg_rgb", "ortx_decode_encode_decode_image
             "ortx_fastgelu", "ortx_gpt2_tokenizer", "ortx_masked_fill",
             "ortx_negpos_no_opset_import", "ortx_string_lower", "ortx_string_split",
             "ortx_supres_pre_post"]
-# (NegPos has a decomposition since, which --prefer decompose takes)
-NATIVE = {"ortx_decode_encode_decode_image", "ortx_gpt2_tokenizer", "ortx_masked_fill",
-          "ortx_string_lower", "ortx_string_split"}
+# (NegPos and MaskedFill have decompositions since, which --prefer decompose takes)
+NATIVE = {"ortx_decode_encode_decode_image", "ortx_gpt2_tokenizer", "ortx_string_lower",
+          "ortx_string_split"}
 
 
 @pytest.mark.parametrize("name", RUNNABLE)

@@ -492,6 +492,11 @@ CORPUS_ON_OPENVINO = {
     # library's or the custom-ops plugin's kernels
     "ortx_fastgelu": {},
     "ortx_negpos_no_opset_import": {},
+    # strings in and out (OpenVINO's empty string output read without crashing it)
+    "ortx_masked_fill": {"inputs": [
+        {"value": np.array(["a", "bb", "", "\u03a9"], dtype=object),
+         "mask": np.array([True, False, True, True])},
+        {"value": np.array(["a", "bb"], dtype=object), "mask": np.array([False, False])}]},
     # NhwcConv's body convolves with the weights the caller feeds: its Conv is lowered
     # (onnx-lowering: taps and a MatMul) in the body
     "ort_nhwcconv_fp32": {"oracle": "reference"},
