@@ -121,6 +121,9 @@ TENSOR_SCATTER_OPSETS = (24, None)  # block_size is new in QuantizeLinear-21
 FLOAT4_CAST_OPSETS = (23, None)  # float4e2m1 is new in opset 23
 FLOAT4_BLOCK = 16  # GatherBlockQuantized's smallest block
 _FLOAT4_TARGETS = (TensorProto.FLOAT, TensorProto.FLOAT16)  # GatherBlockQuantized's T2
+_FLOAT4_GATHER = ("1.32", "the decomposition's com.microsoft::GatherBlockQuantized takes no "
+                  "float4e2m1 data in onnxruntime 1.21.0, 1.23.2 and 1.30.0 (\"Type "
+                  "'tensor(float4e2m1)' of input parameter ... is invalid\")")
 CONV_OPSETS = (11, None)  # Pad's pads and Slice's steps as inputs
 MAX_CONV_RANK = 3
 MAX_CONV_TAPS = 125  # one Slice per kernel tap
@@ -1936,14 +1939,16 @@ def _samples() -> dict[str, list[OpSample]]:
                                                  np.nan, 1e-30])], ["T", "T"], opset=12),
                    OpSample(["T[2,3]"], ["T", "T"], opset=18, name="2d")],
         "Cast": [OpSample([Arg("float4e2m1[3,5]", values=_FLOAT4_VALUES[:15].reshape(3, 5))],
-                          [out], attributes={"to": to}, opset=opset, name=f"to-{out}")
+                          [out], attributes={"to": to}, opset=opset, name=f"to-{out}",
+                          min_onnxruntime=_FLOAT4_GATHER)
                  for out, to, opset in [("float", TensorProto.FLOAT, 23),
                                         ("float16", TensorProto.FLOAT16, 25)]] + [
             OpSample([Arg("float4e2m1[2,2,17]", values=np.resize(_FLOAT4_VALUES, (2, 2, 17)))],
                      ["float"], attributes={"to": TensorProto.FLOAT}, opset=23,
-                     name="two-blocks")],
+                     name="two-blocks", min_onnxruntime=_FLOAT4_GATHER)],
         "CastLike": [OpSample([Arg("float4e2m1[3,5]", values=_FLOAT4_VALUES[:15].reshape(3, 5)),
-                               Arg(f"{out}[0]")], [out], opset=25, name=f"like-{out}")
+                               Arg(f"{out}[0]")], [out], opset=25, name=f"like-{out}",
+                              min_onnxruntime=_FLOAT4_GATHER)
                      for out in ("float", "float16")],
         "TopK": [
             OpSample([Arg("T[3,5]", values=_UINT64_VALUES[:15].reshape(3, 5)),
