@@ -122,8 +122,9 @@ FLOAT4_CAST_OPSETS = (23, None)  # float4e2m1 is new in opset 23
 FLOAT4_BLOCK = 16  # GatherBlockQuantized's smallest block
 _FLOAT4_TARGETS = (TensorProto.FLOAT, TensorProto.FLOAT16)  # GatherBlockQuantized's T2
 _FLOAT4_GATHER = ("1.32", "the decomposition's com.microsoft::GatherBlockQuantized takes no "
-                  "float4e2m1 data in onnxruntime 1.21.0, 1.23.2 and 1.30.0 (\"Type "
-                  "'tensor(float4e2m1)' of input parameter ... is invalid\")")
+                  "float4e2m1 data in onnxruntime 1.23.2 and 1.30.0 (\"Type "
+                  "'tensor(float4e2m1)' of input parameter ... is invalid\"); 1.21.0 loads "
+                  "no model of IR version 11, which float4e2m1 needs")
 CONV_OPSETS = (11, None)  # Pad's pads and Slice's steps as inputs
 MAX_CONV_RANK = 3
 MAX_CONV_TAPS = 125  # one Slice per kernel tap
