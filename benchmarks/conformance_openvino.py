@@ -135,6 +135,8 @@ RESCUED = frozenset({
     # evaluator refuses)
     "test_reduce_log_sum_asc_axes", "test_reduce_log_sum_desc_axes",
     "test_reduce_log_sum_desc_axes_expanded",
+    # found rescued in the full run of 20:18 UTC (2026-12-03)
+    "test_reduce_log_sum_asc_axes_expanded",
 })
 MIN_RESCUED = len(RESCUED)
 # Cases OpenVINO runs as they are: a rewrite must leave them alone (a few op families,
