@@ -156,3 +156,22 @@ def test_an_oracle_that_would_run_the_function_body_is_refused(acme):
     plugins, entries = acme
     with pytest.raises(AssertionError, match="not independent"):
         oracle_check.check_one(_only_check(entries[("", "Swish")]), plugins)
+
+
+def test_a_sample_needing_a_newer_onnxruntime_says_so_and_why(acme):
+    """``OpSample(min_onnxruntime=(version, why))``: the check is not decided below it."""
+    import dataclasses
+
+    import onnxruntime
+
+    from rewriter.registry import OpSample
+
+    check = _only_check(acme[1][("com.acme", "Twice")])
+    newer = dataclasses.replace(check, min_onnxruntime=("999.1", "its kernel came later"))
+    why = oracle_check.needs_newer_onnxruntime(newer)
+    assert why and "needs onnxruntime >= 999.1" in why and "its kernel came later" in why
+    assert onnxruntime.__version__ in why
+    installed = dataclasses.replace(check, min_onnxruntime=(onnxruntime.__version__, "x"))
+    assert oracle_check.needs_newer_onnxruntime(installed) is None
+    with pytest.raises(ValueError, match="min_onnxruntime"):
+        OpSample(["T[2]"], min_onnxruntime=("1.24",))
