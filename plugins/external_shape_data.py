@@ -165,6 +165,9 @@ class ExternalShapeDataPass(RewritePass):
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
         return finding.reason == REASON
 
+    def offers_for_op(self, finding: Finding, ctx: PassContext) -> bool:
+        return True  # the reason and the run's base_dir decide
+
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         if finding.reason != REASON:
             return False, "stores inline only the tensors shape inference reads"

@@ -52,6 +52,9 @@ class IrVersionPass(RewritePass):
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
         return finding.reason == REASON
 
+    def offers_for_op(self, finding: Finding, ctx: PassContext) -> bool:
+        return True  # the reason, the targets and the model's opsets decide
+
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         if finding.reason != REASON:
             return False, "lowers IR versions only"

@@ -2036,6 +2036,14 @@ class OpsetConversionPass(RewritePass):
             return True
         return finding.reason in OLDER_VERSION_REASONS and _has_older_version(finding)
 
+    def offers_for_op(self, finding: Finding, ctx: PassContext) -> bool:
+        # per node: an older version for a kernel or type the target lacks, and the
+        # lowering of a node of a domain with a ceiling (both read the node)
+        if finding.reason in OLDER_VERSION_REASONS:
+            return False
+        if finding.reason == "opset-too-new":
+            return normalize_domain(finding.domain) not in ceilings(ctx.targets)
+        return True  # raising the whole model to the target's floor, or nothing
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         if finding.reason in OLDER_VERSION_REASONS and self._raise_to(ctx) is None:
             return self._offers_older_version(finding, ctx)

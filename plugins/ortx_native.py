@@ -71,6 +71,9 @@ class RemoteServiceOps(RewritePass):
     def handles(self, finding, ctx) -> bool:
         return finding.op_type in REMOTE.get(finding.domain, ())
 
+    def offers_for_op(self, finding, ctx) -> bool:
+        return True  # the op decides
+
     def offers(self, finding, ctx) -> tuple[bool, str]:
         if not self.handles(finding, ctx):
             return False, "not an op that calls a network service"

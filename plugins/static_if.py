@@ -177,13 +177,24 @@ class StaticIfPass(RewritePass):
         nodes = model.graph.node
         if index >= len(nodes) or nodes[index].op_type != "If":
             return None
+        return index if index in self._known_ifs() else None
+
+    def _known_ifs(self) -> dict[int, bool]:
+        """Main-graph If index -> the branch it takes, for the Ifs this pass replaces
+        (computed once per model)."""
         if self._known is None:
-            self._known = {i: taken for i, taken in known_conditions(model).items()
-                           if not _clashes(model, nodes[i], taken)}
-        return index if index in self._known else None
+            model = self._model
+            self._known = {} if model is None else {
+                i: taken for i, taken in known_conditions(model).items()
+                if not _clashes(model, model.graph.node[i], taken)}
+        return self._known
 
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
         return finding.reason not in VERSION_REASONS and self._if_of(finding) is not None
+
+    def offers_for_op(self, finding: Finding, ctx: PassContext) -> bool:
+        # the answer reads the finding's path only when some If's condition is known
+        return finding.reason in VERSION_REASONS or not self._known_ifs()
 
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         if finding.reason in VERSION_REASONS:

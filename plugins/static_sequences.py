@@ -150,6 +150,9 @@ class StaticSequencesPass(RewritePass):
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
         return self._resolves(finding)
 
+    def offers_for_op(self, finding: Finding, ctx: PassContext) -> bool:
+        return finding.op_type not in _READERS | _PRODUCERS  # no other node is resolved
+
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         if not self._resolves(finding):
             return False, ("not a sequence or optional of a fixed structure read only by "

@@ -192,9 +192,10 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
             text = "none: " + (whys[0] if whys else "no plugin offers one")
         for path in item["paths"]:
             plan[plan_key(path, item["finding"]["op_type"])] = text
-    for f in given:  # a runtime refusal whose node was not found: not in the plan
-        plan.setdefault(finding_key(f), "none: found by loading the model; rewrite plans "
-                        "from the static findings")
+    if findings is not given:  # detected again: a runtime refusal is not in the plan
+        for f in given:
+            plan.setdefault(finding_key(f), "none: found by loading the model; rewrite "
+                            "plans from the static findings")
     named = [v for v in plan.values() if not v.startswith("none: ")]
     # a decomposition or kernel is planned with its body built and checked; a pass (opset
     # conversion) is only asked whether it applies, and a finding downstream of an op no

@@ -381,17 +381,36 @@ def plan_findings(planner: Planner, findings: Sequence[Finding], constants,
     relevant_pass: set[int] = set()
     typed_later: list[Finding] = []
     explained: dict[tuple, dict] = {}
+    # what is derived from a candidate list, once per list: the planner hands the findings
+    # of one node signature and op the same list (the list is held, so its id stays its own)
+    derived: dict[int, tuple[list[Candidate], tuple, bool, bool, bool, dict]] = {}
     for f in findings:
         candidates = planner.candidates(f, constants, declared)
+        known = derived.get(id(candidates))
+        if known is None:
+            answered = tuple([(c.kind, c.plugin, c.rule, c.accepted, c.why)
+                              for c in candidates])
+            accepted = any(c.accepted for c in candidates)
+            known = derived[id(candidates)] = (
+                candidates, answered, accepted,
+                # a pass is about it: it may take it once typed
+                not accepted and any(c.kind == RemedyKind.PASS and c.relevant
+                                     for c in candidates),
+                not accepted and any(c.relevant if c.kind == RemedyKind.PASS
+                                     else c.plugin != "-" for c in candidates),
+                {})  # finding detail -> why_not
+        _, answered, accepted, relevant, takeable, whys = known
         if explain:
-            _explain(explained, f, candidates)
-        if not any(c.accepted for c in candidates):
+            _explain(explained, f, answered)
+        if not accepted:
             unfixable.append(f)
-            why[id(f)] = why_not(f, candidates)
-            if any(c.kind == RemedyKind.PASS and c.relevant for c in candidates):
-                relevant_pass.add(id(f))  # a pass is about it: it may take it once typed
-            if waits_on_types(f) and any(c.relevant if c.kind == RemedyKind.PASS
-                                         else c.plugin != "-" for c in candidates):
+            reason = whys.get(f.detail)
+            if reason is None:
+                reason = whys[f.detail] = why_not(f, candidates)
+            why[id(f)] = reason
+            if relevant:
+                relevant_pass.add(id(f))
+            if takeable and waits_on_types(f):
                 typed_later.append(f)
     return Planned(unfixable, why, relevant_pass, list(explained.values()), typed_later)
 
@@ -445,11 +464,11 @@ def pipeline(plugins: Plugins, targets: Sequence[Target], config: Mapping[str, A
     return passes
 
 
-def _explain(groups: dict[tuple, dict], finding: Finding, candidates: list[Candidate]) -> None:
+def _explain(groups: dict[tuple, dict], finding: Finding, answered: tuple) -> None:
     """Add ``finding`` to the ``--explain`` groups: findings of one op whose remedies
-    answered alike are one entry (``count``, ``paths``), with every candidate's answer
-    (as dicts, made once per group)."""
-    answered = tuple([(c.kind, c.plugin, c.rule, c.accepted, c.why) for c in candidates])
+    answered alike (``answered``: each candidate's kind, plugin, rule, accepted, why) are
+    one entry (``count``, ``paths``), with every candidate's answer (as dicts, made once
+    per group)."""
     key = (finding.target, finding.domain, finding.op_type, finding.version, finding.reason,
            finding.detail, answered)
     group = groups.get(key)

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from rewriter.errors import PluginError
     from rewriter.registry import Registry
 
-__all__ = ["PHASES", "PassContext", "RewritePass", "ask_offers", "instantiate", "run_pass"]
+__all__ = ["PHASES", "PassContext", "RewritePass", "answers_per_op", "ask_offers", "instantiate",
+           "run_pass"]
 
 
 @dataclass
@@ -65,6 +66,14 @@ class RewritePass:
         """Whether this pass remedies ``finding``, and a short explanation either way
         (``raise Declined("why")`` says no as well)."""
         return False, "does not handle this finding"
+
+    def offers_for_op(self, finding: Finding, ctx: PassContext) -> bool:
+        """Whether :meth:`offers` and :meth:`handles` give every finding with ``finding``'s
+        target, reason, domain, op type and version (and the same node signature: opsets,
+        input types, attributes) the answers they give ``finding``: the planner then asks
+        them once for all those findings instead of once each. The default, False, has
+        them asked per finding (a pass that reads the node, its path or its inputs)."""
+        return False
 
     def run(self, model: ModelProto, ctx: PassContext) -> ModelProto | None:
         """Transform ``model``; return the new model, or None when nothing changed."""
@@ -109,6 +118,16 @@ def ask_offers(p: RewritePass, finding: Finding, ctx: PassContext) -> tuple[bool
         raise ctx.registry.plugin_error(
             p.plugin, f"pass {p.name!r}: offers() returned {answer!r}, not (bool, reason)")
     return bool(answer[0]), answer[1]
+
+
+def answers_per_op(p: RewritePass, finding: Finding, ctx: PassContext) -> bool:
+    """``p.offers_for_op(finding, ctx)``, with an exception turned into an error naming the
+    pass."""
+    try:
+        return bool(p.offers_for_op(finding, ctx))
+    except Exception as e:  # noqa: BLE001 - the plugin's bug
+        raise _pass_error(ctx.registry, p.plugin, p.name, f"offers_for_op() on {finding.path}",
+                          e) from e
 
 
 def run_pass(p: RewritePass, model: ModelProto, ctx: PassContext) -> ModelProto | None:

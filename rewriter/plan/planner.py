@@ -31,7 +31,7 @@ from rewriter.plan.functions import (
     specialise,
 )
 from rewriter.plan.kinds import RemedyKind
-from rewriter.plan.passes import RewritePass, ask_offers
+from rewriter.plan.passes import RewritePass, answers_per_op, ask_offers
 from rewriter.registry import DecompositionEntry
 
 PREFER = ("decompose", "kernel")  # --prefer: which remedy wins when both exist
@@ -76,6 +76,9 @@ class _Plan:
     name: str | None = None  # of the remedy function, once spliced
     choice: Candidate | None = None  # the first accepted candidate
     recheck: dict = field(default_factory=dict)  # input types -> body output types | None
+    # (target, reason, domain, op, version) -> the candidates with every pass's answer,
+    # where every pass answers alike for the op (RewritePass.offers_for_op)
+    with_passes: dict = field(default_factory=dict)
 
 class Planner:
     """Chooses one remedy per finding, deterministically, and builds its function."""
@@ -103,16 +106,21 @@ class Planner:
         self._named = 0
         self._nested_names: dict[tuple, str] = {}
         self._caller_fed: dict[int, frozenset[str]] = {}  # id(finding) -> its caller_fed inputs
+        self._last_scope: tuple | None = None  # (scope opsets, their sorted items)
+        self._last_fed: tuple | None = None  # (constants, the inputs the caller feeds)
 
     def signature(self, node, opsets, input_types) -> tuple:
         """What a plan is cached by: the op, the opsets, the input types, which inputs and
         outputs are present, and the attributes."""
-        return (
-            normalize_domain(node.domain), node.op_type, node.overload,
-            tuple(sorted(opsets.items())), tuple(input_types),
-            tuple(map(bool, node.input)), tuple(map(bool, node.output)),
-            tuple(a.SerializeToString() for a in node.attribute),
-        )
+        return _signature(node, tuple(sorted(opsets.items())), input_types)
+
+    def _scope_key(self, scope_opsets: Mapping[str, int]) -> tuple:
+        """``tuple(sorted(scope_opsets.items()))``, made again only when the opsets differ
+        from the last finding's (findings come scope by scope, each with its own copy)."""
+        last = self._last_scope
+        if last is None or last[0] != scope_opsets:
+            last = self._last_scope = (scope_opsets, tuple(sorted(scope_opsets.items())))
+        return last[1]
 
     def candidates(self, finding: Finding, constants, declared=None) -> list[Candidate]:
         """Every remedy considered for ``finding``, the chosen one (if any) first accepted.
@@ -133,9 +141,19 @@ class Planner:
                               f"the node itself is invalid ({finding.detail}); fix the export")]
         plan = self.plan(finding, constants, declared)
         if plan.choice is None:
-            # passes are asked per finding: their answer may depend on more than the plan
-            # signature holds (constant inputs, shapes); they cache what they can themselves
-            return plan.candidates + self._pass_candidates(finding)
+            # passes are asked per finding, as their answer may depend on more than the plan
+            # signature holds (constant inputs, shapes, the path), unless every pass says it
+            # answers alike for the op (offers_for_op): then once per plan and op, and the
+            # findings share one list (plan_findings derives its answers once per list)
+            op = (finding.target, finding.reason, finding.domain, finding.op_type,
+                  finding.version)
+            shared = plan.with_passes.get(op)
+            if shared is not None:
+                return shared
+            combined = plan.candidates + self._pass_candidates(finding)
+            if all(answers_per_op(p, finding, self.pass_ctx) for p in self.passes):
+                plan.with_passes[op] = combined
+            return combined
         return plan.candidates
 
     def plan(self, finding: Finding, constants, declared=None) -> _Plan:
@@ -146,26 +164,33 @@ class Planner:
             return plan
         node = finding.node
         declared = declared if declared is not None else {}
-        opsets = dict(finding.scope_opsets or {})
         # which inputs the model's caller feeds (graph inputs): a body needing their values
         # to load may suit a constant or a computed value, not them (caller_fed)
-        fed = getattr(constants, "fed", frozenset())
-        self._caller_fed[id(finding)] = frozenset(n for n in node.input if n in fed)
-        key = (*self.signature(node, opsets, finding.input_types),
-               tuple(n in fed for n in node.input))
-        variants = self._plans.setdefault(key, [])
+        last = self._last_fed
+        if last is None or last[0] is not constants:  # a property: read once per model
+            last = self._last_fed = (constants, getattr(constants, "fed", frozenset()))
+        fed = last[1]
+        inputs = node.input
+        key = (_signature(node, self._scope_key(finding.scope_opsets or _NO_OPSETS),
+                          finding.input_types),
+               tuple([n in fed for n in inputs]) if fed else ())
+        variants = self._plans.get(key)
+        if variants is None:
+            variants = self._plans[key] = []
         for variant in variants:
-            if variant.cacheable and variant.fingerprints == _fingerprints(
-                    variant.reads, node, constants, declared):
+            if variant.cacheable and (not variant.reads or variant.fingerprints == _fingerprints(
+                    variant.reads, node, constants, declared)):
                 plan = variant
                 break
         else:
+            opsets = dict(finding.scope_opsets or {})
+            self._caller_fed[id(finding)] = frozenset(n for n in inputs if n in fed)
             log: list = []
             candidates = self._remedy_candidates(
                 finding, opsets, Recording(constants, log, "constant"),
                 Recording(declared, log, "declared"), 0,
             )
-            inputs = list(node.input)
+            inputs = list(inputs)
             reads = tuple(dict.fromkeys(
                 (kind, ("input", inputs.index(name)) if name in inputs else ("name", name))
                 for kind, name in log))
@@ -619,6 +644,20 @@ class Planner:
             plan.name = f"{finding.op_type}_{self._named}"
             self._named += 1
         return plan.name
+
+_NO_OPSETS: Mapping[str, int] = {}
+
+
+def _signature(node: NodeProto, opsets: tuple, input_types) -> tuple:
+    """:meth:`Planner.signature` with the opsets as sorted items (attributes serialized
+    only where the node has some)."""
+    attributes = node.attribute
+    return (
+        normalize_domain(node.domain), node.op_type, node.overload, opsets,
+        tuple(input_types), tuple(map(bool, node.input)), tuple(map(bool, node.output)),
+        tuple([a.SerializeToString() for a in attributes]) if attributes else (),
+    )
+
 
 def _as_spliced(inner: NodeProto, fn: FunctionProto, node: NodeProto) -> NodeProto:
     """A copy of body node ``inner`` reading and writing the names it will have once ``fn``
