@@ -2044,6 +2044,7 @@ class OpsetConversionPass(RewritePass):
         if finding.reason == "opset-too-new":
             return normalize_domain(finding.domain) not in ceilings(ctx.targets)
         return True  # raising the whole model to the target's floor, or nothing
+
     def offers(self, finding: Finding, ctx: PassContext) -> tuple[bool, str]:
         if finding.reason in OLDER_VERSION_REASONS and self._raise_to(ctx) is None:
             return self._offers_older_version(finding, ctx)
