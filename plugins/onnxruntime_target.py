@@ -92,9 +92,51 @@ def runtime_ceilings(schemas: SchemaIndex) -> dict[str, int] | None:
     opset-conversion pass lowers newer models to them. None when onnxruntime knows every
     opset onnx does (no model onnx writes is above it)."""
     newest = onnx_schemas().max_version
-    out = {d: schemas.max_version[d] for d in _CEILING_DOMAINS
-           if d in schemas.max_version and schemas.max_version[d] < newest.get(d, 0)}
+    loads = released_opsets(tuple((d, schemas.max_version[d]) for d in _CEILING_DOMAINS
+                                  if d in schemas.max_version))
+    out = {}
+    for d in _CEILING_DOMAINS:
+        if d in schemas.max_version:
+            ceiling = min(schemas.max_version[d], loads.get(d, schemas.max_version[d]))
+            if ceiling < newest.get(d, 0):
+                out[d] = ceiling
     return out or None
+
+
+@cache
+def released_opsets(known: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    """Where the installed onnxruntime has schemas for an opset it refuses to load (1.30
+    knows ai.onnx 27 but loads "official released" opsets only, up to 26): the highest it
+    loads, per domain of ``known`` ((domain, highest schema version) pairs), asked with
+    one-node models. Empty when it loads all it knows."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "opset", [x], [y])
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    ir = runtime_max_ir_version()
+    out = {}
+    for domain, top in known:
+        for version in range(top, max(top - 3, 0), -1):
+            imports = {"": 13, domain: version}
+            model = helper.make_model(graph, opset_imports=[
+                helper.make_opsetid(d, v) for d, v in imports.items()])
+            if ir is not None:
+                model.ir_version = min(model.ir_version, ir)
+            try:
+                ort.InferenceSession(model.SerializeToString(), so,
+                                     providers=["CPUExecutionProvider"])
+            except Exception as e:  # noqa: BLE001 - "only *guarantees* support for ... released"
+                if "released" in str(e):
+                    continue
+                break  # refused for another reason: the probe tells nothing
+            if version < top:
+                out[domain] = version
+            break
+    return out
 
 
 @cache
