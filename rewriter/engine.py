@@ -240,14 +240,12 @@ def _rewrite_proto(
     constants = LazyConstants(work)
     with progress.stage("plan", f"{len(findings)} findings"):
         planned = plan_findings(planner, findings, constants, declared, explain)
-    unfixable, why, relevant_pass = planned.unfixable, planned.why, planned.relevant_pass
+    unfixable, why = planned.unfixable, planned.why
     report.explain = planned.explain
     # A finding whose input types are unknown here (downstream of an op no schema types)
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
     # what is still left then fails the rewrite all the same (nothing is written)
-    waiting = {id(f) for f in planned.typed_later}
-    provisional = [f for f in unfixable if (id(f) in relevant_pass or id(f) in waiting)
-                   and waits_on_types(f) and len(unfixable) < len(findings)]
+    provisional = planned.typed_later if len(unfixable) < len(findings) else []
     if len(provisional) < len(unfixable) and not partial:
         if explain or dry_run:
             report.remaining = unfixable
