@@ -232,12 +232,21 @@ def _rewrite_proto(
     for p in passes:
         p.prepare(work, ctx)
     planner = Planner(targets, plugins, passes, ctx, prefer)
+    constants = LazyConstants(work)
+
+    def planned_types(finding: Finding, declared: Mapping) -> tuple | None:
+        # the output types the finding's node will have (its proven decomposition's), so
+        # that detection types what is downstream of ops no schema types; one plan per
+        # node signature, kept for the plan stage
+        choice = planner.chosen(finding, constants, declared)
+        if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
+            return None
+        return choice.output_types
 
     with progress.stage("detect", f"{report.before.nodes} nodes"):
-        detections = [detect(work, t) for t in targets]
+        detections = [detect(work, t, typing=planned_types) for t in targets]
     findings = [f for d in detections for f in d.findings]
     declared = detections[0].declared if detections else {}
-    constants = LazyConstants(work)
     with progress.stage("plan", f"{len(findings)} findings"):
         planned = plan_findings(planner, findings, constants, declared, explain)
     unfixable, why = planned.unfixable, planned.why
@@ -266,7 +275,8 @@ def _rewrite_proto(
     # normally suffices. The target re-check after it is done where the rewrite can have
     # changed a verdict when the plan proves the rest (see _recheck), else on everything.
     regions: dict[str, Region] = {}
-    conflicts: list[str] = []
+    # disagreeing types downstream of values typed from the plan (detection's, the re-check's)
+    conflicts: list[str] = list(dict.fromkeys(c for d in detections for c in d.conflicts))
     main_types: dict[str, str] = {}  # after the rewrite, when the re-check knows them
     pass_ran = False
     taken = taken_names(detections)  # grown with each name the splice makes

@@ -811,7 +811,9 @@ def test_bodies_differ_where_constants_declared_shapes_or_used_outputs_do(shapes
 def test_big_rewrite_verifies_regions_and_rechecks_only_what_changed(acme_plugins,
                                                                       monkeypatch):
     """Above FULL_CHECK_MAX_NODES the full checker runs on each remedy function alone and
-    the target re-check only where input types changed; the result is still fully valid."""
+    the target re-check only where input types changed (none here: detection typed the
+    first FusedSwish's output from its plan, so the Add was judged with it); the result is
+    still fully valid."""
     import rewriter.engine as pipeline
 
     monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)
@@ -828,7 +830,7 @@ def test_big_rewrite_verifies_regions_and_rechecks_only_what_changed(acme_plugin
     assert report.ok, report.verification
     assert report.verification["checker"] == report.verification["shape_inference"] == "ok"
     assert report.verification_scope.startswith("rewritten regions: 2 remedy function(s)")
-    assert report.recheck_scope.startswith("1 node(s)")  # the Add: its input s changed type
+    assert report.recheck_scope.startswith("0 node(s)")
     onnx.checker.check_model(result.model, full_check=True)
     assert_close(run_ort(result.model, {"x": X}), run_reference(model, {"x": X}))
 
@@ -856,11 +858,12 @@ def test_a_body_whose_type_breaks_its_consumer_fails_verification(shapes_plugins
     assert "float16" in verdict or "inconsistent type" in verdict.lower(), verdict
 
 
-def test_recheck_reports_a_node_the_new_types_break_like_a_full_walk(tmp_path, monkeypatch):
-    """ToBF16's output type was unknown, so the Tanh reading it passed the first walk; the
-    body makes it bfloat16, for which onnxruntime has no Tanh kernel. The partial re-check
-    must find that, as the whole-model walk does (onnx-standard, which widens a bfloat16
-    Tanh to float, is left out so that the finding stays)."""
+def test_a_node_the_new_types_break_is_found_like_a_full_walk(tmp_path, monkeypatch):
+    """ToBF16's output type is unknown to onnx's schemas; its body makes it bfloat16, for
+    which onnxruntime has no Tanh kernel. Detection types the output from the plan, so the
+    Tanh reading it is a finding from the first walk, as the whole-model walk after the
+    splice finds it (onnx-standard, which widens a bfloat16 Tanh to float, is left out so
+    that the finding stays); without --partial nothing is written and the Tanh is named."""
     import rewriter.engine as pipeline
 
     path = tmp_path / "shapes.py"
@@ -874,15 +877,22 @@ def test_recheck_reports_a_node_the_new_types_break_like_a_full_walk(tmp_path, m
             y = Tanh (h)
             z = Cast <to = 1> (y)
         }""")
+    from rewriter.api import check
+
+    # detection alone (no plan) cannot type h: it finds ToBF16 only
+    assert [f.op_type for f in check(model, ["onnxruntime"], confirm=False).findings] == [
+        "ToBF16"]
     fast = rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False,
                    partial=True, verify=False).report
     monkeypatch.setattr(pipeline, "_recheck", lambda *args: None)
     walked = rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False,
                      partial=True, verify=False).report
-    assert walked.recheck_scope == "whole model" != fast.recheck_scope
     assert [(f.op_type, f.reason) for f in fast.remaining] == [("Tanh", "type-binding")]
     assert [f.as_dict() for f in fast.remaining] == [f.as_dict() for f in walked.remaining]
     assert not fast.ok
+    with pytest.raises(UnfixableError) as caught:
+        rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False, verify=False)
+    assert [f.op_type for f in caught.value.findings] == ["Tanh"]
 
 
 def test_invalid_node_without_a_taking_decomposition_asks_to_fix_the_export(plugins):

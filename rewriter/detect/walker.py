@@ -148,11 +148,16 @@ class Detection:
     # False: every op of the model runs by the op inventory alone (see :func:`detect`): no
     # walk, so no types (``declared`` and ``main_types`` are empty)
     walked: bool = True
+    # arguments bound to one type parameter that disagree, on nodes reading a value typed
+    # from the plan (``typing``): the rewrite would break them
+    conflicts: list[str] = field(default_factory=list)
 
 
 def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
            base_dir=None, record: bool = True,
-           main_io: Sequence[tuple] | None = None, inventory: bool = True) -> Detection:
+           main_io: Sequence[tuple] | None = None, inventory: bool = True,
+           typing: Callable[[Finding, Mapping], Sequence[str | None] | None] | None = None,
+           ) -> Detection:
     """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs.
 
     When the walk finds nothing, the model is confirmed (:func:`confirm_model`: loaded, and
@@ -165,7 +170,13 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
 
     With ``record=False`` and ``confirm=False`` (``check``), the model's op inventory comes
     first (:func:`runs_by_inventory`): when the target's ``check_op`` says every op runs,
-    there is no walk (``Detection.walked`` is False, no types are kept)."""
+    there is no walk (``Detection.walked`` is False, no types are kept).
+
+    ``typing`` (the rewrite engine's plan): given a finding and the declared types, the
+    output types its node will have once its remedy is spliced, or None; they type the
+    outputs no schema types, so that the nodes downstream are judged with their types in
+    this walk, and each node reading such a value has its arguments' agreement on a type
+    parameter checked (``Detection.conflicts``), as the re-check after the splice did."""
     if inventory and not record and confirm is False:
         model_findings = runs_by_inventory(model, target)
         if model_findings is not None:
@@ -177,6 +188,7 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
     walker.keep_nodes = True
     walker.record = record
     walker.main_io = main_io
+    walker.typing = typing
     findings = walker.run()
     confirmation = None
     if not findings and (confirm if confirm is not None
@@ -188,7 +200,8 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
             if site is not None and site.scope.graph is model.graph:
                 walker.in_main.add(id(f))
     return Detection(findings, walker.declared, walker.main_types, walker.produced,
-                     walker.owners, walker.in_main, walker, confirmation, base_dir)
+                     walker.owners, walker.in_main, walker, confirmation, base_dir,
+                     conflicts=walker.conflicts)
 
 
 def runs_by_inventory(model: ModelProto, target: Target) -> list[Finding] | None:
@@ -255,7 +268,11 @@ def recheck(
     """
     walker = _Walker(model, target)
     walker.keep_nodes = True
-    walker.output_types = before.walker.output_types  # same schemas: reuse the memo
+    first = before.walker  # same target and schemas: its memos hold
+    walker.output_types = first.output_types
+    if first.signatures is not None:
+        walker.signatures, walker.op_modes, walker.op_verdicts = (
+            first.signatures, first.op_modes, first.op_verdicts)
     result = walker.recheck(before, replaced, body_outputs, visit)
     refused = before.confirmation is not None and before.confirmation.refusal is not None
     if result is not None and refused and not result.findings:
@@ -328,6 +345,13 @@ class _Walker:
         self.produced: set[str] = set()
         self.owners: set[str] = set()
         self.in_main: set[int] = set()
+        # signature -> whether its arguments agree on their type parameters (re-check)
+        self.agreement: dict[tuple, bool] = {}
+        # the output types of a finding's node from its remedy (see detect); the values
+        # typed so and those computed from them, and disagreements on nodes reading them
+        self.typing: Callable[[Finding, Mapping], Sequence[str | None] | None] | None = None
+        self.from_plan: set[str] = set()
+        self.conflicts: list[str] = []
 
     def run(self) -> list[Finding]:
         self.findings.extend(self.target.check_model(self.model))
@@ -396,6 +420,8 @@ class _Walker:
         resolve, max_version = schemas.resolve, schemas.max_version
         aliases, keep_nodes, memo = _DOMAIN_ALIASES, self.keep_nodes, self.signatures
         produce = self.produced.update if record else None
+        typing, from_plan = self.typing, self.from_plan
+        finding = None
         get = types.get
         if io is None or len(io) != len(nodes):  # each node's input and output names
             io = zip(map(tuple, map(_INPUTS, nodes)), map(tuple, map(_OUTPUTS, nodes)))
@@ -438,13 +464,42 @@ class _Walker:
                     self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
             if inferred is None:  # inferred per node (SPECIAL_OUTPUT_OPS, or no memo)
                 if None not in out_sig:
-                    continue  # every output's type is known already
-                version = opset or max_version.get(domain)  # a forgotten import
-                schema = resolve(domain, op_type, version) if version else None
-                inferred = infer(node, schema, inputs, outputs, types, op_type, raw_domain)
+                    inferred = ()  # every output's type is known already
+                else:
+                    version = opset or max_version.get(domain)  # a forgotten import
+                    schema = resolve(domain, op_type, version) if version else None
+                    inferred = infer(node, schema, inputs, outputs, types, op_type,
+                                     raw_domain)
             for name, t in zip(outputs, inferred):
                 if name and t and name not in types:
                     types[name] = t
+            if typing is not None:
+                if from_plan and not from_plan.isdisjoint(inputs):
+                    self._typed_from_plan(key, entry[1] is not None, node, i, path,
+                                          inputs, outputs, types)
+                if verdict is not None and finding is not None and None in out_sig:
+                    planned = typing(finding, declared)
+                    for name, t in zip(outputs, planned or ()):
+                        if name and t and name not in types:
+                            types[name] = t
+                            from_plan.add(name)
+
+    def _typed_from_plan(self, key, per_key: bool, node, i, path, inputs, outputs, types
+                         ) -> None:
+        """A node reading a value typed from the plan (see :func:`detect`): its outputs are
+        such values too, and its arguments bound to one type parameter must agree (asked
+        once per signature when ``per_key``: its output types follow from the key)."""
+        self.from_plan.update(outputs)
+        if per_key and self.agreement.get(key):
+            return
+        domain, op_type, opset = key[:3]
+        version = opset or self.schemas.max_version.get(domain)
+        schema = self.schemas.resolve(domain, op_type, version) if version else None
+        problem = binding_conflict(schema, inputs, outputs, types) if schema else None
+        if per_key:
+            self.agreement[key] = problem is None
+        if problem:
+            self.conflicts.append(f"{path}/node {i} ({node.name or op_type}): {problem}")
 
     def _call(self, node, key, types: dict[str, str], opsets, produce) -> None:
         """A call of a model-local function: its body walked once (for the first call's
@@ -558,30 +613,54 @@ class _Walker:
 
     def _check_again(self, node, i, opsets, types, stated, changed, conflicts) -> None:
         """One node of the re-check: the target's verdict, its subgraphs, its output types
-        (an inferred type that differs from the earlier one is a change downstream)."""
+        (an inferred type that differs from the earlier one is a change downstream) and
+        whether its arguments agree on their type parameters; verdict, output types and
+        agreement once per signature, as in :meth:`_nodes` (the first walk's memo)."""
         raw_domain = node.domain
         domain = _DOMAIN_ALIASES.get(raw_domain, raw_domain)
         opset = opsets.get(domain)
         op_type = node.op_type
         inputs, outputs = tuple(node.input), tuple(node.output)
+        get = types.get
+        in_sig = tuple([get(n) if n else "" for n in inputs])
+        out_sig = tuple([get(n) if n else None for n in outputs])
+        key = (domain, op_type, opset, in_sig, out_sig)
+        memo = self.signatures
+        entry = memo.get(key) if memo is not None else _EACH
         node_path = f"graph/node {i} ({node.name or op_type})"
-        finding = self.target.check_node(NodeQuery(node, node_path, domain, opset, types,
-                                                   opsets, self.declared, inputs, outputs))
-        if finding is not None:
-            self.findings.append(_with_node(finding, node, inputs, types, opsets))
+        if entry is None:
+            entry = self._signature(key, node, raw_domain, inputs, outputs, types, opsets,
+                                    node_path)
+        verdict, inferred = entry
+        if verdict is _ASK:
+            finding = self.target.check_node(NodeQuery(
+                node, node_path, domain, opset, types, opsets, self.declared, inputs, outputs))
+            if finding is not None:
+                self.findings.append(_with_node(finding, node, inputs, types, opsets))
+        elif verdict is not None:
+            self.findings.append(verdict.at(node_path, node, in_sig, opsets, True))
         if node.attribute:
             for attr_label, sub in subgraphs(node):
                 self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
+        by_key = inferred is not None  # typed per signature: agreement is per signature too
         version = opset or self.schemas.max_version.get(domain)
-        schema = self.schemas.resolve(domain, op_type, version) if version else None
-        inferred = self.output_types.infer(node, schema, inputs, outputs, types, op_type,
-                                           raw_domain)
+        schema = None
+        if not by_key:
+            schema = self.schemas.resolve(domain, op_type, version) if version else None
+            inferred = self.output_types.infer(node, schema, inputs, outputs, types, op_type,
+                                               raw_domain)
         for name, t in zip(outputs, inferred):
             if name and t and name not in stated and types.get(name) != t:
                 types[name] = t
                 changed.add(name)
-        if schema is not None:
-            problem = binding_conflict(schema, inputs, outputs, types)
+        # the types it reads are the key's (outputs: declared, else inferred from the key)
+        agrees = self.agreement.get(key) if by_key else None
+        if not agrees:
+            if schema is None and version:
+                schema = self.schemas.resolve(domain, op_type, version)
+            problem = binding_conflict(schema, inputs, outputs, types) if schema else None
+            if by_key:
+                self.agreement[key] = problem is None
             if problem:
                 conflicts.append(f"{node_path}: {problem}")
 
