@@ -11,12 +11,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from onnx import ModelProto
+from onnx import FunctionProto, ModelProto
 
 from rewriter import progress
 from rewriter.apply.splice import Region, apply_decompositions, apply_kernels, cleanup
 from rewriter.detect.targets import Finding, Target
-from rewriter.detect.walker import Detection, detect, find_unsupported, recheck
+from rewriter.detect.walker import (
+    Detection,
+    SplicedPositions,
+    detect,
+    find_unsupported,
+    recheck,
+)
 from rewriter.errors import EXIT_FINDINGS, RewriterError, UnfixableError
 from rewriter.graph.opid import OpId
 from rewriter.graph.walk import normalize_domain, op_counts
@@ -290,7 +296,7 @@ def _rewrite_proto(
         for_passes = [f for f in findings if not _decomposed(f, planner)]
         with progress.stage("apply", f"{len(findings)} remedies"):
             retargeted = apply_kernels(work, findings, planner, ctx)
-            visit: list[int] = []  # what the re-check looks at in the spliced main graph
+            visit = SplicedPositions()  # where the re-check looks in the spliced main graph
             work, changed = apply_decompositions(work, findings, planner, ctx, retargeted,
                                                  regions, taken, visit)
             changed = changed or bool(retargeted)
@@ -490,7 +496,7 @@ def _explain(groups: dict[tuple, dict], finding: Finding, answered: tuple) -> No
 
 
 def _recheck(work: ModelProto, targets, detections: list[Detection], findings, planner,
-             visit: Sequence[int] = ()):
+             visit: SplicedPositions | None = None):
     """The target re-check of round one from the plan (:func:`rewriter.detect.recheck`):
     (findings, conflicts, nodes checked), or None when the plan does not prove enough
     (a body with subgraphs, model-local functions, ...)."""
@@ -527,7 +533,8 @@ def _counts_from_plan(before: Counter, spliced: Sequence[Finding], planner: Plan
     from rewriter.plan.functions import REMEDY_DOMAIN
 
     counts = Counter(before)
-    bodies: dict[int, Counter] = {}
+    calls: Counter = Counter()  # (function's id, replaced op) -> how many calls
+    functions: dict[int, FunctionProto] = {}
     seen: set[int] = set()
     for f in spliced:
         if f.node is None:
@@ -538,14 +545,15 @@ def _counts_from_plan(before: Counter, spliced: Sequence[Finding], planner: Plan
         choice = planner.chosen(f, None)
         if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
             return None
-        body = bodies.get(id(choice.function))
-        if body is None:
-            if not simple_body(choice.function, REMEDY_DOMAIN):
-                return None
-            body = bodies[id(choice.function)] = Counter(
-                (normalize_domain(n.domain), n.op_type) for n in choice.function.node)
-        counts[(f.domain, f.op_type)] -= 1
-        counts.update(body)
+        functions[id(choice.function)] = choice.function
+        calls[id(choice.function), f.domain, f.op_type] += 1
+    for (function_id, domain, op_type), n in calls.items():
+        function = functions[function_id]
+        if not simple_body(function, REMEDY_DOMAIN):
+            return None
+        counts[(domain, op_type)] -= n
+        for node in function.node:
+            counts[(normalize_domain(node.domain), node.op_type)] += n
     if any(n < 0 for n in counts.values()):
         return None  # not the nodes counted before: count the result
     return +counts

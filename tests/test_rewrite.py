@@ -858,6 +858,44 @@ def test_a_body_whose_type_breaks_its_consumer_fails_verification(shapes_plugins
     assert "float16" in verdict or "inconsistent type" in verdict.lower(), verdict
 
 
+def test_a_body_changing_a_declared_type_leaves_the_quick_recheck(shapes_plugins,
+                                                                   monkeypatch):
+    """The re-check looks only at subgraph holders and sinks while no body output changes
+    type; here h is declared float and ToHalf's body makes it float16: the re-check goes
+    over the kept nodes as a walk of the whole result does, and reports the change."""
+    import rewriter.detect.walker as walker
+    import rewriter.engine as pipeline
+
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[N] x) => (float[N] y) <float[N] h> {
+            h = com.acme.ToHalf (x)
+            y = Add (h, x)
+        }""")
+    quick, compared = [], []
+    real_quick, real_recheck = walker._Walker._recheck_unchanged, pipeline.recheck
+
+    def spy(self, *args):
+        quick.append(real_quick(self, *args))
+        return quick[-1]
+
+    def both(model, target, before, replaced, body_outputs, visit=None):
+        fast = real_recheck(model, target, before, replaced, body_outputs, visit)
+        whole = real_recheck(model, target, before, replaced, body_outputs)
+        compared.append((fast.findings, fast.conflicts, fast.checked, fast.types))
+        assert compared[-1] == (whole.findings, whole.conflicts, whole.checked, whole.types)
+        return fast
+
+    monkeypatch.setattr(walker._Walker, "_recheck_unchanged", spy)
+    monkeypatch.setattr(pipeline, "recheck", both)
+    report = rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False,
+                     verify=False).report
+    assert quick == [walker._CHANGED]
+    (_, conflicts, _, types), = compared
+    assert any("'h'" in c and "float16" in c for c in conflicts), conflicts
+    assert not report.ok
+
+
 def test_a_node_the_new_types_break_is_found_like_a_full_walk(tmp_path, monkeypatch):
     """ToBF16's output type is unknown to onnx's schemas; its body makes it bfloat16, for
     which onnxruntime has no Tanh kernel. Detection types the output from the plan, so the

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto
 
 from rewriter.apply.provenance import ProvenanceTable
+from rewriter.detect.walker import SplicedPositions
 
 MAX_NAME = 80  # longest node name the splice creates
 
@@ -150,15 +151,17 @@ def _cut(name: str, room: int) -> str:
 
 
 def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
-                 taken: set[str], table: ProvenanceTable, visit: list[int] | None = None,
+                 taken: set[str], table: ProvenanceTable,
+                 visit: SplicedPositions | None = None,
                  calls: Mapping[int, str] | None = None) -> int:
     """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
     template's nodes, in place; ``taken``: the value names defined anywhere in the model
     (grown with the new ones). Returns the number of calls replaced. ``visit``: filled with
-    the new positions, in order, of the nodes kept and of the created nodes that make a
-    call's outputs (what a re-check has to look at: the rest are body nodes the plan
-    proved). ``calls``: the calls by node identity (``id`` of the NodeProto, alive) ->
-    template name, for nodes left as they were (not retargeted at ``domain``).
+    the new positions, in order, of the nodes kept (and, of those, the ones with attributes
+    or without outputs) and of the created nodes that make a call's outputs (what a
+    re-check has to look at: the rest are body nodes the plan proved). ``calls``: the
+    calls by node identity (``id`` of the NodeProto, alive) -> template name, for nodes
+    left as they were (not retargeted at ``domain``).
 
     The graph's node list is written as protobuf bytes (each kept node serialized, each
     created node encoded from its template's pre-encoded bytes) and parsed back once: a
@@ -172,6 +175,8 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         return 0
     pieces: list[bytes] = []
     put = pieces.append
+    kept, made, holders = ((visit.kept.append, visit.made.extend, visit.holders.append)
+                           if visit is not None else (None, None, None))
     encoded: dict[str, bytes] = {}
     count = 0
     at = 0  # the position in the new node list
@@ -184,16 +189,18 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         if t is None:
             data = node.SerializeToString()
             put(_NODE_TAG + _varint(len(data)) + data)
-            if visit is not None:
-                visit.append(at)
+            if kept is not None:
+                kept(at)
+                if node.attribute or not node.output:
+                    holders(at)
             at += 1
             continue
         count += 1
         created = _created(node, t, taken, encoded, table)
         for data in created:
             put(_NODE_TAG + _varint(len(data)) + data)
-        if visit is not None:
-            visit.extend(at + j for j in t.output_nodes)
+        if made is not None:
+            made([at + j for j in t.output_nodes])
         at += len(created)
     data = b"".join(pieces)
     del pieces[:], nodes[:]  # (the pieces go before the parse: the peak of a big splice)

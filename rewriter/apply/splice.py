@@ -19,6 +19,7 @@ from rewriter.apply.inline import (
 )
 from rewriter.apply.provenance import ProvenanceTable
 from rewriter.detect.targets import Finding
+from rewriter.detect.walker import SplicedPositions
 from rewriter.graph.walk import (
     iter_scopes,
     main_node_index,
@@ -90,7 +91,7 @@ def apply_kernels(
 def apply_decompositions(
     model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
     skip: set[int] | frozenset = frozenset(), regions: dict[str, Region] | None = None,
-    taken: set[str] | None = None, visit: list[int] | None = None,
+    taken: set[str] | None = None, visit: SplicedPositions | None = None,
 ) -> tuple[ModelProto, bool]:
     """Retarget every node with an accepted decomposition, then splice them all at once:
     simple bodies directly (:func:`splice_simple`), the rest with onnx's inliner.
@@ -160,7 +161,7 @@ def apply_decompositions(
 
 def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
                   findings: list[Finding], taken: set[str] | None = None,
-                  visit: list[int] | None = None, calls: dict[int, str] | None = None,
+                  visit: SplicedPositions | None = None, calls: dict[int, str] | None = None,
                   ) -> list[FunctionProto]:
     """Splice the simple bodies (:mod:`rewriter.apply.inline`) into the main graph and its
     subgraphs at the protobuf level, the created nodes named after the replaced ones, as the
@@ -209,7 +210,7 @@ def _stable_wrappers() -> bool:
 def _splice_by_identity(model: ModelProto, templates: dict[str, Template],
                         findings: list[Finding], calls: dict[int, str],
                         taken: set[str] | None, table: ProvenanceTable,
-                        visit: list[int] | None) -> None:
+                        visit: SplicedPositions | None) -> None:
     """:func:`splice_simple` for calls known by identity: the subgraphs holding some are
     found from their findings' paths (the main-graph node each starts at), before the main
     graph is spliced (which moves its nodes); every call must be found."""

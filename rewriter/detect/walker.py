@@ -244,10 +244,33 @@ class Recheck:
 Replaced = Mapping[str, tuple[Any, int, Sequence[str]]]
 
 
+@dataclass
+class SplicedPositions:
+    """Where a re-check looks in a spliced main graph: positions in the new node list, in
+    order, as the splice filled them (the other body nodes are proven by the plan)."""
+
+    kept: list[int] = field(default_factory=list)  # the nodes kept as they were
+    made: list[int] = field(default_factory=list)  # created nodes making a call's outputs
+    # kept nodes with attributes or without outputs: among them the subgraph holders and
+    # the sinks, the only kept nodes checked again when no value changed type
+    holders: list[int] = field(default_factory=list)
+
+    def clear(self) -> None:
+        """Forget every position (the nodes were renumbered)."""
+        self.kept.clear(), self.made.clear(), self.holders.clear()
+
+    def __bool__(self) -> bool:
+        return bool(self.kept or self.made)
+
+    def merged(self) -> list[int]:
+        """The kept and made positions together, in order."""
+        return sorted(self.kept + self.made)
+
+
 def recheck(
     model: ModelProto, target: Target, before: Detection, replaced: Replaced,
     body_outputs: Callable[[Any, tuple], Sequence[str | None] | None],
-    visit: Sequence[int] | None = None,
+    visit: SplicedPositions | None = None,
 ) -> Recheck | None:
     """The target re-check of a rewritten model, done only where the rewrite can have
     changed a verdict; None when that cannot be proven (the caller then walks it all).
@@ -262,9 +285,9 @@ def recheck(
     of ``body_outputs``. Not for models with local functions (the caller walks those).
     When the runtime refused ``before``'s model (a confirmation), the rewritten model is
     confirmed again if nothing else is found. ``visit``: the positions of the main graph's
-    nodes to look at, in order, as the splice gave them (the nodes it kept and the body
-    nodes making a call's outputs; the other body nodes are proven): no pass over every
-    node of the result.
+    nodes to look at, as the splice gave them (the nodes it kept and the body nodes making
+    a call's outputs; the other body nodes are proven): no pass over every node of the
+    result; when no body output changes type, only the holders among the kept nodes.
     """
     walker = _Walker(model, target)
     walker.keep_nodes = True
@@ -283,6 +306,7 @@ def recheck(
 
 
 _ASK = object()  # a signature whose nodes are asked one by one (BY_NODE)
+_CHANGED = object()  # the re-check's quick path met a changed type
 _EACH = (_ASK, None)  # a node asked and typed on its own (no signatures)
 
 
@@ -551,7 +575,7 @@ class _Walker:
     # -- the re-check of a rewritten model (see :func:`recheck`) ----------------------------
 
     def recheck(self, before: Detection, replaced: Replaced, body_outputs,
-                visit: Sequence[int] | None = None) -> Recheck | None:
+                visit: SplicedPositions | None = None) -> Recheck | None:
         model = self.model
         if model.functions or before.walker.functions:
             return None  # calls read their bodies' types: walk those models whole
@@ -567,14 +591,23 @@ class _Walker:
                 types[name] = t
                 changed.add(name)
         self.declared.update(declared_protos(graph))
-        old_kept = before.produced.difference(replaced)
         owners = before.owners
+        if visit and not changed:
+            found = len(self.findings)
+            quick = self._recheck_unchanged(before, replaced, body_outputs, visit, opsets,
+                                            types, stated)
+            if quick is not _CHANGED:
+                return quick
+            del self.findings[found:]  # a type changed after all: the pass below
+            types = dict(before.main_types)
+        old_kept = before.produced.difference(replaced)
         special = owners.union(replaced)
         seen: set[str] = set()
         checked = 0
         # One pass; per node only C-level set operations unless the node needs a verdict.
         nodes = graph.node
-        for i, node in (((i, nodes[i]) for i in visit) if visit else enumerate(nodes)):
+        for i, node in (((i, nodes[i]) for i in visit.merged()) if visit
+                        else enumerate(nodes)):
             outputs = node.output
             if special.isdisjoint(outputs):
                 if old_kept.issuperset(outputs):  # a node the rewrite did not touch...
@@ -609,6 +642,44 @@ class _Walker:
             return None  # an output no body node produces (passed through): walk it all
         self.main_types = types
         self._add_rank_findings()  # a stale declared shape forgotten may show one
+        return Recheck(self.findings, conflicts, checked, types)
+
+    def _recheck_unchanged(self, before: Detection, replaced: Replaced, body_outputs,
+                           visit: SplicedPositions, opsets, types, stated):
+        """:meth:`recheck` when no declared type changed, as long as no body output changes
+        type either: then no kept node reads a changed value, and only the holders of
+        subgraphs and the sinks among them are checked again. ``_CHANGED`` when some type
+        changes (the caller's pass over every kept node then follows), else as recheck."""
+        nodes = self.model.graph.node
+        get = types.get
+        seen = 0
+        for i in visit.made:
+            for o in nodes[i].output:
+                entry = replaced.get(o)
+                if entry is None:
+                    continue
+                seen += 1
+                token, index, input_names = entry
+                body = body_outputs(token, tuple([get(n) if n else None
+                                                  for n in input_names]))
+                if body is None:
+                    return None
+                new = body[index] if index < len(body) else None
+                if new and new != get(o):
+                    return _CHANGED
+        if seen != len(replaced):
+            return None  # an output no body node produces (passed through): walk it all
+        owners, changed, conflicts, checked = before.owners, set(), [], 0
+        for i in visit.holders:
+            node = nodes[i]
+            outputs = node.output
+            if not outputs or not owners.isdisjoint(outputs):
+                checked += 1
+                self._check_again(node, i, opsets, types, stated, changed, conflicts)
+        if changed:
+            return _CHANGED
+        self.main_types = types
+        self._add_rank_findings()
         return Recheck(self.findings, conflicts, checked, types)
 
     def _check_again(self, node, i, opsets, types, stated, changed, conflicts) -> None:
