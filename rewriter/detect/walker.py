@@ -444,7 +444,7 @@ class _Walker:
         resolve, max_version = schemas.resolve, schemas.max_version
         aliases, keep_nodes, memo = _DOMAIN_ALIASES, self.keep_nodes, self.signatures
         produce = self.produced.update if record else None
-        typing, from_plan = self.typing, self.from_plan
+        typing, from_plan, agreement = self.typing, self.from_plan, self.agreement
         finding = None
         get = types.get
         if io is None or len(io) != len(nodes):  # each node's input and output names
@@ -499,8 +499,10 @@ class _Walker:
                     types[name] = t
             if typing is not None:
                 if from_plan and not from_plan.isdisjoint(inputs):
-                    self._typed_from_plan(key, entry[1] is not None, node, i, path,
-                                          inputs, outputs, types)
+                    from_plan.update(outputs)  # computed from such values: such values
+                    if entry[1] is None or not agreement.get(key):
+                        self._typed_from_plan(key, entry[1] is not None, node, i, path,
+                                              inputs, outputs, types)
                 if verdict is not None and finding is not None and None in out_sig:
                     planned = typing(finding, declared)
                     for name, t in zip(outputs, planned or ()):
@@ -510,12 +512,9 @@ class _Walker:
 
     def _typed_from_plan(self, key, per_key: bool, node, i, path, inputs, outputs, types
                          ) -> None:
-        """A node reading a value typed from the plan (see :func:`detect`): its outputs are
-        such values too, and its arguments bound to one type parameter must agree (asked
-        once per signature when ``per_key``: its output types follow from the key)."""
-        self.from_plan.update(outputs)
-        if per_key and self.agreement.get(key):
-            return
+        """A node reading a value typed from the plan (see :func:`detect`): its arguments
+        bound to one type parameter must agree (asked once per signature when
+        ``per_key``: its output types follow from the key)."""
         domain, op_type, opset = key[:3]
         version = opset or self.schemas.max_version.get(domain)
         schema = self.schemas.resolve(domain, op_type, version) if version else None
