@@ -16,7 +16,8 @@ primitives passes use, the kernel runtime adapters.
 
 from __future__ import annotations
 
-from rewriter.comparison.runtime import KernelSession, prepare_kernels
+from typing import TYPE_CHECKING
+
 from rewriter.detect.targets import (
     BY_NODE,
     BY_TYPES,
@@ -151,3 +152,17 @@ __all__ = [
     "KernelSession",
     "prepare_kernels",
 ]
+
+if TYPE_CHECKING:
+    from rewriter.comparison.runtime import KernelSession, prepare_kernels
+
+_RUNTIME = frozenset({"KernelSession", "prepare_kernels"})
+
+
+def __getattr__(name: str):
+    # the kernel runtime adapters import onnxruntime (~35 MiB): only when a plugin asks
+    if name in _RUNTIME:
+        from rewriter.comparison import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
