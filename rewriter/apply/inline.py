@@ -173,8 +173,10 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
             return 0
     elif not any(node.domain == domain and node.op_type in templates for node in nodes):
         return 0
-    pieces: list[bytes] = []
-    put = pieces.append
+    # the new node list's bytes, grown in place (a list of 240k small bytes objects would
+    # stay in the allocator's pools, part of the peak, after being freed)
+    buffer = bytearray()
+    put = buffer.extend
     kept, made, holders = ((visit.kept.append, visit.made.extend, visit.holders.append)
                            if visit is not None else (None, None, None))
     encoded: dict[str, bytes] = {}
@@ -202,9 +204,9 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         if made is not None:
             made([at + j for j in t.output_nodes])
         at += len(created)
-    data = b"".join(pieces)
-    del pieces[:], nodes[:]  # (the pieces go before the parse: the peak of a big splice)
-    graph.MergeFromString(data)
+    del nodes[:]
+    encoded.clear()  # (before the parse: the peak of a big splice)
+    graph.MergeFromString(buffer)
     return count
 
 
@@ -233,6 +235,12 @@ def _string(s: str, encoded: dict[str, bytes]) -> bytes:
     return b
 
 
+def _encoded(s: str) -> bytes:
+    """Length prefix and UTF-8 bytes of ``s``."""
+    raw = s.encode()
+    return _varint(len(raw)) + raw
+
+
 def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, bytes],
              table: ProvenanceTable) -> list[bytes]:
     """The serialized nodes replacing ``call``: the template's table of encoded fields with
@@ -247,12 +255,11 @@ def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, b
     values = t.values
     for p, k in t.bind_outputs:
         name = call_outputs[p] if p < n_out else ""
-        if not name:  # an output the call leaves out: the body's own value
-            name = _fresh(f"{base_value}/{values[k]}", taken)
-        s = _string(name, encoded)
+        s = (_string(name, encoded) if name  # (an output the call leaves out: its own value)
+             else _encoded(_fresh(f"{base_value}/{values[k]}", taken)))
         fields[2 * k], fields[2 * k + 1] = _INPUT + s, _OUTPUT + s
-    for k in t.internal:
-        s = _string(_fresh(f"{base_value}/{values[k]}", taken), encoded)
+    for k in t.internal:  # (made unique: not memoized)
+        s = _encoded(_fresh(f"{base_value}/{values[k]}", taken))
         fields[2 * k], fields[2 * k + 1] = _INPUT + s, _OUTPUT + s
     base_name = _cut(call.name or base_value, t.room)
     if t.key is not None:
