@@ -93,6 +93,7 @@ class Finding:
     # Where the node lives, for the rewrite engine (not part of reports or equality).
     node: NodeProto | None = field(default=None, compare=False, repr=False)
     input_types: tuple[str | None, ...] = field(default=(), compare=False, repr=False)
+    # (one mapping shared by the findings of a scope: copy it to change it)
     scope_opsets: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
 
     @property

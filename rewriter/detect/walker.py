@@ -323,7 +323,7 @@ class _Verdict:
         if keep_nodes:
             return Finding(f.target, path, f.domain, f.op_type, f.version, f.reason,
                            f.detail, node.name, node, tuple([t or None for t in in_sig]),
-                           dict(opsets))
+                           opsets)  # (shared by the scope's findings)
         return Finding(f.target, path, f.domain, f.op_type, f.version, f.reason, f.detail,
                        node.name)
 
@@ -338,7 +338,7 @@ def _with_node(finding: Finding, node, inputs, types, opsets) -> Finding:
     return Finding(
         finding.target, finding.path, finding.domain, finding.op_type, finding.version,
         finding.reason, finding.detail, finding.node_name, node,
-        tuple([get(n) if n else None for n in inputs]), dict(opsets),
+        tuple([get(n) if n else None for n in inputs]), opsets,
     )
 
 

@@ -118,7 +118,7 @@ class Planner:
         """``tuple(sorted(scope_opsets.items()))``, made again only when the opsets differ
         from the last finding's (findings come scope by scope, each with its own copy)."""
         last = self._last_scope
-        if last is None or last[0] != scope_opsets:
+        if last is None or (last[0] is not scope_opsets and last[0] != scope_opsets):
             last = self._last_scope = (scope_opsets, tuple(sorted(scope_opsets.items())))
         return last[1]
 
