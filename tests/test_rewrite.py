@@ -901,7 +901,8 @@ def test_a_node_the_new_types_break_is_found_like_a_full_walk(tmp_path, monkeypa
     which onnxruntime has no Tanh kernel. Detection types the output from the plan, so the
     Tanh reading it is a finding from the first walk, as the whole-model walk after the
     splice finds it (onnx-standard, which widens a bfloat16 Tanh to float, is left out so
-    that the finding stays); without --partial nothing is written and the Tanh is named."""
+    that the finding stays); without --partial nothing is written and the Tanh is named,
+    with where the type of its input comes from."""
     import rewriter.engine as pipeline
 
     path = tmp_path / "shapes.py"
@@ -930,7 +931,11 @@ def test_a_node_the_new_types_break_is_found_like_a_full_walk(tmp_path, monkeypa
     assert not fast.ok
     with pytest.raises(UnfixableError) as caught:
         rewrite(model, ["onnxruntime"], plugins=shapes_plugins, confirm=False, verify=False)
-    assert [f.op_type for f in caught.value.findings] == ["Tanh"]
+    (refused,) = caught.value.findings
+    assert refused.op_type == "Tanh"  # and says where the type of its input comes from
+    assert refused.detail == (f"{walked.remaining[0].detail}; its input 'h' is "
+                              "tensor(bfloat16) once com.acme::ToBF16(1) is replaced by its "
+                              "remedy")
 
 
 def test_invalid_node_without_a_taking_decomposition_asks_to_fix_the_export(plugins):

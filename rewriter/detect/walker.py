@@ -375,6 +375,7 @@ class _Walker:
         # typed so and those computed from them, and disagreements on nodes reading them
         self.typing: Callable[[Finding, Mapping], Sequence[str | None] | None] | None = None
         self.from_plan: set[str] = set()
+        self.planned_by: dict[str, str] = {}  # value typed from the plan -> its op's label
         self.conflicts: list[str] = []
 
     def run(self) -> list[Finding]:
@@ -477,6 +478,8 @@ class _Walker:
                 else:
                     finding = verdict.at(node_path, node, in_sig, opsets, keep_nodes)
                 if finding is not None:
+                    if from_plan and not from_plan.isdisjoint(inputs):
+                        finding = self._typed_by_remedy(finding, inputs, types)
                     if record:
                         self.in_main.add(id(finding))
                     findings.append(finding)
@@ -509,6 +512,19 @@ class _Walker:
                         if name and t and name not in types:
                             types[name] = t
                             from_plan.add(name)
+                            self.planned_by[name] = finding.op_label
+
+    def _typed_by_remedy(self, finding: Finding, inputs, types) -> Finding:
+        """``finding`` on a node reading a value typed from the plan, saying so: the node
+        is as the model has it, the type is what the remedy upstream will make."""
+        import dataclasses
+
+        name = next(n for n in inputs if n in self.from_plan)
+        origin = self.planned_by.get(name)
+        why = (f"its input {name!r} is {types.get(name)} once {origin} is replaced by its "
+               "remedy" if origin else f"its input {name!r} is typed from the remedies "
+               "planned upstream")
+        return dataclasses.replace(finding, detail=f"{finding.detail}; {why}")
 
     def _typed_from_plan(self, key, per_key: bool, node, i, path, inputs, outputs, types
                          ) -> None:
