@@ -14,7 +14,13 @@ from typing import Any
 from onnx import FunctionProto, ModelProto
 
 from rewriter import progress
-from rewriter.apply.splice import Region, apply_decompositions, apply_kernels, cleanup
+from rewriter.apply.splice import (
+    Region,
+    apply_decompositions,
+    apply_kernels,
+    cleanup,
+    splice_into_new,
+)
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import (
     Detection,
@@ -25,12 +31,12 @@ from rewriter.detect.walker import (
 )
 from rewriter.errors import EXIT_FINDINGS, RewriterError, UnfixableError
 from rewriter.graph.opid import OpId
-from rewriter.graph.walk import normalize_domain, op_counts
+from rewriter.graph.walk import normalize_domain, op_counts, subgraphs
 from rewriter.manager import Plugins
 from rewriter.plan.kinds import RemedyKind
 from rewriter.plan.passes import PassContext, RewritePass, ask_offers, instantiate, run_pass
 from rewriter.plan.planner import Candidate, LazyConstants, Planner, why_not
-from rewriter.verify.structure import verify, verify_regions
+from rewriter.verify.structure import non_full_check, verify, verify_regions
 
 MAX_ROUNDS = 8
 
@@ -225,10 +231,11 @@ def _rewrite_proto(
     ``"kernel"``, for ops that have both remedies. ``data_locations``: the external-data
     files the model names, when the caller knows them (from the load; the validation then
     does not read every tensor for them)."""
-    work = ModelProto()
-    work.CopyFrom(model)
+    # ``model`` is only read until round one changes it: the result is then built from it
+    # (splice_into_new: no copy of its nodes), or a working copy is changed in place
+    work = model
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
-    counts_before = op_counts(work)
+    counts_before = op_counts(model)
     report.before = ModelStats.from_counts(counts_before)
     config = MappingProxyType({"targets": tuple(t.name for t in targets), "prefer": prefer,
                                "partial": partial, "dry_run": dry_run,
@@ -236,9 +243,9 @@ def _rewrite_proto(
     ctx = PassContext(targets, plugins.registry, config)
     passes = pipeline(plugins, targets, config)
     for p in passes:
-        p.prepare(work, ctx)
+        p.prepare(model, ctx)  # (read only)
     planner = Planner(targets, plugins, passes, ctx, prefer)
-    constants = LazyConstants(work)
+    constants = LazyConstants(model)
 
     def planned_types(finding: Finding, declared: Mapping) -> tuple | None:
         # the output types the finding's node will have (its proven decomposition's), so
@@ -250,7 +257,7 @@ def _rewrite_proto(
         return choice.output_types
 
     with progress.stage("detect", f"{report.before.nodes} nodes"):
-        detections = [detect(work, t, typing=planned_types) for t in targets]
+        detections = [detect(model, t, typing=planned_types) for t in targets]
     findings = [f for d in detections for f in d.findings]
     declared = detections[0].declared if detections else {}
     with progress.stage("plan", f"{len(findings)} findings"):
@@ -288,6 +295,15 @@ def _rewrite_proto(
     taken = taken_names(detections)  # grown with each name the splice makes
     counts_after: Counter | None = None  # from the plan, when it proves them
     changed_rounds = 0
+    by_template = False  # round one made the result from the input (splice_into_new)
+    # onnx's checker on the input stands for the kept nodes of such a result (see
+    # verify_regions); run before the splice, its copy of the model is not the peak
+    input_verdict: list[str] = []
+    big = report.before.nodes > FULL_CHECK_MAX_NODES  # (the result has as many or more)
+
+    def check_input() -> None:
+        input_verdict.append(non_full_check(model, base_dir, data_locations))
+
     for round_index in range(MAX_ROUNDS):
         report.rounds = round_index + 1
         if not findings:
@@ -295,11 +311,21 @@ def _rewrite_proto(
         spliced = findings
         for_passes = [f for f in findings if not _decomposed(f, planner)]
         with progress.stage("apply", f"{len(findings)} remedies"):
-            retargeted = apply_kernels(work, findings, planner, ctx)
             visit = SplicedPositions()  # where the re-check looks in the spliced main graph
-            work, changed = apply_decompositions(work, findings, planner, ctx, retargeted,
-                                                 regions, taken, visit)
-            changed = changed or bool(retargeted)
+            new = None
+            if work is model:
+                new = splice_into_new(model, findings, planner, ctx, regions, taken, visit,
+                                      check_input if big else None)
+                if new is None:
+                    work = _working_copy(model, detections, passes, ctx)
+            if new is not None:
+                work, changed, retargeted, new = new, True, set(), None
+                by_template = True
+            else:
+                retargeted = apply_kernels(work, findings, planner, ctx)
+                work, changed = apply_decompositions(work, findings, planner, ctx,
+                                                     retargeted, regions, taken, visit)
+                changed = changed or bool(retargeted)
             ran = False
             for p in passes:
                 if any(ask_offers(p, f, ctx)[0] for f in for_passes):
@@ -328,6 +354,8 @@ def _rewrite_proto(
         left = {id(f): why_not(f, planner.candidates(f, LazyConstants(work), declared))
                 for f in findings if f.node is not None}
         raise UnfixableError(findings, left)
+    if work is model:  # nothing changed it: the result is a copy all the same
+        work = _working_copy(model, detections, passes, ctx)
     counts = counts_after if changed_rounds == 1 and counts_after is not None else \
         op_counts(work)
     if cleanup(work, model, counts=counts, original_counts=counts_before):
@@ -340,11 +368,14 @@ def _rewrite_proto(
     # planner's caches, the names taken) goes before onnx's checker parses its own copy of
     # the result: that is the peak of a big rewrite's memory
     if regions:  # what verify_regions reads: about the regions' calls, owned (not views
-        # into the working copy's memory, which the checker's step frees)
+        # into the working copy's memory, which the checker's step frees), declared as the
+        # result declares them (the splice cleared the shapes of the outputs it replaced)
         main_types = {name: main_types[name] for region in regions.values()
                       for name in region.call.input if name in main_types}
-        declared = {name: _owned(declared[name]) for region in regions.values()
-                    for name in [*region.call.input, *region.call.output] if name in declared}
+        wanted = {name for region in regions.values()
+                  for name in [*region.call.input, *region.call.output] if name in declared}
+        now = {v.name: v.type for v in work.graph.value_info if v.name in wanted}
+        declared = {name: _owned(now.get(name, declared[name])) for name in wanted}
         for region in regions.values():
             object.__setattr__(region.finding, "node", None)  # the call's copy stands in
     detections = findings = spliced = for_passes = planner = planned = constants = None
@@ -353,14 +384,17 @@ def _rewrite_proto(
         if (report.after.nodes > FULL_CHECK_MAX_NODES and not pass_ran
                 and (regions or conflicts)):
             checked: ModelProto | bytes = work
-            if base_dir is None or data_locations is not None:
+            kept_as_input = by_template and changed_rounds == 1
+            if not kept_as_input and (base_dir is None or data_locations is not None):
                 # onnx's checker parses its own copy of the result: the working copy goes
                 # meanwhile (with the replaced nodes its arena still holds), the result is
                 # parsed back from the checker's bytes after
                 checked, ir_version, work = work.SerializeToString(), work.ir_version, None
             report.verification, report.verification_scope = verify_regions(
                 checked, model, regions, declared, conflicts, base_dir, main_types,
-                data_locations, ir_version=ir_version if work is None else None)
+                data_locations, ir_version=ir_version if work is None else None,
+                spliced=kept_as_input,
+                original_verdict=input_verdict[0] if input_verdict else None)
             if work is None:
                 work = ModelProto.FromString(checked)
             checked = None
@@ -522,6 +556,34 @@ def _recheck(work: ModelProto, targets, detections: list[Detection], findings, p
         checked = max(checked, result.checked)
         types = types or result.types
     return found, conflicts, checked, types
+
+def _working_copy(model: ModelProto, detections: Sequence[Detection], passes, ctx
+                  ) -> ModelProto:
+    """A copy of ``model`` to change in place: the findings detected on ``model`` are
+    pointed at the copy's nodes, and the passes prepared on it."""
+    work = ModelProto()
+    work.CopyFrom(model)
+    pairs = {id(a): b for a, b in _node_pairs(model, work)}
+    for d in detections:
+        for f in d.findings:
+            if f.node is not None:
+                object.__setattr__(f, "node", pairs[id(f.node)])
+    for p in passes:
+        p.prepare(work, ctx)
+    return work
+
+
+def _node_pairs(a: ModelProto, b: ModelProto):
+    """Each node of ``a`` (every graph, subgraph and function) with its copy in ``b``."""
+    graphs = [(a.graph, b.graph), *zip(a.functions, b.functions, strict=True)]
+    while graphs:
+        ga, gb = graphs.pop()
+        for na, nb in zip(ga.node, gb.node, strict=True):
+            yield na, nb
+            if na.attribute:
+                graphs.extend(zip((g for _, g in subgraphs(na)), (g for _, g in subgraphs(nb)),
+                                  strict=True))
+
 
 def _counts_from_plan(before: Counter, spliced: Sequence[Finding], planner: Planner
                       ) -> Counter | None:

@@ -103,6 +103,17 @@ def test_cli_reference_lists_every_option():
                     assert f"`{opt}`" in text, (name, opt)
 
 
+def _comparable(report: str) -> str:
+    """A report without the figures of its comparisons (errors, their histogram), which
+    differ in the last digits between CPUs (onnxruntime's kernels take the instructions
+    the CPU has)."""
+    import re
+
+    report = re.sub(r'<svg[^>]*aria-label="absolute error per output".*?</svg>', "<svg/>",
+                    report, flags=re.S)
+    return re.sub(r"\d\.\d+e[-+]\d+", "<e>", report)
+
+
 def test_example_reports_are_current(tmp_path):
     import pytest
 
@@ -113,7 +124,8 @@ def test_example_reports_are_current(tmp_path):
                     "installed onnx says; an older one finds more")
     expected = rendered(tmp_path)
     stale = [name for name, text in expected.items()
-             if not (REPORTS / name).is_file() or (REPORTS / name).read_text() != text]
+             if not (REPORTS / name).is_file()
+             or _comparable((REPORTS / name).read_text()) != _comparable(text)]
     assert not stale, f"stale example reports {stale}: regenerate with {REGENERATE}"
     assert {p.name for p in REPORTS.glob("*.*") if p.suffix in (".html", ".md")} == set(expected)
     doc = json.loads(json.dumps(example_documents(tmp_path)["unfixable-check"]))

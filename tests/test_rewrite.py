@@ -835,6 +835,66 @@ def test_big_rewrite_verifies_regions_and_rechecks_only_what_changed(acme_plugin
     assert_close(run_ort(result.model, {"x": X}), run_reference(model, {"x": X}))
 
 
+def test_the_splice_builds_the_result_from_the_input_and_leaves_it_as_it_was(
+        acme_plugins, monkeypatch):
+    """The rewrite reads the input and builds the result from it (no working copy): the
+    input's bytes stay as they were, a call inside an If branch is spliced in a copy of
+    the If, a stale declared shape of a replaced output is cleared in the result only, and
+    above FULL_CHECK_MAX_NODES onnx's checker runs on the input (the kept nodes, byte for
+    byte) while each remedy function is fully checked alone; the result still passes the
+    full checker and computes what the original computes."""
+    import rewriter.engine as pipeline
+
+    monkeypatch.setattr(pipeline, "FULL_CHECK_MAX_NODES", 0)
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[N] x, bool c) => (float[N] y, float[N] z) <float[2, 2] s> {
+            s = com.acme.FusedSwish (x)
+            t = Relu (s)
+            y = Add (t, x)
+            z = If (c) <
+                then_branch = g1 () => (float[N] a) { a = com.acme.FusedSwish (x) },
+                else_branch = g2 () => (float[N] b) { b = Relu (x) }>
+        }""")
+    before = model.SerializeToString()
+    result = rewrite(model, ["onnxruntime"], plugins=acme_plugins, confirm=False,
+                     verify=False)
+    report = result.report
+    assert model.SerializeToString() == before
+    assert report.ok, report.verification
+    assert "non-full checker on the input" in report.verification_scope
+    out = result.model
+    assert not [n for n in out.graph.node if n.domain == "com.acme"]
+    branch = next(a.g for n in out.graph.node if n.op_type == "If" for a in n.attribute
+                  if a.name == "then_branch")
+    assert branch.node and not [n for n in branch.node if n.domain == "com.acme"]
+    (s,) = [v for v in out.graph.value_info if v.name == "s"]
+    assert not s.type.tensor_type.HasField("shape")  # stale [2, 2] cleared...
+    (s,) = [v for v in model.graph.value_info if v.name == "s"]
+    assert s.type.tensor_type.HasField("shape")  # ...in the result only
+    onnx.checker.check_model(out, full_check=True)
+    for c in (True, False):
+        feeds = {"x": X, "c": np.array(c)}
+        assert_close(run_ort(out, feeds), run_reference(model, feeds))
+
+
+def test_a_kernel_remedy_changes_a_copy_and_leaves_the_input_as_it_was(acme_plugins):
+    """A remedy the splice from the input does not cover (a kernel) changes a copy of the
+    model, its findings pointed at the copy's nodes."""
+    model = model_from_text("""
+        <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
+        g (float[N] x) => (float[N] y) {
+            a = com.acme.FusedSwish (x)
+            y = com.acme.FusedSwish (a)
+        }""")
+    before = model.SerializeToString()
+    result = rewrite(model, ["onnxruntime"], plugins=acme_plugins, prefer="kernel",
+                     confirm=False, verify=False)
+    assert model.SerializeToString() == before
+    assert result.report.ok and result.model is not model
+    assert [n.domain for n in result.model.graph.node] != [n.domain for n in model.graph.node]
+
+
 TYPE_CHANGE = """
     <ir_version: 10, opset_import: ["" : 18, "com.acme" : 1]>
     g (float[N] x) => (float[N] y) {

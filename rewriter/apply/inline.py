@@ -16,7 +16,7 @@ value name>``, made unique against the names the graph already defines.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto
@@ -153,7 +153,8 @@ def _cut(name: str, room: int) -> str:
 def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
                  taken: set[str], table: ProvenanceTable,
                  visit: SplicedPositions | None = None,
-                 calls: Mapping[int, str] | None = None) -> int:
+                 calls: Mapping[int, str] | None = None, *, into: GraphProto | None = None,
+                 adjust: Callable[[NodeProto], NodeProto] | None = None) -> int:
     """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
     template's nodes, in place; ``taken``: the value names defined anywhere in the model
     (grown with the new ones). Returns the number of calls replaced. ``visit``: filled with
@@ -161,14 +162,19 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
     or without outputs) and of the created nodes that make a call's outputs (what a
     re-check has to look at: the rest are body nodes the plan proved). ``calls``: the
     calls by node identity (``id`` of the NodeProto, alive) -> template name, for nodes
-    left as they were (not retargeted at ``domain``).
+    left as they were (not retargeted at ``domain``). ``into``: the graph (without nodes)
+    the new node list goes to, ``graph`` being left as it is; ``adjust``: called with each
+    kept node that has attributes, returns the node to write in its place (itself, or a
+    changed copy).
 
     The graph's node list is written as protobuf bytes (each kept node serialized, each
     created node encoded from its template's pre-encoded bytes) and parsed back once: a
     created node costs a few byte joins instead of a dozen protobuf field writes. NodeProto
     objects of the old list stay valid (detached)."""
     nodes = graph.node
-    if calls is not None:
+    if into is not None:
+        pass  # the node list is written whatever it holds
+    elif calls is not None:
         if calls.keys().isdisjoint(map(id, nodes)):
             return 0
     elif not any(node.domain == domain and node.op_type in templates for node in nodes):
@@ -189,7 +195,10 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         else:
             t = templates.get(node.op_type) if node.domain == domain else None
         if t is None:
-            data = node.SerializeToString()
+            if adjust is not None and node.attribute:
+                data = adjust(node).SerializeToString()
+            else:
+                data = node.SerializeToString()
             put(_NODE_TAG + _varint(len(data)) + data)
             if kept is not None:
                 kept(at)
@@ -204,9 +213,10 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         if made is not None:
             made([at + j for j in t.output_nodes])
         at += len(created)
-    del nodes[:]
     encoded.clear()  # (before the parse: the peak of a big splice)
-    graph.MergeFromString(buffer)
+    if into is None:
+        del nodes[:]
+    (graph if into is None else into).MergeFromString(buffer)
     return count
 
 

@@ -5,6 +5,7 @@ rewrite left unused."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,24 +100,119 @@ def apply_decompositions(
     value name the model defines, when the caller knows them (else they are read);
     ``visit``: filled as :func:`~rewriter.apply.inline.splice_graph` fills it for the main
     graph when every call was spliced there (left empty otherwise)."""
-    constants = LazyConstants(model)
-    functions: dict[str, FunctionProto] = {}
-    seen: set[int] = set(skip)  # nodes already given a kernel
-    produced: set[str] = set()  # outputs of the replaced nodes
-    labels: dict[tuple, str] = {}
+    functions, chosen, _ = _remedy_calls(model, findings, planner, skip)
+    if not functions:
+        return model, False
     # Calls of simple bodies are found by the node's identity and spliced as they are;
     # the others are retargeted at their function for onnx's inliner. Identity needs
     # protobuf's upb wrappers (one per message while alive) and no model-local function
     # (a call inside one is the inliner's).
     by_identity = not model.functions and _stable_wrappers()
-    direct: dict[str, bool] = {}  # function name -> spliced directly by identity
-    calls: dict[int, str] = {}  # id(node) -> function name, for those
+    direct = {name: by_identity and simple_body(fn, REMEDY_DOMAIN)
+              for name, fn in functions.items()}
+    calls, produced = _take(chosen, functions, direct, ctx, regions)
+    _import_domains(model, functions.values())
+    forget_shapes(model, produced)
+    left = splice_simple(model, functions, findings, taken, visit, calls if calls else None)
+    if not left:
+        return model, True
+    if visit is not None:
+        visit.clear()  # the inliner renumbers the nodes
+    for local in model.functions:  # calls may sit inside model-local functions
+        if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in local.opset_import):
+            entry = local.opset_import.add()
+            entry.domain, entry.version = REMEDY_DOMAIN, 1
+    return splice(model, left), True
+
+
+def splice_into_new(
+    model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
+    regions: dict[str, Region] | None = None, taken: set[str] | None = None,
+    visit: SplicedPositions | None = None, before_splice: Callable[[], Any] | None = None,
+) -> ModelProto | None:
+    """:func:`apply_decompositions` into a new model, ``model`` left as it is (no working
+    copy of its nodes): when every accepted remedy is a decomposition whose body is simple
+    (spliced by identity from its function's bytes) and the model has no local function.
+    The new model is the spliced node list, then every other field of ``model``; a node
+    holding subgraphs with calls (or with stale declared shapes) is
+    written as a changed copy. None, with nothing done, when a remedy needs more (a
+    kernel, a body that is not simple, the inliner): the caller changes a copy instead.
+    ``before_splice``: called once it is known that the splice goes ahead, before it."""
+    if model.functions or not _stable_wrappers():
+        return None
+    functions, chosen, kernels = _remedy_calls(model, findings, planner, frozenset())
+    if kernels or not functions or not all(simple_body(fn, REMEDY_DOMAIN)
+                                           for fn in functions.values()):
+        return None
+    if before_splice is not None:
+        before_splice()
+    calls, produced = _take(chosen, functions, dict.fromkeys(functions, True), ctx, regions)
+    result = ModelProto()
+    ops = {(f.domain, f.op_type): f for f in findings}
+    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
+    templates = {name: template(fn, table) for name, fn in functions.items()}
+    if taken is None:
+        taken = defined_names([model.graph])
+    done = 0
+
+    def adjust(node: NodeProto) -> NodeProto:
+        # a holder of subgraphs with calls or with declarations of replaced values: a copy,
+        # spliced and cleared innermost first (an outer splice re-reads its nodes)
+        nonlocal done
+        graphs = _nested_graphs(node)
+        if not graphs or not any(
+                not calls.keys().isdisjoint(map(id, g.node))
+                or any(v.name in produced for v in g.value_info) for g in graphs):
+            return node
+        copy = NodeProto()
+        copy.CopyFrom(node)
+        copies = _nested_graphs(copy)
+        taken.update(defined_names(graphs))
+        for original, g in reversed(list(zip(graphs, copies, strict=True))):
+            alive = list(g.node)  # (the keys below are their ids: kept alive meanwhile)
+            here = {id(c): calls[id(o)] for o, c in zip(original.node, alive)
+                    if id(o) in calls}
+            if here:
+                done += splice_graph(g, templates, REMEDY_DOMAIN, taken, table, calls=here)
+            del alive
+            for v in g.value_info:
+                if v.name in produced and v.type.HasField("tensor_type"):
+                    v.type.tensor_type.ClearField("shape")
+        return copy
+
+    main = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit, calls,
+                        into=result.graph, adjust=adjust)  # (adjust adds to done)
+    if done + main != len(calls):
+        raise AssertionError(f"the splice found {done + main} of {len(calls)} calls by "
+                             "identity")
+    # the other fields after the nodes: the splice's buffer is gone by then
+    _copy_fields(model, result, "graph")
+    _copy_fields(model.graph, result.graph, "node")
+    _import_domains(result, functions.values())
+    for info in result.graph.value_info:  # (forget_shapes; subgraphs: in their holders)
+        if info.name in produced and info.type.HasField("tensor_type"):
+            info.type.tensor_type.ClearField("shape")
+    table.write(result)
+    return result
+
+
+def _remedy_calls(model: ModelProto, findings: list[Finding], planner: Planner,
+                  skip: set[int] | frozenset) -> tuple[dict[str, FunctionProto], list, bool]:
+    """The accepted decompositions' functions (specialised once each, by name) and each
+    finding's node taking one, once: ``(finding, function name, choice)``; and whether a
+    finding's remedy is a kernel. Nothing is changed."""
+    constants = LazyConstants(model)
+    functions: dict[str, FunctionProto] = {}
+    chosen: list[tuple[Finding, str, Any]] = []
+    seen: set[int] = set(skip)  # nodes already given a kernel
+    kernels = False
     for f in findings:
         if f.node is None or id(f.node) in seen:
             continue
         seen.add(id(f.node))
         choice = planner.chosen(f, constants)
         if choice is None or choice.kind != "decomposition":
+            kernels = kernels or (choice is not None and choice.kind == "kernel")
             continue
         name = planner.function_name(f)
         if name not in functions:
@@ -124,7 +220,20 @@ def apply_decompositions(
                 choice.function, name, dict(f.scope_opsets or {}), choice.plugin, choice.rule,
                 replaced_op(f),
             )
-            direct[name] = by_identity and simple_body(functions[name], REMEDY_DOMAIN)
+        chosen.append((f, name, choice))
+    return functions, chosen, kernels
+
+
+def _take(chosen: list, functions: dict[str, FunctionProto], direct: dict[str, bool],
+          ctx: PassContext, regions: dict[str, Region] | None
+          ) -> tuple[dict[int, str], set[str]]:
+    """Record each chosen remedy in ``ctx`` and its function's first call in ``regions``;
+    retarget the calls not spliced by identity (``direct``) at their function. Returns the
+    others by node identity -> function name, and the replaced nodes' outputs."""
+    labels: dict[tuple, str] = {}
+    calls: dict[int, str] = {}  # id(node) -> function name, for those
+    produced: set[str] = set()  # outputs of the replaced nodes
+    for f, name, choice in chosen:
         key = (f.domain, f.op_type, f.version)
         label = labels.get(key)
         if label is None:
@@ -143,20 +252,32 @@ def apply_decompositions(
             if direct[name]:
                 retarget(call, functions[name])
             regions[name] = Region(functions[name], call, f)
-    if not functions:
-        return model, False
-    _import_domains(model, functions.values())
-    forget_shapes(model, produced)
-    left = splice_simple(model, functions, findings, taken, visit, calls if calls else None)
-    if not left:
-        return model, True
-    if visit is not None:
-        visit.clear()  # the inliner renumbers the nodes
-    for local in model.functions:  # calls may sit inside model-local functions
-        if not any(normalize_domain(o.domain) == REMEDY_DOMAIN for o in local.opset_import):
-            entry = local.opset_import.add()
-            entry.domain, entry.version = REMEDY_DOMAIN, 1
-    return splice(model, left), True
+    return calls, produced
+
+
+def _nested_graphs(node: NodeProto) -> list[GraphProto]:
+    """Every graph ``node`` holds, at any depth, parents before their subgraphs."""
+    out: list[GraphProto] = []
+    stack = [node]
+    while stack:
+        for _, g in subgraphs(stack.pop()):
+            out.append(g)
+            stack.extend(n for n in g.node if n.attribute)
+    return out
+
+
+def _copy_fields(source, dest, skip: str) -> None:
+    """Every field ``source`` sets but ``skip``, copied to ``dest``."""
+    for field_, value in source.ListFields():
+        name = field_.name
+        if name == skip:
+            continue
+        if hasattr(value, "extend") and not isinstance(value, (str, bytes)):
+            getattr(dest, name).extend(value)  # repeated
+        elif hasattr(value, "CopyFrom"):
+            getattr(dest, name).CopyFrom(value)
+        else:
+            setattr(dest, name, value)
 
 
 def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],

@@ -190,6 +190,7 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
     walker.main_io = main_io
     walker.typing = typing
     findings = walker.run()
+    walker.from_plan, walker.planned_by = set(), {}  # (the walk's own: not kept)
     confirmation = None
     if not findings and (confirm if confirm is not None
                          else confirms_here(model, target, base_dir)):

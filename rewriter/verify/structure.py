@@ -122,7 +122,7 @@ def verify_regions(
     model: ModelProto | bytes, original: ModelProto, regions: Mapping[str, Region],
     declared: Mapping, conflicts: Sequence[str] = (), base_dir=None,
     types: Mapping[str, str] | None = None, locations: Collection[str] | None = None,
-    ir_version: int | None = None,
+    ir_version: int | None = None, spliced: bool = False, original_verdict: str | None = None,
 ) -> tuple[dict[str, str], str]:
     """Verification of a big rewrite without a whole-model full check: the non-full checker
     on the whole model, and the full checker (strict, type-checking shape inference) on
@@ -131,19 +131,19 @@ def verify_regions(
     ``conflicts`` (from the target re-check: types that changed or disagree) fail it too.
     ``locations``: the data files the model names (see _checkable). ``model`` may be its
     serialized bytes (the caller has freed the model meanwhile), with its ``ir_version``.
-    Returns the verdicts and what they covered."""
-    import onnx
 
-    def first_line(e: Exception) -> str:
-        return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
+    ``spliced``: ``model`` is ``original`` with each replaced node's place taken by its
+    remedy function's nodes, encoded from the function's own bytes with the call's values
+    and names no graph uses, every other node kept byte for byte (one round of the
+    protobuf splice, :func:`rewriter.apply.splice.splice_into_new`). The non-full checker
+    then runs on ``original``, which holds every kept node and the graph's structure, the
+    functions being fully checked alone; the result itself only when the original fails,
+    to tell a pre-existing failure from one the rewrite made or fixed; its verdict may be
+    given (``original_verdict``, :func:`non_full_check`): onnx's checker keeps its own copy
+    of the model it checks, smaller before the splice than beside its result. Returns the
+    verdicts and what they covered."""
     def basic(m: ModelProto | bytes) -> str:
-        with _checkable(m, base_dir, locations) as checkable:
-            try:
-                onnx.checker.check_model(checkable, full_check=False)
-            except Exception as e:  # noqa: BLE001 - onnx raises several kinds
-                return first_line(e)
-        return "ok"
+        return non_full_check(m, base_dir, locations)
 
     checked = untyped = 0
     problems: list[str] = []
@@ -159,15 +159,40 @@ def verify_regions(
             problems.append(f"remedy for {region.finding.op_label} "
                             f"({region.function.name}): {problem}")
     problems.extend(conflicts)
-    results = {"checker": basic(model)}
-    if results["checker"] != "ok" and basic(original) != "ok":
-        results["checker"] = f"pre-existing: the original fails too: {results['checker']}"
+    if spliced:
+        results = {"checker": original_verdict or basic(original)}
+        if results["checker"] != "ok":
+            result = basic(model)
+            if result != "ok":
+                results["checker"] = f"pre-existing: the original fails too: {result}"
+            else:
+                results["checker"] = result
+    else:
+        results = {"checker": basic(model)}
+        if results["checker"] != "ok" and basic(original) != "ok":
+            results["checker"] = f"pre-existing: the original fails too: {results['checker']}"
     results["shape_inference"] = problems[0] if problems else "ok"
     scope = (f"rewritten regions: {checked} remedy function(s) checked alone"
              + (f", {untyped} not checkable alone (an input of unknown type, or "
                 "ai.onnx opset < 11)" if untyped else "")
-             + "; whole model: non-full checker")
+             + ("; whole model: non-full checker on the input, whose nodes the splice kept "
+                "byte for byte around the functions' nodes" if spliced
+                else "; whole model: non-full checker"))
     return results, scope
+
+def non_full_check(model: ModelProto | bytes, base_dir=None,
+                   locations: Collection[str] | None = None) -> str:
+    """onnx's checker without shape inference on ``model``: "ok", or the first line of its
+    error (``base_dir`` and ``locations`` as for :func:`_checkable`)."""
+    import onnx
+
+    with _checkable(model, base_dir, locations) as checkable:
+        try:
+            onnx.checker.check_model(checkable, full_check=False)
+        except Exception as e:  # noqa: BLE001 - onnx raises several kinds
+            return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return "ok"
+
 
 _UNTYPED = "untyped"
 
