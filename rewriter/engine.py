@@ -354,8 +354,9 @@ def _rewrite_proto(
         left = {id(f): why_not(f, planner.candidates(f, LazyConstants(work), declared))
                 for f in findings if f.node is not None}
         raise UnfixableError(findings, left)
-    if work is model:  # nothing changed it: the result is a copy all the same
-        work = _working_copy(model, detections, passes, ctx)
+    if work is model:  # no finding: the result is a copy all the same
+        work = ModelProto()
+        work.CopyFrom(model)
     counts = counts_after if changed_rounds == 1 and counts_after is not None else \
         op_counts(work)
     if cleanup(work, model, counts=counts, original_counts=counts_before):
