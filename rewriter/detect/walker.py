@@ -598,24 +598,21 @@ class _Walker:
         self.findings.extend(self.target.check_model(model))
         opsets = opset_map(model.opset_import)
         graph = model.graph
-        types = dict(before.main_types)
+        first = before.main_types
         stated = declared_types(graph)
-        changed: set[str] = set()
+        changed = {name for name, t in stated.items() if first.get(name) != t}
         conflicts: list[str] = []
-        for name, t in stated.items():
-            if types.get(name) != t:
-                types[name] = t
-                changed.add(name)
         self.declared.update(declared_protos(graph))
         owners = before.owners
         if visit and not changed:
             found = len(self.findings)
             quick = self._recheck_unchanged(before, replaced, body_outputs, visit, opsets,
-                                            types, stated)
+                                            stated)
             if quick is not _CHANGED:
                 return quick
             del self.findings[found:]  # a type changed after all: the pass below
-            types = dict(before.main_types)
+        types = dict(first)
+        types.update((name, stated[name]) for name in changed)
         old_kept = before.produced.difference(replaced)
         special = owners.union(replaced)
         seen: set[str] = set()
@@ -661,13 +658,14 @@ class _Walker:
         return Recheck(self.findings, conflicts, checked, types)
 
     def _recheck_unchanged(self, before: Detection, replaced: Replaced, body_outputs,
-                           visit: SplicedPositions, opsets, types, stated):
+                           visit: SplicedPositions, opsets, stated):
         """:meth:`recheck` when no declared type changed, as long as no body output changes
         type either: then no kept node reads a changed value, and only the holders of
         subgraphs and the sinks among them are checked again. ``_CHANGED`` when some type
-        changes (the caller's pass over every kept node then follows), else as recheck."""
+        changes (the caller's pass over every kept node then follows), else as recheck.
+        The first walk's types are taken over, not copied (undone when a type changed)."""
         nodes = self.model.graph.node
-        get = types.get
+        get = before.main_types.get
         seen = 0
         for i in visit.made:
             for o in nodes[i].output:
@@ -686,13 +684,21 @@ class _Walker:
         if seen != len(replaced):
             return None  # an output no body node produces (passed through): walk it all
         owners, changed, conflicts, checked = before.owners, set(), [], 0
+        types = before.main_types
+        undo: list[tuple[str, str | None]] = []  # (a node's checks write its outputs' types)
         for i in visit.holders:
             node = nodes[i]
             outputs = node.output
             if not outputs or not owners.isdisjoint(outputs):
                 checked += 1
+                undo.extend((name, types.get(name)) for name in outputs)
                 self._check_again(node, i, opsets, types, stated, changed, conflicts)
         if changed:
+            for name, old in reversed(undo):  # the first walk's types, for the caller's pass
+                if old is None:
+                    types.pop(name, None)
+                else:
+                    types[name] = old
             return _CHANGED
         self.main_types = types
         self._add_rank_findings()
