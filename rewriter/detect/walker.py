@@ -505,8 +505,11 @@ class _Walker:
                 if from_plan and not from_plan.isdisjoint(inputs):
                     from_plan.update(outputs)  # computed from such values: such values
                     if entry[1] is None or not agreement.get(key):
-                        self._typed_from_plan(key, entry[1] is not None, node, i, path,
-                                              inputs, outputs, types)
+                        problem = self._disagreement(key, entry[1] is not None, inputs,
+                                                     outputs, types)
+                        if problem:
+                            self.conflicts.append(
+                                f"{path}/node {i} ({node.name or op_type}): {problem}")
                 if verdict is not None and finding is not None and None in out_sig:
                     planned = typing(finding, declared)
                     for name, t in zip(outputs, planned or ()):
@@ -527,19 +530,22 @@ class _Walker:
                "planned upstream")
         return dataclasses.replace(finding, detail=f"{finding.detail}; {why}")
 
-    def _typed_from_plan(self, key, per_key: bool, node, i, path, inputs, outputs, types
-                         ) -> None:
-        """A node reading a value typed from the plan (see :func:`detect`): its arguments
-        bound to one type parameter must agree (asked once per signature when
-        ``per_key``: its output types follow from the key)."""
-        domain, op_type, opset = key[:3]
-        version = opset or self.schemas.max_version.get(domain)
-        schema = self.schemas.resolve(domain, op_type, version) if version else None
+    def _disagreement(self, key, per_key: bool, inputs, outputs, types, schema=None
+                      ) -> str | None:
+        """How the node's arguments bound to one type parameter disagree (``key``: its
+        signature), or None; asked once per signature when ``per_key`` (its output types
+        follow from the key). For a node reading a value typed from the plan (see
+        :func:`detect`) and for each node the re-check looks at."""
+        if per_key and self.agreement.get(key):
+            return None
+        if schema is None:
+            domain, op_type, opset = key[:3]
+            version = opset or self.schemas.max_version.get(domain)
+            schema = self.schemas.resolve(domain, op_type, version) if version else None
         problem = binding_conflict(schema, inputs, outputs, types) if schema else None
         if per_key:
             self.agreement[key] = problem is None
-        if problem:
-            self.conflicts.append(f"{path}/node {i} ({node.name or op_type}): {problem}")
+        return problem
 
     def _call(self, node, key, types: dict[str, str], opsets, produce) -> None:
         """A call of a model-local function: its body walked once (for the first call's
@@ -736,9 +742,9 @@ class _Walker:
             for attr_label, sub in subgraphs(node):
                 self._graph(sub, f"{node_path}/{attr_label}", opsets, types)
         by_key = inferred is not None  # typed per signature: agreement is per signature too
-        version = opset or self.schemas.max_version.get(domain)
         schema = None
         if not by_key:
+            version = opset or self.schemas.max_version.get(domain)
             schema = self.schemas.resolve(domain, op_type, version) if version else None
             inferred = self.output_types.infer(node, schema, inputs, outputs, types, op_type,
                                                raw_domain)
@@ -747,15 +753,9 @@ class _Walker:
                 types[name] = t
                 changed.add(name)
         # the types it reads are the key's (outputs: declared, else inferred from the key)
-        agrees = self.agreement.get(key) if by_key else None
-        if not agrees:
-            if schema is None and version:
-                schema = self.schemas.resolve(domain, op_type, version)
-            problem = binding_conflict(schema, inputs, outputs, types) if schema else None
-            if by_key:
-                self.agreement[key] = problem is None
-            if problem:
-                conflicts.append(f"{node_path}: {problem}")
+        problem = self._disagreement(key, by_key, inputs, outputs, types, schema)
+        if problem:
+            conflicts.append(f"{node_path}: {problem}")
 
 
 def group_findings(findings: Iterable[Finding], registry=None) -> list[FindingGroup]:

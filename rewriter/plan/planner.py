@@ -116,7 +116,8 @@ class Planner:
 
     def _scope_key(self, scope_opsets: Mapping[str, int]) -> tuple:
         """``tuple(sorted(scope_opsets.items()))``, made again only when the opsets differ
-        from the last finding's (findings come scope by scope, each with its own copy)."""
+        from the last finding's (findings come scope by scope; a scope's findings share
+        one mapping)."""
         last = self._last_scope
         if last is None or (last[0] is not scope_opsets and last[0] != scope_opsets):
             last = self._last_scope = (scope_opsets, tuple(sorted(scope_opsets.items())))
