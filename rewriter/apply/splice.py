@@ -148,9 +148,7 @@ def splice_into_new(
         before_splice()
     calls, produced = _take(chosen, functions, dict.fromkeys(functions, True), ctx, regions)
     result = ModelProto()
-    ops = {(f.domain, f.op_type): f for f in findings}
-    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
-    templates = {name: template(fn, table) for name, fn in functions.items()}
+    table, templates = _templates(model, functions, findings)
     if taken is None:
         taken = defined_names([model.graph])
     done = 0
@@ -175,9 +173,7 @@ def splice_into_new(
             if here:
                 done += splice_graph(g, templates, REMEDY_DOMAIN, taken, table, calls=here)
             del alive
-            for v in g.value_info:
-                if v.name in produced and v.type.HasField("tensor_type"):
-                    v.type.tensor_type.ClearField("shape")
+            _forget_shapes_in(g, produced)
         return copy
 
     main = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit, calls,
@@ -189,11 +185,19 @@ def splice_into_new(
     _copy_fields(model, result, "graph")
     _copy_fields(model.graph, result.graph, "node")
     _import_domains(result, functions.values())
-    for info in result.graph.value_info:  # (forget_shapes; subgraphs: in their holders)
-        if info.name in produced and info.type.HasField("tensor_type"):
-            info.type.tensor_type.ClearField("shape")
+    _forget_shapes_in(result.graph, produced)  # (subgraphs': in their holders, above)
     table.write(result)
     return result
+
+
+def _templates(model: ModelProto, functions: dict[str, FunctionProto],
+               findings: list[Finding]) -> tuple[ProvenanceTable, dict[str, Template]]:
+    """The model's provenance table, with the replaced ops' versions, and the splice
+    template of each simple body among ``functions``, by name."""
+    ops = {(f.domain, f.op_type): f for f in findings}  # one str(OpId) per op, not finding
+    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
+    return table, {name: template(fn, table) for name, fn in functions.items()
+                   if simple_body(fn, REMEDY_DOMAIN)}
 
 
 def _remedy_calls(model: ModelProto, findings: list[Finding], planner: Planner,
@@ -291,10 +295,7 @@ def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
     model-local functions). ``visit``: as :func:`splice_graph` fills it, for the main
     graph. ``calls``: the calls of simple bodies by node identity (left as they were, see
     :func:`splice_graph`); the others are found retargeted at their function."""
-    ops = {(f.domain, f.op_type): f for f in findings}  # one str(OpId) per op, not finding
-    table = ProvenanceTable.of(model, {replaced_op(f): f.version for f in ops.values()})
-    templates = {name: template(fn, table) for name, fn in functions.items()
-                 if simple_body(fn, REMEDY_DOMAIN)}
+    table, templates = _templates(model, functions, findings)
     if not templates:
         return list(functions.values())
     if calls is not None:
@@ -430,8 +431,12 @@ def forget_shapes(model: ModelProto, names: set[str]) -> None:
     if not names:
         return
     for scope in iter_scopes(model):
-        if scope.graph is None:
-            continue
-        for info in scope.graph.value_info:
-            if info.name in names and info.type.HasField("tensor_type"):
-                info.type.tensor_type.ClearField("shape")
+        if scope.graph is not None:
+            _forget_shapes_in(scope.graph, names)
+
+
+def _forget_shapes_in(graph: GraphProto, names: set[str]) -> None:
+    """:func:`forget_shapes` in one graph."""
+    for info in graph.value_info:
+        if info.name in names and info.type.HasField("tensor_type"):
+            info.type.tensor_type.ClearField("shape")
