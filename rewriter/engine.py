@@ -251,10 +251,8 @@ def _rewrite_proto(
         # the output types the finding's node will have (its proven decomposition's), so
         # that detection types what is downstream of ops no schema types; one plan per
         # node signature, kept for the plan stage
-        choice = planner.chosen(finding, constants, declared)
-        if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
-            return None
-        return choice.output_types
+        choice = planner.proven_decomposition(finding, constants, declared)
+        return choice.output_types if choice is not None else None
 
     with progress.stage("detect", f"{report.before.nodes} nodes"):
         detections = [detect(model, t, typing=planned_types) for t in targets]
@@ -540,8 +538,7 @@ def _recheck(work: ModelProto, targets, detections: list[Detection], findings, p
         for f in d.findings:
             if f.node is None or id(f) not in d.in_main:
                 continue  # a node in a subgraph: re-checked with its whole subgraph
-            choice = planner.chosen(f, None)
-            if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
+            if planner.proven_decomposition(f, None) is None:
                 return None
             inputs = tuple(f.node.input)
             for index, name in enumerate(f.node.output):
@@ -605,8 +602,8 @@ def _counts_from_plan(before: Counter, spliced: Sequence[Finding], planner: Plan
         if id(f.node) in seen:
             continue
         seen.add(id(f.node))
-        choice = planner.chosen(f, None)
-        if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
+        choice = planner.proven_decomposition(f, None)
+        if choice is None:
             return None
         functions[id(choice.function)] = choice.function
         calls[id(choice.function), f.domain, f.op_type] += 1

@@ -211,6 +211,15 @@ class Planner:
                 return c
         return None
 
+    def proven_decomposition(self, finding: Finding, constants, declared=None
+                             ) -> Candidate | None:
+        """The chosen remedy of ``finding`` when it is a decomposition whose every body node
+        was checked against every target (proven), else None."""
+        choice = self.chosen(finding, constants, declared)
+        if choice is None or choice.kind != RemedyKind.DECOMPOSITION or not choice.proven:
+            return None
+        return choice
+
     def body_outputs(self, finding: Finding, input_types: tuple) -> tuple | None:
         """The output types of the body spliced for ``finding`` when its inputs have
         ``input_types``, if every body node still runs on every target with them (None:
