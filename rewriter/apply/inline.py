@@ -195,14 +195,13 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
         else:
             t = templates.get(node.op_type) if node.domain == domain else None
         if t is None:
-            if adjust is not None and node.attribute:
-                data = adjust(node).SerializeToString()
-            else:
-                data = node.SerializeToString()
+            attributed = bool(node.attribute)
+            data = (adjust(node) if adjust is not None and attributed
+                    else node).SerializeToString()
             put(_NODE_TAG + _varint(len(data)) + data)
             if kept is not None:
                 kept(at)
-                if node.attribute or not node.output:
+                if attributed or not node.output:
                     holders(at)
             at += 1
             continue
