@@ -27,6 +27,7 @@ import re
 import shutil
 import stat
 import tempfile
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -203,10 +204,14 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _temp_file(folder: Path) -> tuple[int, Path]:
-    fd, name = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=TEMP_SUFFIX,
-                                dir=folder)
-    return fd, Path(name)
+def _temp_path(folder: Path) -> Path:
+    """A name for a new temporary file in ``folder``, not created yet (the writer's pid in
+    it: see :func:`clean_stale`). Known before the file exists, so that an interruption at
+    any point after its creation can remove it."""
+    return folder / f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}"
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -225,17 +230,31 @@ def _fsync_folder(folder: Path) -> None:
 def _write_new(folder: Path, write: Callable[[IO[bytes]], Any], mode: int) -> Path:
     """A temporary file in ``folder`` holding what ``write`` wrote, fsync'ed, with ``mode``
     (removed again if anything fails or the process is interrupted)."""
-    fd, tmp = _temp_file(folder)
+    tmp = _temp_path(folder)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(os.open(tmp, _CREATE, 0o600), "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as e:
+        if not isinstance(e, FileExistsError):  # (that one is another writer's file)
+            tmp.unlink(missing_ok=True)
         raise
     return tmp
+
+
+def _place(folder: Path, write: Callable[[IO[bytes]], Any], mode: int, dest: Path) -> None:
+    """:func:`_write_new`, then renamed to ``dest``: the temporary file is removed if anything
+    fails or the process is interrupted, between the two steps too."""
+    tmp = None
+    try:
+        tmp = _write_new(folder, write, mode)
+        os.replace(tmp, dest)
+    except BaseException:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _replace(tmp: Path, target: Path) -> None:
@@ -264,7 +283,7 @@ def write_file(target: str | os.PathLike, write: Callable[[IO[bytes]], Any], *,
     with named_errors(out), folder_lock(out.parent):
         check_output_path(out, source, protected=protected)  # again, under the lock
         clean_stale(out.parent)
-        _replace(_write_new(out.parent, write, file_mode()), out)
+        _place(out.parent, write, file_mode(), out)
         _fsync_folder(out.parent)
     return out
 
@@ -460,8 +479,7 @@ def write_model(out: Path, serialize: Callable[[Mapping[str, str]], bytes],
             for location, name in renames.items():
                 source = data[location]
                 dest = out.parent / name
-                tmp = _write_new(out.parent, lambda f, s=source: _copy_into(s, f), mode)
-                _replace(tmp, dest)
+                _place(out.parent, lambda f, s=source: _copy_into(s, f), mode, dest)
                 created.append(dest)
             model_tmp = _write_new(out.parent, lambda f: f.write(payload), mode)
             placed = _identity(model_tmp)
