@@ -14,6 +14,7 @@ from typing import Any
 from onnx import FunctionProto, ModelProto
 
 from rewriter import progress
+from rewriter.apply.inline import TakenNames
 from rewriter.apply.splice import (
     Region,
     apply_decompositions,
@@ -182,14 +183,14 @@ class RewriteResult:
     model: Any  # the same kind as the input: path (written), ModelProto or onnx_ir.Model
     report: RewriteReport
 
-def taken_names(detections: Sequence[Detection]) -> set[str] | None:
+def taken_names(detections: Sequence[Detection]) -> TakenNames | None:
     """The value names the model defined when detected (main graph's node outputs and
-    typed values, the values every graph declares), which new names must avoid; None
-    when unknown."""
+    typed values, the values every graph declares), which new names must avoid, read from
+    the first detection's sets (not copied); None when unknown."""
     if not detections:
         return None
     d = detections[0]
-    return set(d.produced).union(d.declared, d.main_types)
+    return TakenNames(d.produced, d.declared, d.main_types)
 
 
 def _detect(model: ModelProto, targets: Sequence[Target]) -> list[Finding]:

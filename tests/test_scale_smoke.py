@@ -368,3 +368,45 @@ def test_spliced_calls_bind_given_and_default_attributes(tmp_path):
     x = np.linspace(-3, 3, 7).astype(np.float32)
     (got,) = ReferenceEvaluator(rewritten).run(None, {"x": x})
     np.testing.assert_allclose(got, swish(swish(swish(x), 2.5)), rtol=1e-5, atol=1e-6)
+
+
+def test_spliced_names_avoid_every_name_the_model_defines(tmp_path):
+    """The splice names a body's own values ``<call's first output>/<body value>``; names
+    the model already has (a graph input, a node output, a name only declared) are avoided
+    as detection knew them (read from its sets, not a copy): the result is valid SSA and
+    computes the same. Checked on the reference evaluator against numpy's swish."""
+    import numpy as np
+    import onnx
+    from conftest import FUSED_SWISH_SOURCE
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from rewriter.api import rewrite
+
+    plugin = tmp_path / "acme_swish.py"
+    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
+                      + FUSED_SWISH_SOURCE + "\n@hookimpl\ndef register_decompositions("
+                      "registry):\n    registry.add('com.acme', 'FusedSwish', FUSED_SWISH)\n")
+    vector = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [5]) for n in ("x", "h/a")]
+    nodes = [helper.make_node("FusedSwish", ["x"], ["h"], domain="com.acme", name="swish"),
+             helper.make_node("Neg", ["x"], ["h/ac"], name="neg"),
+             helper.make_node("Add", ["h", "h/a"], ["t"], name="add"),
+             helper.make_node("Add", ["t", "h/ac"], ["y"], name="add2")]
+    graph = helper.make_graph(nodes, "g", vector,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])],
+                              value_info=[helper.make_tensor_value_info(
+                                  "h/s", TensorProto.FLOAT, [5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("com.acme", 1)])
+    result = rewrite(model, ["reference"], plugins=[str(plugin)], verify=False)
+    rewritten = result.model
+    assert result.report.applied and not result.report.remaining
+    onnx.checker.check_model(rewritten, full_check=True)
+    made = [o for n in rewritten.graph.node for o in n.output]
+    assert len(made) == len(set(made))  # every value defined once
+    assert {"h/a", "h/ac", "h/s"}.isdisjoint(
+        o for n in rewritten.graph.node if n.op_type != "Neg" for o in n.output)
+    x = np.linspace(-2, 2, 5).astype(np.float32)
+    other = np.arange(5, dtype=np.float32)
+    (got,) = ReferenceEvaluator(rewritten).run(None, {"x": x, "h/a": other})
+    np.testing.assert_allclose(got, x / (1 + np.exp(-x)) + other - x, rtol=1e-5, atol=1e-6)

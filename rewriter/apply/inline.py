@@ -16,7 +16,7 @@ value name>``, made unique against the names the graph already defines.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto
@@ -151,7 +151,7 @@ def _cut(name: str, room: int) -> str:
 
 
 def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: str,
-                 taken: set[str], table: ProvenanceTable,
+                 taken: Names, table: ProvenanceTable,
                  visit: SplicedPositions | None = None,
                  calls: Mapping[int, str] | None = None, *, into: GraphProto | None = None,
                  adjust: Callable[[NodeProto], NodeProto] | None = None) -> int:
@@ -250,7 +250,7 @@ def _encoded(s: str) -> bytes:
     return _varint(len(raw)) + raw
 
 
-def _created(call: NodeProto, t: Template, taken: set[str], encoded: dict[str, bytes],
+def _created(call: NodeProto, t: Template, taken: Names, encoded: dict[str, bytes],
              table: ProvenanceTable) -> list[bytes]:
     """The serialized nodes replacing ``call``: the template's table of encoded fields with
     this call's values filled in, each node the join of its slots and its name."""
@@ -306,13 +306,37 @@ def _bound_attributes(call: NodeProto, t: Template) -> dict[int, list[bytes]]:
     return out
 
 
-def _fresh(name: str, taken: set[str]) -> str:
+def _fresh(name: str, taken: Names) -> str:
     candidate, k = name, 0
     while candidate in taken:
         k += 1
         candidate = f"{name}_{k}"
     taken.add(candidate)
     return candidate
+
+
+class TakenNames:
+    """The value names a model defines, as the union of sets the caller has already (e.g.
+    detection's) without copying them (a copy of ~1M names costs ~60 MiB at 300k nodes);
+    what is added (:func:`_fresh`'s names) goes to a set of its own."""
+
+    __slots__ = ("bases", "added")
+
+    def __init__(self, *bases: Collection[str]) -> None:
+        self.bases = bases
+        self.added: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.added or any(name in base for base in self.bases)
+
+    def add(self, name: str) -> None:
+        self.added.add(name)
+
+    def update(self, names: Iterable[str]) -> None:
+        self.added.update(names)
+
+
+Names = set[str] | TakenNames  # the value names a splice must not reuse (grown with its own)
 
 
 def defined_names(graphs: Iterable[GraphProto]) -> set[str]:

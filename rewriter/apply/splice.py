@@ -12,6 +12,7 @@ from typing import Any
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
 
 from rewriter.apply.inline import (
+    Names,
     Template,
     defined_names,
     simple_body,
@@ -92,7 +93,7 @@ def apply_kernels(
 def apply_decompositions(
     model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
     skip: set[int] | frozenset = frozenset(), regions: dict[str, Region] | None = None,
-    taken: set[str] | None = None, visit: SplicedPositions | None = None,
+    taken: Names | None = None, visit: SplicedPositions | None = None,
 ) -> tuple[ModelProto, bool]:
     """Retarget every node with an accepted decomposition, then splice them all at once:
     simple bodies directly (:func:`splice_simple`), the rest with onnx's inliner.
@@ -127,7 +128,7 @@ def apply_decompositions(
 
 def splice_into_new(
     model: ModelProto, findings: list[Finding], planner: Planner, ctx: PassContext,
-    regions: dict[str, Region] | None = None, taken: set[str] | None = None,
+    regions: dict[str, Region] | None = None, taken: Names | None = None,
     visit: SplicedPositions | None = None, before_splice: Callable[[], Any] | None = None,
 ) -> ModelProto | None:
     """:func:`apply_decompositions` into a new model, ``model`` left as it is (no working
@@ -285,7 +286,7 @@ def _copy_fields(source, dest, skip: str) -> None:
 
 
 def splice_simple(model: ModelProto, functions: dict[str, FunctionProto],
-                  findings: list[Finding], taken: set[str] | None = None,
+                  findings: list[Finding], taken: Names | None = None,
                   visit: SplicedPositions | None = None, calls: dict[int, str] | None = None,
                   ) -> list[FunctionProto]:
     """Splice the simple bodies (:mod:`rewriter.apply.inline`) into the main graph and its
@@ -331,7 +332,7 @@ def _stable_wrappers() -> bool:
 
 def _splice_by_identity(model: ModelProto, templates: dict[str, Template],
                         findings: list[Finding], calls: dict[int, str],
-                        taken: set[str] | None, table: ProvenanceTable,
+                        taken: Names | None, table: ProvenanceTable,
                         visit: SplicedPositions | None) -> None:
     """:func:`splice_simple` for calls known by identity: the subgraphs holding some are
     found from their findings' paths (the main-graph node each starts at), before the main
