@@ -5,6 +5,7 @@ or chose; DEBUG: more); the library adds no handler (the CLI's ``-v``/``-q`` set
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -377,6 +378,9 @@ def rewrite(
         from rewriter.apply.provenance import strip_provenance as strip
 
         strip(rewritten)
+    if is_path:  # nothing reads the input model from here on (the save needs its paths):
+        # its memory goes before the result is serialized, the peak of a big rewrite's save
+        loaded = dataclasses.replace(loaded, model=None)
     if destination is not None and keep:
         with progress.stage("save", destination):
             written = save_model(rewritten, destination, source=loaded if is_path else None,
