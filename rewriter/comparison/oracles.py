@@ -260,11 +260,18 @@ def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
             current = Model()
             current.CopyFrom(model)
         graphs = {s.path: s.graph for s in iter_scopes(current) if s.graph is not None}
+        declared: dict[str, set[str]] = {}  # scope path -> the names its graph declares
         learned = 0
         for scope, name, t in added:
             graph = graphs.get(scope)
-            if graph is None or any(v.name == name for v in graph.value_info):
+            if graph is None:
                 continue
+            names = declared.get(scope)
+            if names is None:  # (a set per graph: a search of value_info per name was
+                names = declared[scope] = {v.name for v in graph.value_info}  # quadratic)
+            if name in names:
+                continue
+            names.add(name)
             elem = TensorProto.DataType.Value(t.upper())
             graph.value_info.append(
                 helper.make_value_info(name, helper.make_tensor_type_proto(elem, None)))
