@@ -175,3 +175,47 @@ def test_a_sample_needing_a_newer_onnxruntime_says_so_and_why(acme):
     assert oracle_check.needs_newer_onnxruntime(installed) is None
     with pytest.raises(ValueError, match="min_onnxruntime"):
         OpSample(["T[2]"], min_onnxruntime=("1.24",))
+
+
+def test_kernel_types_run_along_a_chain_and_declare_each_value_once(tmp_path):
+    """typed_through_kernels: a chain of ops no schema types (com.acme::FusedSwish feeding
+    another, twice over, one value already declared) gets each kernel output's element type
+    declared once, the given model left as it is; onnxruntime then runs the retargeted
+    chain, checked against numpy's swish."""
+    import numpy as np
+    from conftest import FUSED_SWISH_KERNEL_SOURCE, FUSED_SWISH_SOURCE
+    from onnx import TensorProto, helper
+
+    from rewriter.comparison.oracles import typed_through_kernels, with_kernels
+    from rewriter.comparison.runtime import session
+    from rewriter.detect.targets import TargetOptions, resolve_targets
+    from rewriter.manager import load_plugins
+
+    plugin = tmp_path / "acme_swish_kernel.py"
+    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
+                      + FUSED_SWISH_SOURCE + FUSED_SWISH_KERNEL_SOURCE)
+    plugins = load_plugins([str(plugin)], autoload=False)
+    names = ["x", "a", "b", "c", "y"]
+    nodes = [helper.make_node("FusedSwish", [names[i]], [names[i + 1]], domain="com.acme",
+                              name=f"swish{i}") for i in range(4)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+        value_info=[helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("com.acme", 1)])
+    before = model.SerializeToString()
+    (target,) = resolve_targets(plugins, ["onnxruntime"], TargetOptions(confirm=False))
+    typed = typed_through_kernels(model, plugins, target)
+    declared = [v.name for v in typed.graph.value_info]
+    assert sorted(declared) == ["a", "b", "c"]
+    assert all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in typed.graph.value_info)
+    assert model.SerializeToString() == before
+    retargeted, why = with_kernels(model, plugins)
+    assert retargeted is not None, why
+    x = np.linspace(-3, 3, 6).astype(np.float32)
+    (got,) = session(retargeted, plugins=plugins).run(None, {"x": x})
+    want = x
+    for _ in range(4):
+        want = want / (1 + np.exp(-want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -268,7 +268,9 @@ def typed_through_kernels(model: ModelProto, plugins: Plugins, target,
                 continue
             names = declared.get(scope)
             if names is None:  # (a set per graph: a search of value_info per name was
-                names = declared[scope] = {v.name for v in graph.value_info}  # quadratic)
+                names = declared[scope] = {v.name for v in graph.value_info} | {
+                    v.name for v in (*graph.input, *graph.output)  # typed ones: quadratic)
+                    if v.type.tensor_type.elem_type}
             if name in names:
                 continue
             names.add(name)
