@@ -307,6 +307,8 @@ def _bound_attributes(call: NodeProto, t: Template) -> dict[int, list[bytes]]:
 
 
 def _fresh(name: str, taken: Names) -> str:
+    if type(taken) is TakenNames:
+        return taken.fresh(name)
     candidate, k = name, 0
     while candidate in taken:
         k += 1
@@ -327,10 +329,31 @@ class TakenNames:
         self.added: set[str] = set()
 
     def __contains__(self, name: object) -> bool:
-        return name in self.added or any(name in base for base in self.bases)
+        if name in self.added:
+            return True
+        for base in self.bases:  # (a loop: any() of a generator costs more per name)
+            if name in base:
+                return True
+        return False
 
     def add(self, name: str) -> None:
         self.added.add(name)
+
+    def fresh(self, name: str) -> str:
+        """``name``, or ``name_<k>`` for the first k that is not taken; taken from now on
+        (:func:`_fresh`, with the lookups inline: the splice asks once per created value)."""
+        added, bases = self.added, self.bases
+        candidate, k = name, 0
+        while True:
+            if candidate not in added:
+                for base in bases:
+                    if candidate in base:
+                        break
+                else:
+                    added.add(candidate)
+                    return candidate
+            k += 1
+            candidate = f"{name}_{k}"
 
     def update(self, names: Iterable[str]) -> None:
         self.added.update(names)
