@@ -541,10 +541,9 @@ def _recheck(work: ModelProto, targets, detections: list[Detection], findings, p
                 continue  # a node in a subgraph: re-checked with its whole subgraph
             if planner.proven_decomposition(f, None) is None:
                 return None
-            inputs = tuple(f.node.input)
             for index, name in enumerate(f.node.output):
-                if name:
-                    replaced.setdefault(name, (f, index, inputs))
+                if name:  # (the node, not a copy of its input names: 20 MiB at 300k)
+                    replaced.setdefault(name, (f, index, f.node))
     found, conflicts, checked, types = [], [], 0, {}
     for target, before in zip(targets, detections, strict=True):
         result = recheck(work, target, before, replaced, planner.body_outputs, visit)

@@ -13,6 +13,7 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
 
 from rewriter.apply.inline import (
     Names,
+    TakenNames,
     Template,
     defined_names,
     simple_body,
@@ -152,6 +153,9 @@ def splice_into_new(
     table, templates = _templates(model, functions, findings)
     if taken is None:
         taken = defined_names([model.graph])
+    elif isinstance(taken, TakenNames):  # no output shared by two calls (an invalid model)
+        taken.distinct_calls = len(produced) == sum(
+            1 for f, _, _ in chosen for o in f.node.output if o)
     done = 0
 
     def adjust(node: NodeProto) -> NodeProto:
@@ -182,6 +186,7 @@ def splice_into_new(
     if done + main != len(calls):
         raise AssertionError(f"the splice found {done + main} of {len(calls)} calls by "
                              "identity")
+    calls = chosen = None  # (before the copy of the other fields: the peak of a big splice)
     # the other fields after the nodes: the splice's buffer is gone by then
     _copy_fields(model, result, "graph")
     _copy_fields(model.graph, result.graph, "node")

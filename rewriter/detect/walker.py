@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -239,10 +240,11 @@ class Recheck:
     types: dict[str, str]  # the main graph's value types after the rewrite
 
 
-# A replaced node's output -> (token, output index, the node's input names); the engine's
-# ``body_outputs(token, input types)`` returns the output types of the body it spliced in
-# for those input types, or None when the plan does not prove the body for them.
-Replaced = Mapping[str, tuple[Any, int, Sequence[str]]]
+# A replaced node's output -> (token, output index, the replaced node, whose input names are
+# read); the engine's ``body_outputs(token, input types)`` returns the output types of the
+# body it spliced in for those input types, or None when the plan does not prove the body
+# for them.
+Replaced = Mapping[str, tuple[Any, int, Any]]
 
 
 @dataclass
@@ -250,15 +252,17 @@ class SplicedPositions:
     """Where a re-check looks in a spliced main graph: positions in the new node list, in
     order, as the splice filled them (the other body nodes are proven by the plan)."""
 
-    kept: list[int] = field(default_factory=list)  # the nodes kept as they were
-    made: list[int] = field(default_factory=list)  # created nodes making a call's outputs
+    # (arrays of machine integers: a list of int objects is ~40 bytes a position, 12 MiB
+    # at 300k nodes)
+    kept: array = field(default_factory=lambda: array("q"))  # nodes kept as they were
+    made: array = field(default_factory=lambda: array("q"))  # ones making a call's outputs
     # kept nodes with attributes or without outputs: among them the subgraph holders and
     # the sinks, the only kept nodes checked again when no value changed type
-    holders: list[int] = field(default_factory=list)
+    holders: array = field(default_factory=lambda: array("q"))
 
     def clear(self) -> None:
         """Forget every position (the nodes were renumbered)."""
-        self.kept.clear(), self.made.clear(), self.holders.clear()
+        del self.kept[:], self.made[:], self.holders[:]
 
     def __bool__(self) -> bool:
         return bool(self.kept or self.made)
@@ -643,8 +647,8 @@ class _Walker:
                 if entry is None:
                     continue
                 seen.add(o)
-                token, index, input_names = entry
-                in_types = tuple([types.get(n) if n else None for n in input_names])
+                token, index, call = entry
+                in_types = tuple([types.get(n) if n else None for n in call.input])
                 body = body_outputs(token, in_types)  # ...for these input types
                 if body is None:
                     return None
@@ -679,9 +683,8 @@ class _Walker:
                 if entry is None:
                     continue
                 seen += 1
-                token, index, input_names = entry
-                body = body_outputs(token, tuple([get(n) if n else None
-                                                  for n in input_names]))
+                token, index, call = entry
+                body = body_outputs(token, tuple([get(n) if n else None for n in call.input]))
                 if body is None:
                     return None
                 new = body[index] if index < len(body) else None
