@@ -78,7 +78,7 @@ def schema_arity_problem(node: NodeProto, schema, inputs=None, outputs=None) -> 
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One node (or the model itself) a target cannot run, and why."""
 
