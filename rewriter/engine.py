@@ -320,6 +320,7 @@ def _rewrite_proto(
             if new is not None:
                 work, changed, retargeted, new = new, True, set(), None
                 by_template = True
+                taken = None  # (not every new name was kept: read again if a round follows)
             else:
                 retargeted = apply_kernels(work, findings, planner, ctx)
                 work, changed = apply_decompositions(work, findings, planner, ctx,

@@ -181,8 +181,12 @@ def splice_into_new(
             _forget_shapes_in(g, produced)
         return copy
 
-    main = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit, calls,
-                        into=result.graph, adjust=adjust)  # (adjust adds to done)
+    try:
+        main = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit,
+                            calls, into=result.graph, adjust=adjust)  # (adjust adds to done)
+    finally:
+        if isinstance(taken, TakenNames):  # (its calls' new names were not all kept)
+            taken.distinct_calls = False
     if done + main != len(calls):
         raise AssertionError(f"the splice found {done + main} of {len(calls)} calls by "
                              "identity")
