@@ -133,7 +133,8 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
         with progress.stage("detect", f"on {target.name}"):  # nodes kept for the plan
             # (a confirmation's refusal carries its node's input types: a walk types them)
             detection = detect(loaded.model, target, confirm=False, record=False,
-                               main_io=loaded.main_io, inventory=not wants)
+                               main_io=loaded.main_io, inventory=not wants,
+                               main_holders=loaded.main_holders)
         findings = detection.findings
         result = TargetResult(target.name, target.description, findings)
         if not findings and wants:

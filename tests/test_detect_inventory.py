@@ -196,3 +196,35 @@ def test_op_inventory_alone_where_every_op_runs(plugins, corpus, name):
     onnxruntime = detect(models[0], _target(plugins, "onnxruntime"), confirm=False,
                          record=False)
     assert onnxruntime.walked  # its kernels are registered per type: the walk types them
+
+
+@pytest.mark.parametrize("name", ["onnxruntime", "reference"])
+def test_the_loads_node_facts_give_the_same_findings(plugins, tmp_path, name):
+    """``check`` hands detection what the load read of the main graph (each node's inputs
+    and outputs, the positions of the nodes holding subgraphs): the findings, subgraphs'
+    included, are those of a walk reading every node itself."""
+    import sys
+    from pathlib import Path
+
+    import onnx
+
+    from rewriter.detect.walker import detect
+    from rewriter.graph.walk import subgraphs
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from generate import generate_model
+
+    gen = generate_model(3000, custom_fraction=0.28, seed=1)
+    assert gen.summary()["custom_in_subgraphs"] and gen.summary()["if_nodes"]
+    path = tmp_path / "m.onnx"
+    onnx.save(gen.model, path)
+    loaded = load_model(path, node_io=True)
+    nodes = loaded.model.graph.node
+    assert loaded.main_holders == {i for i, n in enumerate(nodes) if any(subgraphs(n))}
+    target = _target(plugins, name)
+    given = detect(loaded.model, target, confirm=False, record=False, inventory=False,
+                   main_io=loaded.main_io, main_holders=loaded.main_holders)
+    read = detect(loaded.model, target, confirm=False, record=False, inventory=False)
+    assert [_facts(f) for f in given.findings] == [_facts(f) for f in read.findings]
+    assert any("/then_branch/" in f.path or "/else_branch/" in f.path
+               for f in given.findings)

@@ -157,6 +157,7 @@ class Detection:
 def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
            base_dir=None, record: bool = True,
            main_io: Sequence[tuple] | None = None, inventory: bool = True,
+           main_holders: frozenset[int] | None = None,
            typing: Callable[[Finding, Mapping], Sequence[str | None] | None] | None = None,
            ) -> Detection:
     """:func:`find_unsupported` with ``keep_nodes``, keeping what :func:`recheck` needs.
@@ -167,7 +168,8 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
     the runtime names, which the engine remedies like any other. ``record=False`` leaves
     out what only :func:`recheck` needs (main-graph names produced, owners of subgraphs).
     ``main_io``: each main-graph node's (inputs, outputs), as the load read them
-    (:attr:`rewriter.io.model.LoadedModel.main_io`).
+    (:attr:`rewriter.io.model.LoadedModel.main_io`); ``main_holders``: with it, the
+    positions of the main-graph nodes holding subgraphs (no node's attributes are read).
 
     With ``record=False`` and ``confirm=False`` (``check``), the model's op inventory comes
     first (:func:`runs_by_inventory`): when the target's ``check_op`` says every op runs,
@@ -189,6 +191,7 @@ def detect(model: ModelProto, target: Target, *, confirm: bool | None = None,
     walker.keep_nodes = True
     walker.record = record
     walker.main_io = main_io
+    walker.main_holders = main_holders
     walker.typing = typing
     findings = walker.run()
     walker.from_plan, walker.planned_by = set(), {}  # (the walk's own: not kept)
@@ -368,6 +371,7 @@ class _Walker:
         self.signatures: dict[tuple, tuple] | None = {}
         self.by_op = op_verdicts_apply(target)  # whether target.check_op may be used
         self.main_io: Sequence[tuple] | None = None  # LoadedModel.main_io, when given
+        self.main_holders: frozenset[int] | None = None  # and LoadedModel.main_holders
         self.op_modes: dict[tuple, str] = {}  # (domain, op, version) -> target.check_op
         self.op_verdicts: dict[tuple, _Verdict | None] = {}  # the REFUSED ops' verdicts
         self.main_types: dict[str, str] = {}
@@ -417,7 +421,8 @@ class _Walker:
             types[name] = t
         self.declared.update(declared_protos(graph))
         if main:  # the main graph's types stay for the caller (see Detection)
-            self._nodes(graph.node, path, opsets, types, self.record, self.main_io)
+            self._nodes(graph.node, path, opsets, types, self.record, self.main_io,
+                        self.main_holders)
             return
         try:
             self._nodes(graph.node, path, opsets, types)
@@ -439,7 +444,8 @@ class _Walker:
         self.function_types[key] = types
 
     def _nodes(self, nodes: Iterable, path: str, opsets, types: dict[str, str],
-               record: bool = False, io: Sequence[tuple] | None = None) -> None:
+               record: bool = False, io: Sequence[tuple] | None = None,
+               holders: frozenset[int] | None = None) -> None:
         # The hot loop of `check`: every protobuf field read here costs a wrapper object, so
         # each is read once per node. Nodes are grouped by signature (op, imported version,
         # input and output types, empty inputs): the target is asked once per op or once
@@ -455,6 +461,7 @@ class _Walker:
         get = types.get
         if io is None or len(io) != len(nodes):  # each node's input and output names
             io = zip(map(tuple, map(_INPUTS, nodes)), map(tuple, map(_OUTPUTS, nodes)))
+            holders = None  # (read with them, or not at all)
         for i, (node, (inputs, outputs)) in enumerate(zip(nodes, io)):
             raw_domain = node.domain
             domain = aliases.get(raw_domain, raw_domain)
@@ -488,7 +495,7 @@ class _Walker:
                     if record:
                         self.in_main.add(id(finding))
                     findings.append(finding)
-            if node.attribute:
+            if i in holders if holders is not None else node.attribute:
                 for attr_label, sub in subgraphs(node):
                     if produce is not None:
                         self.owners.update(outputs)

@@ -54,6 +54,7 @@ class Scope:
     # indices of the nodes that have attributes (all others hold no subgraph or tensor)
     attributed: list[int] | None = None
     node_count: int = -1  # len(nodes) when `attributed` was read
+    holder: int | None = None  # a subgraph's: the position of its node in the parent's nodes
 
     def __post_init__(self) -> None:
         if self.attributed is not None and self.node_count < 0:
@@ -168,16 +169,17 @@ def _function_scopes(f: FunctionProto, label: str, opsets) -> Iterator[Scope]:
             )
 
 
-def _graph_scopes(g: GraphProto, path: str, opsets, parent, depth) -> Iterator[Scope]:
+def _graph_scopes(g: GraphProto, path: str, opsets, parent, depth,
+                  holder: int | None = None) -> Iterator[Scope]:
     nodes = g.node
     scope = Scope(path=path, opsets=opsets, graph=g, parent=parent, depth=depth,
-                  attributed=_attributed(nodes))
+                  attributed=_attributed(nodes), holder=holder)
     yield scope
     for i in _attributed_after_yield(scope):
         node = nodes[i]
         for attr_label, sub in subgraphs(node):
             yield from _graph_scopes(
-                sub, f"{path}/{node_label(i, node)}/{attr_label}", opsets, scope, depth + 1
+                sub, f"{path}/{node_label(i, node)}/{attr_label}", opsets, scope, depth + 1, i
             )
 
 

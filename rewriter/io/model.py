@@ -57,6 +57,8 @@ class LoadedModel:
     # (``load_model(node_io=True)``): detection reuses them instead of reading the fields again
     main_io: list[tuple[tuple[str, ...], tuple[str, ...]]] | None = field(
         default=None, repr=False, compare=False)
+    # with ``main_io``: the positions of the main-graph nodes holding subgraphs
+    main_holders: frozenset[int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def base_dir(self) -> Path:
@@ -145,6 +147,8 @@ def _validate(loaded: LoadedModel, where: str, base_dir: Path, node_io: bool = F
     io: list | None = [] if node_io else None
     validate_structure(loaded.model, where, scopes=scopes, main_io=io)
     loaded.main_io = io
+    if node_io and scopes:  # (the main graph's scope comes first)
+        loaded.main_holders = frozenset(s.holder for s in scopes if s.parent is scopes[0])
     loaded.external_files = validate_external_data(loaded.model, base_dir, where,
                                                    scopes=scopes)
 
