@@ -227,42 +227,36 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_new(folder: Path, write: Callable[[IO[bytes]], Any], mode: int) -> Path:
-    """A temporary file in ``folder`` holding what ``write`` wrote, fsync'ed, with ``mode``
-    (removed again if anything fails or the process is interrupted)."""
+@contextlib.contextmanager
+def _temporary(folder: Path) -> Iterator[Path]:
+    """A new temporary file's name in ``folder`` (:func:`_temp_path`): the file is removed
+    if anything fails or the process is interrupted inside the block, wherever that lands,
+    unless the failure is that the name was another writer's (``FileExistsError``)."""
     tmp = _temp_path(folder)
     try:
-        with os.fdopen(os.open(tmp, _CREATE, 0o600), "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        yield tmp
     except BaseException as e:
-        if not isinstance(e, FileExistsError):  # (that one is another writer's file)
+        if not isinstance(e, FileExistsError):
             tmp.unlink(missing_ok=True)
         raise
-    return tmp
+
+
+def _write_to(tmp: Path, write: Callable[[IO[bytes]], Any], mode: int) -> None:
+    """Create ``tmp`` (never an existing file) holding what ``write`` wrote, fsync'ed, with
+    ``mode``; inside :func:`_temporary`, which removes it on failure."""
+    with os.fdopen(os.open(tmp, _CREATE, 0o600), "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
 
 
 def _place(folder: Path, write: Callable[[IO[bytes]], Any], mode: int, dest: Path) -> None:
-    """:func:`_write_new`, then renamed to ``dest``: the temporary file is removed if anything
-    fails or the process is interrupted, between the two steps too."""
-    tmp = None
-    try:
-        tmp = _write_new(folder, write, mode)
+    """A temporary file in ``folder`` holding what ``write`` wrote (:func:`_write_to`),
+    renamed to ``dest``; removed if anything fails or the process is interrupted."""
+    with _temporary(folder) as tmp:
+        _write_to(tmp, write, mode)
         os.replace(tmp, dest)
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        raise
-
-
-def _replace(tmp: Path, target: Path) -> None:
-    try:
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def file_mode() -> int:
@@ -474,19 +468,17 @@ def write_model(out: Path, serialize: Callable[[Mapping[str, str]], bytes],
         mode = file_mode()
         created: list[Path] = []
         placed: tuple[int, int] | None = None
-        model_tmp: Path | None = None
         try:
             for location, name in renames.items():
                 source = data[location]
                 dest = out.parent / name
                 _place(out.parent, lambda f, s=source: _copy_into(s, f), mode, dest)
                 created.append(dest)
-            model_tmp = _write_new(out.parent, lambda f: f.write(payload), mode)
-            placed = _identity(model_tmp)
-            _replace(model_tmp, out)
+            with _temporary(out.parent) as model_tmp:  # (its identity taken before the rename)
+                _write_to(model_tmp, lambda f: f.write(payload), mode)
+                placed = _identity(model_tmp)
+                os.replace(model_tmp, out)
         except BaseException:
-            if model_tmp is not None:  # renamed away already, or left by an interruption
-                model_tmp.unlink(missing_ok=True)
             # a failed save leaves no half set of new files; but once the model is in place
             # (a signal raised just after the rename) its data stays: it is the new pair
             if not created or placed is None or _identity(out) != placed:
