@@ -54,7 +54,7 @@ class Template:
     room: int = MAX_NAME  # longest region base that keeps every created name in MAX_NAME
     suffixes: tuple[bytes, ...] = ()  # b"/<op>_<k>" of each created node
     defaults: dict = field(default_factory=dict)  # function attribute -> its default
-    plain: bool = False  # no value name of the body holds "/" (see TakenNames.distinct_calls)
+    plain: bool = False  # no value name of the body holds "/" (see splice_graph's per_call)
 
 
 def simple_body(fn: FunctionProto, remedy_domain: str) -> bool:
@@ -156,7 +156,8 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
                  taken: Names, table: ProvenanceTable,
                  visit: SplicedPositions | None = None,
                  calls: Mapping[int, str] | None = None, *, into: GraphProto | None = None,
-                 adjust: Callable[[NodeProto], NodeProto] | None = None) -> int:
+                 adjust: Callable[[NodeProto], NodeProto] | None = None,
+                 per_call: bool = False) -> int:
     """Replace every node of ``graph`` calling ``domain:<name>`` with a template by the
     template's nodes, in place; ``taken``: the value names defined anywhere in the model
     (grown with the new ones). Returns the number of calls replaced. ``visit``: filled with
@@ -167,7 +168,10 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
     left as they were (not retargeted at ``domain``). ``into``: the graph (without nodes)
     the new node list goes to, ``graph`` being left as it is; ``adjust``: called with each
     kept node that has attributes, returns the node to write in its place (itself, or a
-    changed copy).
+    changed copy). ``per_call``: no two calls share an output, so a call's new names,
+    "<its first output>/<body value>" with body values free of "/", cannot meet another
+    call's and are remembered for the call only, not added to ``taken`` (250k names, ~25
+    MiB, at 300k nodes): a later splice must read the graph's names again.
 
     The graph's node list is written as protobuf bytes (each kept node serialized, each
     created node encoded from its template's pre-encoded bytes) and parsed back once: a
@@ -208,7 +212,7 @@ def splice_graph(graph: GraphProto, templates: Mapping[str, Template], domain: s
             at += 1
             continue
         count += 1
-        created = _created(node, t, taken, encoded, table)
+        created = _created(node, t, taken, encoded, table, per_call)
         for data in created:
             put(_NODE_TAG + _varint(len(data)) + data)
         if made is not None:
@@ -253,7 +257,7 @@ def _encoded(s: str) -> bytes:
 
 
 def _created(call: NodeProto, t: Template, taken: Names, encoded: dict[str, bytes],
-             table: ProvenanceTable) -> list[bytes]:
+             table: ProvenanceTable, per_call: bool = False) -> list[bytes]:
     """The serialized nodes replacing ``call``: the template's table of encoded fields with
     this call's values filled in, each node the join of its slots and its name."""
     call_inputs, call_outputs = call.input, call.output
@@ -266,7 +270,7 @@ def _created(call: NodeProto, t: Template, taken: Names, encoded: dict[str, byte
     own = None  # the call's new names, when no other call's can meet them
     if base_value is None:
         base_value = call.name or call.op_type
-    elif t.plain and type(taken) is TakenNames and taken.distinct_calls:
+    elif per_call and t.plain:
         own = set()
     values = t.values
     for p, k in t.bind_outputs:
@@ -314,13 +318,15 @@ def _bound_attributes(call: NodeProto, t: Template) -> dict[int, list[bytes]]:
 
 
 def _fresh(name: str, taken: Names, own: set[str] | None = None) -> str:
+    """``name``, or ``name_<k>`` for the first k not in ``taken`` nor ``own``; kept in
+    ``own`` when given (one call's names, see :func:`splice_graph`), else in ``taken``."""
     if type(taken) is TakenNames:
         return taken.fresh(name, own)
     candidate, k = name, 0
-    while candidate in taken:
+    while candidate in taken or (own is not None and candidate in own):
         k += 1
         candidate = f"{name}_{k}"
-    taken.add(candidate)
+    (taken if own is None else own).add(candidate)
     return candidate
 
 
@@ -329,15 +335,11 @@ class TakenNames:
     detection's) without copying them (a copy of ~1M names costs ~60 MiB at 300k nodes);
     what is added (:func:`_fresh`'s names) goes to a set of its own."""
 
-    __slots__ = ("bases", "added", "distinct_calls")
+    __slots__ = ("bases", "added")
 
     def __init__(self, *bases: Collection[str]) -> None:
         self.bases = bases
         self.added: set[str] = set()
-        # No two calls spliced share an output: a call's new names, "<its first output>/
-        # <body value>" with body values free of "/", cannot meet another call's, so they
-        # are remembered for the call only (250k names, ~25 MiB, at 300k nodes)
-        self.distinct_calls = False
 
     def __contains__(self, name: object) -> bool:
         if name in self.added:
@@ -354,7 +356,7 @@ class TakenNames:
         """``name``, or ``name_<k>`` for the first k that is not taken; taken from now on
         (:func:`_fresh`, with the lookups inline: the splice asks once per created value).
         ``own``: one call's names, when they cannot meet another call's (see
-        :attr:`distinct_calls`): looked in as well, and the new name is kept there."""
+        :func:`splice_graph`'s ``per_call``): looked in as well, and the new name kept there."""
         added, bases = self.added, self.bases
         keep = added if own is None else own
         candidate, k = name, 0

@@ -13,7 +13,6 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
 
 from rewriter.apply.inline import (
     Names,
-    TakenNames,
     Template,
     defined_names,
     simple_body,
@@ -112,7 +111,7 @@ def apply_decompositions(
     by_identity = not model.functions and _stable_wrappers()
     direct = {name: by_identity and simple_body(fn, REMEDY_DOMAIN)
               for name, fn in functions.items()}
-    calls, produced = _take(chosen, functions, direct, ctx, regions)
+    calls, produced, _ = _take(chosen, functions, direct, ctx, regions)
     _import_domains(model, functions.values())
     forget_shapes(model, produced)
     left = splice_simple(model, functions, findings, taken, visit, calls if calls else None)
@@ -148,14 +147,12 @@ def splice_into_new(
         return None
     if before_splice is not None:
         before_splice()
-    calls, produced = _take(chosen, functions, dict.fromkeys(functions, True), ctx, regions)
+    calls, produced, distinct = _take(chosen, functions, dict.fromkeys(functions, True), ctx,
+                                      regions)
     result = ModelProto()
     table, templates = _templates(model, functions, findings)
     if taken is None:
         taken = defined_names([model.graph])
-    elif isinstance(taken, TakenNames):  # no output shared by two calls (an invalid model)
-        taken.distinct_calls = len(produced) == sum(
-            1 for f, _, _ in chosen for o in f.node.output if o)
     done = 0
 
     def adjust(node: NodeProto) -> NodeProto:
@@ -176,17 +173,14 @@ def splice_into_new(
             here = {id(c): calls[id(o)] for o, c in zip(original.node, alive)
                     if id(o) in calls}
             if here:
-                done += splice_graph(g, templates, REMEDY_DOMAIN, taken, table, calls=here)
+                done += splice_graph(g, templates, REMEDY_DOMAIN, taken, table, calls=here,
+                                     per_call=distinct)
             del alive
             _forget_shapes_in(g, produced)
         return copy
 
-    try:
-        main = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit,
-                            calls, into=result.graph, adjust=adjust)  # (adjust adds to done)
-    finally:
-        if isinstance(taken, TakenNames):  # (its calls' new names were not all kept)
-            taken.distinct_calls = False
+    main = splice_graph(model.graph, templates, REMEDY_DOMAIN, taken, table, visit, calls,
+                        into=result.graph, adjust=adjust, per_call=distinct)  # (adjust: done)
     if done + main != len(calls):
         raise AssertionError(f"the splice found {done + main} of {len(calls)} calls by "
                              "identity")
@@ -240,13 +234,15 @@ def _remedy_calls(model: ModelProto, findings: list[Finding], planner: Planner,
 
 def _take(chosen: list, functions: dict[str, FunctionProto], direct: dict[str, bool],
           ctx: PassContext, regions: dict[str, Region] | None
-          ) -> tuple[dict[int, str], set[str]]:
+          ) -> tuple[dict[int, str], set[str], bool]:
     """Record each chosen remedy in ``ctx`` and its function's first call in ``regions``;
     retarget the calls not spliced by identity (``direct``) at their function. Returns the
-    others by node identity -> function name, and the replaced nodes' outputs."""
+    others by node identity -> function name, the replaced nodes' outputs, and whether no
+    two of them share an output (else the model is invalid)."""
     labels: dict[tuple, str] = {}
     calls: dict[int, str] = {}  # id(node) -> function name, for those
     produced: set[str] = set()  # outputs of the replaced nodes
+    outputs = 0
     for f, name, choice in chosen:
         key = (f.domain, f.op_type, f.version)
         label = labels.get(key)
@@ -255,7 +251,9 @@ def _take(chosen: list, functions: dict[str, FunctionProto], direct: dict[str, b
         ctx.record("decomposition", choice.plugin, choice.rule, label)
         for kind, plugin, rule, op_label in choice.nested:
             ctx.record(kind, plugin, rule, op_label)
-        produced.update(o for o in f.node.output if o)
+        named = [o for o in f.node.output if o]
+        produced.update(named)
+        outputs += len(named)
         if direct[name]:
             calls[id(f.node)] = name
         else:
@@ -266,7 +264,7 @@ def _take(chosen: list, functions: dict[str, FunctionProto], direct: dict[str, b
             if direct[name]:
                 retarget(call, functions[name])
             regions[name] = Region(functions[name], call, f)
-    return calls, produced
+    return calls, produced, len(produced) == outputs
 
 
 def _nested_graphs(node: NodeProto) -> list[GraphProto]:
