@@ -333,24 +333,14 @@ def _fresh(name: str, taken: Names, own: set[str] | None = None) -> str:
 class TakenNames:
     """The value names a model defines, as the union of sets the caller has already (e.g.
     detection's) without copying them (a copy of ~1M names costs ~60 MiB at 300k nodes);
-    what is added (:func:`_fresh`'s names) goes to a set of its own."""
+    what is added (new names, :meth:`fresh`; a subgraph's, :meth:`update`) goes to a set of
+    its own."""
 
     __slots__ = ("bases", "added")
 
     def __init__(self, *bases: Collection[str]) -> None:
         self.bases = bases
         self.added: set[str] = set()
-
-    def __contains__(self, name: object) -> bool:
-        if name in self.added:
-            return True
-        for base in self.bases:  # (a loop: any() of a generator costs more per name)
-            if name in base:
-                return True
-        return False
-
-    def add(self, name: str) -> None:
-        self.added.add(name)
 
     def fresh(self, name: str, own: set[str] | None = None) -> str:
         """``name``, or ``name_<k>`` for the first k that is not taken; taken from now on
