@@ -329,6 +329,17 @@ def test_save_renames_every_external_location_with_and_without_a_walk(tmp_path, 
             if e.key == "location"] == ["weights.bin"]  # the caller's model as it was
 
 
+def _swish_plugin(folder: Path) -> Path:
+    """A plugin file registering conftest's com.acme::FusedSwish decomposition."""
+    from conftest import FUSED_SWISH_SOURCE
+
+    plugin = folder / "acme_swish.py"
+    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
+                      + FUSED_SWISH_SOURCE + "\n@hookimpl\ndef register_decompositions("
+                      "registry):\n    registry.add('com.acme', 'FusedSwish', FUSED_SWISH)\n")
+    return plugin
+
+
 def test_spliced_calls_bind_given_and_default_attributes(tmp_path):
     """The protobuf splice takes each call as it is (not retargeted at its function first):
     an attribute the call sets is bound, one it leaves out takes the function's default,
@@ -336,16 +347,12 @@ def test_spliced_calls_bind_given_and_default_attributes(tmp_path):
     evaluator against numpy's swish."""
     import numpy as np
     import onnx
-    from conftest import FUSED_SWISH_SOURCE
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
 
     from rewriter.api import rewrite
 
-    plugin = tmp_path / "acme_swish.py"
-    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
-                      + FUSED_SWISH_SOURCE + "\n@hookimpl\ndef register_decompositions("
-                      "registry):\n    registry.add('com.acme', 'FusedSwish', FUSED_SWISH)\n")
+    plugin = _swish_plugin(tmp_path)
     nodes = [helper.make_node("FusedSwish", ["x"], ["a"], domain="com.acme", name="plain"),
              helper.make_node("FusedSwish", ["a"], ["b"], domain="com.acme", name="given",
                               alpha=2.5),
@@ -377,16 +384,12 @@ def test_spliced_names_avoid_every_name_the_model_defines(tmp_path):
     computes the same. Checked on the reference evaluator against numpy's swish."""
     import numpy as np
     import onnx
-    from conftest import FUSED_SWISH_SOURCE
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
 
     from rewriter.api import rewrite
 
-    plugin = tmp_path / "acme_swish.py"
-    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
-                      + FUSED_SWISH_SOURCE + "\n@hookimpl\ndef register_decompositions("
-                      "registry):\n    registry.add('com.acme', 'FusedSwish', FUSED_SWISH)\n")
+    plugin = _swish_plugin(tmp_path)
     vector = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [5]) for n in ("x", "h/a")]
     nodes = [helper.make_node("FusedSwish", ["x"], ["h"], domain="com.acme", name="swish"),
              helper.make_node("Neg", ["x"], ["h/ac"], name="neg"),
@@ -418,15 +421,11 @@ def test_new_names_stay_distinct_when_two_calls_share_an_output(tmp_path):
     same name (invalid, kept as it is), every new name is still made once."""
     from collections import Counter
 
-    from conftest import FUSED_SWISH_SOURCE
     from onnx import TensorProto, helper
 
     from rewriter.api import rewrite
 
-    plugin = tmp_path / "acme_swish.py"
-    plugin.write_text("from onnx import parser\nfrom rewriter import hookimpl\n"
-                      + FUSED_SWISH_SOURCE + "\n@hookimpl\ndef register_decompositions("
-                      "registry):\n    registry.add('com.acme', 'FusedSwish', FUSED_SWISH)\n")
+    plugin = _swish_plugin(tmp_path)
     nodes = [helper.make_node("FusedSwish", ["x"], ["h"], domain="com.acme", name="one"),
              helper.make_node("FusedSwish", ["x"], ["h"], domain="com.acme", name="two"),
              helper.make_node("Neg", ["h"], ["y"], name="neg")]
