@@ -142,8 +142,17 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
             with progress.stage("confirm", f"on {target.name}"):
                 confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir,
                                                       detection.main_types)
-            result.confirmed = not refused
             result.confirmation = confirmation.describe()
+            if not refused and confirmation.ran and target.compares_numbers:
+                from rewriter.comparison.numbers import check_numbers
+
+                with progress.stage("confirm", f"{target.name}'s numbers"):
+                    numbers = check_numbers(loaded, target, plugins=plugins,
+                                            types=detection.main_types,
+                                            custom_op_libraries=custom_op_libraries)
+                refused = numbers.findings
+                result.confirmation += f"; {numbers.note}" if numbers.note else ""
+            result.confirmed = not refused
             result.findings = refused
         if result.findings:
             with progress.stage("plan", f"{len(result.findings)} findings"):
@@ -306,7 +315,7 @@ def rewrite(
     """
     from rewriter.engine import RewriteResult, rewrite_proto
     from rewriter.io.model import check_output_path, save_model
-    from rewriter.verify.verdicts import MISMATCH, UNVERIFIED
+    from rewriter.verify.verdicts import MISMATCH, UNVERIFIED, VERIFIED
 
     plugins = as_plugins(plugins)
     targets = as_targets(targets)
@@ -330,18 +339,29 @@ def rewrite(
                                    confirm=confirm)
     resolved = resolve_targets(plugins, targets, target_options)
     log.info("rewrite %s for %s", loaded.path, ", ".join(targets))
+    from rewriter.comparison.numbers import numbers_for
+
+    numbers = numbers_for(loaded, plugins, custom_op_libraries,
+                          **{k: v for k, v in options.items() if k in _NUMBERS_OPTIONS})
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
         model_name=str(loaded.path), prefer=prefer,
         base_dir=loaded.base_dir if is_path else None,
         data_locations=tuple(loaded.external_files) if is_path else None,
+        numbers=numbers if confirm is not False else None,
     )
     report.verify = verify
+    if not dry_run and not (report.remaining and not report.applied and not partial):
+        from rewriter.io.model import import_repairs
+
+        # what the save would add, made here: the result compared is the result written
+        report.repairs = import_repairs(rewritten, report.after.domains if report.after
+                                        else None)
     if report_details:
         _report_size_and_picture(report, loaded, rewritten, dry_run)
     log.info("rewrite %s: %d remedy application(s), %d finding(s) left", loaded.path,
              sum(report.applied.values()), len(report.remaining))
-    if verify and not dry_run and report.applied:
+    if verify and not dry_run and (report.applied or report.repairs):
         from rewriter.comparison.isolation import shared_runner
 
         shared_runner(plugins, memory_limit=options.get("memory_limit")).start()
@@ -373,8 +393,14 @@ def rewrite(
     if report.remaining and not report.applied and not partial:
         return RewriteResult(None, report)  # --explain of an unfixable model: nothing changed
     failed = report.verdict == MISMATCH or (report.remaining and not partial)
-    keep = not ((failed and not keep_failed)
-                or (report.verdict == UNVERIFIED and verify and not allow_unverified))
+    unverified = report.verdict == UNVERIFIED and verify and not allow_unverified
+    if unverified and partial and report.comparison is not None and report.remaining:
+        # a partial result is written when what was changed holds: every target ran it and
+        # matched, or (one that still refuses it) it matched on the chain
+        unverified = not all(t.verdict == VERIFIED or t.changes_hold_elsewhere
+                             for t in report.comparison.targets) or \
+            bool(report.comparison.error or report.comparison.oracle_error)
+    keep = not ((failed and not keep_failed) or unverified)
     if strip_provenance and keep:  # after the comparison: it names rules by provenance
         from rewriter.apply.provenance import strip_provenance as strip
 
@@ -399,6 +425,11 @@ def rewrite(
     if is_path:
         return RewriteResult(report.output, report)
     return RewriteResult(rewritten, report)
+
+
+# compare options that also shape the confirmation's comparison of a runtime's numbers
+_NUMBERS_OPTIONS = ("inputs", "dims", "seed", "runs", "atol", "rtol", "timeout",
+                    "memory_limit", "reference_ops")
 
 
 def _report_size_and_picture(report: Any, loaded: LoadedModel, rewritten: ModelProto,

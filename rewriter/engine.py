@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -75,6 +75,9 @@ class RewriteReport:
     before: ModelStats | None = None
     after: ModelStats | None = None
     applied: Counter = field(default_factory=Counter)  # (kind, plugin, rule, op) -> nodes
+    # changes made to the model besides the remedies (a missing opset import added): one
+    # sentence each; a repair is verified like any rewrite
+    repairs: list[str] = field(default_factory=list)
     remaining: list[Finding] = field(default_factory=list)
     explain: list[dict] = field(default_factory=list)
     verification: dict[str, str] = field(default_factory=dict)
@@ -114,7 +117,7 @@ class RewriteReport:
         if failed:
             self.verdict = MISMATCH
             self.verdict_reason = f"the result fails validation: {failed[0]}"
-        elif not self.applied and not self.remaining:
+        elif not self.applied and not self.remaining and not self.repairs:
             self.verdict = UNCHANGED
             self.verdict_reason = (f"already runs on {', '.join(self.targets)}; nothing to do "
                                    "(the output is the input model)")
@@ -163,6 +166,7 @@ class RewriteReport:
                 {"kind": k, "plugin": p, "rule": r, "op": op, "nodes": n}
                 for (k, p, r, op), n in sorted(self.applied.items())
             ],
+            "repairs": self.repairs,
             "before": {"nodes": self.before.nodes, "ops": dict(sorted(self.before.ops.items()))}
             if self.before else None,
             "after": {"nodes": self.after.nodes, "ops": dict(sorted(self.after.ops.items()))}
@@ -225,8 +229,14 @@ def _rewrite_proto(
     prefer: str = "decompose",
     base_dir=None,
     data_locations: Collection[str] | None = None,
+    numbers: Callable[[ModelProto, Target, Mapping], list[Finding]] | None = None,
 ) -> tuple[ModelProto, RewriteReport]:
     """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
+
+    ``numbers``: for a target whose confirmation ran the model and found nothing, the
+    nodes its runtime computes differently from the oracle (``computes-differently``
+    findings with their nodes: :func:`rewriter.comparison.numbers.numbers_for`), remedied
+    like any other finding.
 
     ``prefer``: ``"decompose"`` (default: a decomposed model needs nothing at deployment) or
     ``"kernel"``, for ops that have both remedies. ``data_locations``: the external-data
@@ -256,7 +266,17 @@ def _rewrite_proto(
         return choice.output_types if choice is not None else None
 
     with progress.stage("detect", f"{report.before.nodes} nodes"):
-        detections = [detect(model, t, typing=planned_types) for t in targets]
+        detections = [detect(model, t, typing=planned_types, base_dir=base_dir)
+                      for t in targets]
+    if numbers is not None:
+        for t, d in zip(targets, detections):
+            if d.findings or d.confirmation is None or not d.confirmation.ran or \
+                    not t.compares_numbers:
+                continue
+            with progress.stage("detect", f"{t.name}'s numbers"):
+                found = numbers(model, t, d.main_types)
+            d.findings.extend(found)
+            d.in_main.update(id(f) for f in found if f.node is not None)
     findings = [f for d in detections for f in d.findings]
     declared = detections[0].declared if detections else {}
     with progress.stage("plan", f"{len(findings)} findings"):

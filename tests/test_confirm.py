@@ -152,7 +152,9 @@ def test_a_run_failing_on_generated_values_keeps_the_static_verdict(plugins, tar
         assert "not counted as a refusal" in result.confirmation
         assert words[target] in result.confirmation
     else:  # OpenVINO does not check Gather's indices: it ran
-        assert result.confirmation == "loaded and ran once on generated inputs"
+        assert result.confirmation.startswith("loaded and ran once on generated inputs")
+        # onnxruntime fails on these indices: OpenVINO's numbers are compared with nothing
+        assert "numbers not compared" in result.confirmation
 
 
 def test_a_run_failing_on_one_input_set_and_running_on_another_runs(plugins):

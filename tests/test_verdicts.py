@@ -263,18 +263,23 @@ def test_partial_with_a_failing_remedy_writes_nothing(plugin_file, tmp_path, cap
     assert last.startswith("✗ 1 finding(s) left; what --partial changed: mismatch: differs")
 
 
-def test_partial_whose_change_is_right_is_verified_and_exits_1_for_what_remains(
+def test_partial_whose_change_is_right_is_written_but_not_verified_for_the_target(
         tmp_path, capsys):
     """The built-in FastGelu decomposition is right: the partial result (CDist left for the
-    reference target) is verified on onnxruntime against onnxruntime, written, exit 1."""
+    reference target) equals the original on onnxruntime, and is written; the reference
+    target's own verdict is not "verified" (its runtime cannot run the result: issue 27)."""
     model = PARTIAL.replace("com.acme.ErfGelu", "com.microsoft.FastGelu")
     source = write_model(tmp_path / "in.onnx", model_from_text(model))
     out = tmp_path / "out.onnx"
     code, stdout, err = cli(["rewrite", source, "-o", out, "-t", "reference", "--partial",
                              "--json"], capsys)
     report = json.loads(stdout)
-    assert code == 1 and report["verdict"] == "verified" and out.exists(), err
+    assert code == 3 and report["verdict"] == "unverified" and out.exists(), err
     assert report["compare"]["oracle"] == "onnxruntime"
+    (target,) = report["compare"]["targets"]
+    assert target["verdict"] == "unverified" and target["runtime"] == "reference"
+    assert target["elsewhere"]["runtime"] == "onnxruntime"
+    assert target["elsewhere"]["status"] == "equal"
 
 
 def test_no_verify_writes_and_says_not_verified(plugin_file, tmp_path, capsys):

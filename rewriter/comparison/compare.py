@@ -408,22 +408,37 @@ class TargetComparison:
     runner: Any = field(default=None, repr=False, compare=False)
     # the rewritten model's outputs (per input set), for a second opinion on a mismatch
     produced: Any = field(default=None, repr=False, compare=False)
+    # a partial result the target could not run, run on the chain instead: {"runtime",
+    # "status", "max_abs"} (evidence about what was changed, not the target's verdict)
+    elsewhere: dict[str, Any] | None = None
 
     @property
     def max_abs(self) -> float | None:
         values = [c.max_abs for c in self.outputs if c.max_abs is not None]
         return max(values) if values else None
 
+    @property
+    def verdict(self) -> str:
+        """This target's own verdict: ``verified`` (its outputs equal the oracle's),
+        ``mismatch``, or ``unverified`` (the rewritten model did not run there)."""
+        return {EQUAL: VERIFIED, MISMATCH: MISMATCHED}.get(self.status, UNVERIFIED)
+
     def as_dict(self) -> dict[str, Any]:
         worst = self.max_abs
         return {
             "target": self.target, "runtime": self.runtime or self.target,
-            "status": self.status, "error": self.error or None,
+            "status": self.status, "verdict": self.verdict, "error": self.error or None,
             "error_kind": self.error_kind or None, "seconds": round(self.seconds, 3),
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "outputs": [c.as_dict() for c in self.outputs],
             "localization": self.localization.as_dict() if self.localization else None,
+            "elsewhere": self.elsewhere,
         }
+
+    @property
+    def changes_hold_elsewhere(self) -> bool:
+        """A partial result this target could not run, equal to the original on the chain."""
+        return self.elsewhere is not None and self.elsewhere["status"] == EQUAL
 
 
 @dataclass
@@ -493,7 +508,8 @@ class CompareReport:
             return f"could not evaluate the original: {self.oracle_error}"
         if not self.targets:
             return "no target to run the rewritten model on"
-        return "; ".join(f"{_where(t)}: {t.error}" for t in self.targets if t.status == ERROR)
+        return "; ".join(f"{_where(t)}: {t.error}{_elsewhere_text(t)}" for t in self.targets
+                         if t.status == ERROR)
 
     def summary(self) -> str:
         """One line: the verdict and the largest error, or why there is none."""
@@ -557,6 +573,16 @@ def _num_text(x) -> str:
     return "-" if x is None else (f"{x:.3g}" if math.isfinite(x) else str(x))
 
 
+def _elsewhere_text(t: TargetComparison) -> str:
+    """What a partial result that ``t``'s runtime could not run showed on the chain."""
+    if t.elsewhere is None:
+        return ""
+    state = ("equals the original" if t.elsewhere["status"] == EQUAL else
+             "differs from the original" if t.elsewhere["status"] == MISMATCH else
+             "could not run")
+    return f" (what was changed {state} on {t.elsewhere['runtime']})"
+
+
 def _where(t: TargetComparison) -> str:
     return f"{t.target} (run on {t.runtime})" if t.runtime and t.runtime != t.target \
         else t.target
@@ -597,6 +623,7 @@ def compare(
     localize: bool = True,
     save_inputs: str | os.PathLike | None = None,
     off_target: Sequence[str] = (),
+    localize_nodes: bool = False,
 ) -> CompareReport:
     """Run the rewritten model on each target and compare it with the original.
 
@@ -632,8 +659,12 @@ def compare(
         localize: on a mismatch, find the first diverging rewritten region.
         save_inputs: write the inputs used here (``.npz`` for one set, else an ONNX
             test-data folder), so a verdict can be reproduced with ``inputs=``.
-        off_target: targets whose rewritten model is run on the chain rather than on the
-            target itself (a partial rewrite the target cannot run yet).
+        localize_nodes: localize by the original's own nodes (each main-graph node a
+            region) instead of the rewritten regions: for a model compared with itself on
+            another runtime (:mod:`~rewriter.comparison.numbers`).
+        off_target: targets the rewritten model still holds findings for (a partial
+            rewrite): it is run on the target all the same (a target's verdict comes from
+            its own runtime), and a failure there says why.
 
     Returns:
         a :class:`CompareReport`; ``verdict`` is ``verified``, ``mismatch`` or
@@ -767,17 +798,39 @@ def compare(
                     "no installed runtime can run it"
                 return report
 
-        # the rewritten model on every target (on the chain where a target runs no models)
+        # the rewritten model on every target: a target's verdict comes from its own
+        # runtime; a target that runs no models (opset:N) has it run on the chain
         subject_chain = None
         for spec, target in zip(specs, resolved):
-            if target.runs_models and spec not in off_target:
+            if target.runs_models:
                 result = run(job(spec, subject.model, subject.base_dir, feeds),
                              f"the rewritten model on {spec}")
-                report.targets.append(_judge_target(spec, result, want, tolerances))
+                tc = _judge_target(spec, result, want, tolerances)
+                if not result.ok and spec in off_target:
+                    tc.error = (f"{spec} cannot run the rewritten model (it still holds "
+                                f"nodes {spec} refuses): {tc.error}")
+                    # what was changed, checked on the chain all the same: evidence for a
+                    # partial rewrite, not this target's verdict
+                    subject_chain = subject_chain or chain(subject)
+                    for candidate in subject_chain.runners:
+                        other = run(job(candidate.target, candidate.model, subject.base_dir,
+                                        feeds, candidate.reference_ops, candidate.libraries),
+                                    f"the rewritten model on {candidate.label}")
+                        if other.ok:
+                            judged = _judge_target(spec, other, want, tolerances)
+                            tc.elsewhere = {"runtime": candidate.label,
+                                            "status": judged.status,
+                                            "max_abs": judged.max_abs}
+                            if judged.status == MISMATCH:  # what was changed is wrong:
+                                # a mismatch, said to be found on that runtime
+                                judged.runtime, judged.runner = candidate.label, candidate
+                                judged.elsewhere = tc.elsewhere
+                                tc = judged
+                            break
+                report.targets.append(tc)
                 continue
             subject_chain = subject_chain or chain(subject)
-            why = ("it runs no models" if not target.runs_models else
-                   "the rewritten model still holds nodes it cannot run")
+            why = "it runs no models"
             tc = TargetComparison(spec, ERROR, error_kind="no-runtime", error=(
                 f"{why}, and no installed runtime runs the rewritten model: "
                 + ("; ".join(f"{a['target']}: {a['error']}" for a in subject_chain.skipped)
@@ -805,7 +858,7 @@ def compare(
                     if oracle is None:
                         oracle = next(iter(chain(original).runners), None)
                     tc.localization = _localize(run, job, original, subject, tc, feeds,
-                                                tolerances, oracle)
+                                                tolerances, oracle, localize_nodes)
     finally:
         report.seconds = time.perf_counter() - start
     return report
@@ -923,7 +976,7 @@ def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) ->
 
 
 def _localize(run, job, original, subject, tc: TargetComparison, feeds,
-              tolerances: Tolerances, oracle) -> Localization:
+              tolerances: Tolerances, oracle, by_node: bool = False) -> Localization:
     """The first diverging rewritten region: both models run again with every region's
     boundary values exposed as outputs, the original on the oracle's runtime (``oracle``:
     a :class:`rewriter.comparison.oracles.Runner`), the rewritten one where it ran."""
@@ -933,11 +986,13 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
         expose,
         find_regions,
         judge,
+        node_regions,
     )
 
     bad = [c for c in tc.outputs if not c.ok]
     index = bad[0].input_set if bad else 0
-    regions = find_regions(original.model, subject.model)
+    regions = (node_regions(original.model) if by_node
+               else find_regions(original.model, subject.model))
     if not regions:
         return Localization("no-regions", "no node of the original was rewritten (or the "
                             "rewritten nodes carry no provenance)", input_set=index)
@@ -966,7 +1021,7 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
         found = compare_values(name, e, a, tolerances, index)
         return found[0] if len(found) == 1 else _merge_items(name, found)
 
-    return judge(regions, before.outputs[0], after.outputs[0], one, index)
+    return judge(regions, before.outputs[0], after.outputs[0], one, index, by_node)
 
 
 def _merge_items(name: str, items: list[OutputComparison]) -> OutputComparison:
@@ -985,16 +1040,16 @@ def verify_rewrite(loaded, rewritten, specs: Sequence[str], resolved, report, *,
                    plugins: Plugins, custom_op_libraries: Sequence[str] = (),
                    output: str | os.PathLike | None = None, **options) -> None:
     """``rewrite``'s last step: compare the result with the original on every requested
-    target (a target that runs no models, or that a partial result does not run on yet,
-    has the result run on the chain of :mod:`~.oracles`), and record the comparison
-    in ``report.comparison`` and its one-line verdict in ``report.verification["compare"]``
+    target, each on its own runtime (a target that runs no models, ``opset:N``, has the
+    result run on the chain of :mod:`~.oracles`), and record the comparison in
+    ``report.comparison`` and its one-line verdict in ``report.verification["compare"]``
     ("ok" when verified). ``output``: the path the result is to be written to (named in the
-    report). Nothing is compared when nothing was rewritten."""
+    report). Nothing is compared when nothing was changed (no remedy, no repair)."""
     from pathlib import Path
 
     from rewriter.io.model import LoadedModel
 
-    if not report.applied:
+    if not report.applied and not report.repairs:
         report.verification["compare"] = "skipped: nothing was rewritten"
         return
     still = {f.target for f in report.remaining}  # a target that refused the result too

@@ -199,6 +199,27 @@ def find_regions(original: ModelProto, rewritten: ModelProto) -> list[Region]:
     return regions
 
 
+def node_regions(model: ModelProto) -> list[Region]:
+    """Every main-graph node of ``model`` (Constant nodes left out) as a region of its own,
+    in order: for finding the first node a runtime computes differently from the oracle,
+    the model being run as it is on both (a node holding subgraphs stands for them)."""
+    graph = model.graph
+    fixed = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    constants = {o for n in graph.node if n.op_type == "Constant"
+                 and normalize_domain(n.domain) == "" for o in n.output}
+    regions = []
+    for index, node in enumerate(graph.node):
+        if node.op_type == "Constant" and normalize_domain(node.domain) == "":
+            continue
+        outputs = [o for o in node.output if o]
+        if not outputs:
+            continue
+        inputs = [i for i in dict.fromkeys([*node.input, *sorted(_implicit_inputs(node))])
+                  if i and i not in fixed and i not in constants]
+        regions.append(Region(index, node.name, _op_label(node), outputs, inputs))
+    return regions
+
+
 def expose(model: ModelProto, names: list[str]) -> ModelProto:
     """A copy of ``model`` with ``names`` added as graph outputs (typed where the model or
     onnx's shape inference knows the type)."""
@@ -287,8 +308,10 @@ def judge(
     actual: Mapping[str, Any],
     compare_value: Callable[[str, Any, Any], Any],
     input_set: int = 0,
+    by_node: bool = False,
 ) -> Localization:
-    """Walk the regions in order and name the first whose outputs diverge.
+    """Walk the regions in order and name the first whose outputs diverge (``by_node``:
+    the regions are the model's own nodes, :func:`node_regions`, and the messages say so).
 
     ``compare_value(name, expected, actual)`` returns an object with ``ok`` and
     ``as_dict()`` (an :class:`rewriter.comparison.compare.OutputComparison`).
@@ -304,6 +327,11 @@ def judge(
         checks.append(check)
         if first is None and check.diverges:
             first = check
+    if first is None and by_node:
+        return Localization(
+            "outside", "every node's outputs agree: the outputs diverge inside a node "
+            "holding subgraphs, or in what the runtime made of several nodes together",
+            None, checks, input_set)
     if first is None:
         return Localization(
             "outside", "every rewritten region's boundary values agree: the outputs diverge "
@@ -313,6 +341,15 @@ def judge(
     error = (f"max abs error {worst.max_abs:.3g}" if worst.max_abs is not None
              else worst.detail or "values differ")
     region = first.region
+    if by_node:
+        if not first.inputs_agree:  # (a graph input or constant is never compared)
+            bad = [c.name for c in first.inputs if not c.ok]
+            return Localization(
+                "upstream", f"the first diverging node, {region.label}, already reads "
+                f"diverging values ({', '.join(map(repr, bad))})", region, checks, input_set)
+        return Localization(
+            "found", f"first diverging node: {region.label}: {error} at {worst.name!r}; its "
+            "inputs agree", region, checks, input_set)
     if not first.inputs_agree:
         bad = [c.name for c in first.inputs if not c.ok]
         return Localization(

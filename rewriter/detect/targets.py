@@ -36,6 +36,7 @@ REASONS: dict[str, str] = {
     "invalid-node": "node does not match the operator's schema",
     "input-rank": "an input's rank contradicts the operator's schema (invalid on every target)",
     "runtime-refused": "the runtime refused the model",
+    "computes-differently": "the runtime runs it, but its outputs differ from the oracle's",
     "external-shape-data": "a value shape inference reads is stored in external data",
 }
 
@@ -319,6 +320,13 @@ class Target:
         """Whether the target implements :meth:`prepare` or :meth:`run`."""
         cls = type(self)
         return cls.prepare is not Target.prepare or cls.run is not Target.run
+
+    @property
+    def compares_numbers(self) -> bool:
+        """Whether a confirmation that ran the model also compares the runtime's outputs
+        with the oracle's (:mod:`rewriter.comparison.numbers`: a difference is a
+        ``computes-differently`` finding). A runtime that is the oracle itself says no."""
+        return self.runs_models
 
     def finding(self, query: NodeQuery, reason: str, detail: str, version: int | None = None):
         node = query.node

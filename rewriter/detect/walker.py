@@ -31,7 +31,13 @@ from rewriter.graph.typeinfer import (
     declared_protos,
     declared_types,
 )
-from rewriter.graph.walk import _DOMAIN_ALIASES, function_key, opset_map, subgraphs
+from rewriter.graph.walk import (
+    _DOMAIN_ALIASES,
+    NodeSite,
+    function_key,
+    opset_map,
+    subgraphs,
+)
 
 
 @dataclass
@@ -115,6 +121,21 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
         finding = _with_node(finding, site.node, tuple(site.node.input), types,
                              site.scope.opsets)
     return confirmation, [finding]
+
+
+def finding_at(model: ModelProto, target: str, index: int, reason: str, detail: str,
+               types: Mapping[str, str] | None = None) -> Finding:
+    """A finding on the main-graph node at ``index`` (with the node, its input types from
+    ``types`` and its scope's opsets, for the rewrite engine, when ``types`` is given)."""
+    from rewriter.graph.walk import iter_scopes
+
+    scope = next(iter(iter_scopes(model)))  # the main graph's comes first
+    site = NodeSite(model.graph.node[index], index, scope)
+    finding = Finding(target, site.path, site.domain, site.node.op_type,
+                      site.opset_version, reason, detail, site.node.name)
+    if types is None:
+        return finding
+    return _with_node(finding, site.node, tuple(site.node.input), types, scope.opsets)
 
 
 def confirms_here(model: ModelProto, target: Target, base_dir=None) -> bool:

@@ -177,6 +177,21 @@ def missing_imports(model: ModelProto, scopes: list | None = None) -> list[tuple
 _node_domain = attrgetter("domain")
 
 
+def import_repairs(model: ModelProto, domains: Iterable[str] | None = None) -> list[str]:
+    """Add to ``model``, in place, the opset import of each domain its nodes use and it (or
+    the function using it) does not import, as :func:`save_model` would at the save; one
+    sentence per import added (a repair is a change: the caller reports and verifies it).
+    ``domains``: the domains the nodes use, when known (no walk for a model without
+    functions)."""
+    missing = (_missing_model_imports(model, domains)
+               if domains is not None and not model.functions else missing_imports(model))
+    add_imports(model, missing)
+    return [f"added the opset import {domain} 1 to "
+            + (f"function {function.domain}::{function.name}" if function is not None
+               else "the model") + " (its nodes use the domain; it did not import it)"
+            for domain, function in missing]
+
+
 def add_imports(model: ModelProto, missing: list[tuple[str, object]]) -> list:
     """Import each missing domain at version 1 where it is used; return the (repeated
     field, entry) pairs added, for a caller that undoes them."""

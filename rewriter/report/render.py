@@ -317,6 +317,8 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
         for (kind, plugin, rule, op), n in sorted(report.applied.items()):
             lines += para(f"{op} ×{n}: {short_rule(f'{kind} {rule} [{plugin}]')}",
                           indent=6, first=2)
+    for repair in getattr(report, "repairs", None) or []:
+        lines += para(f"repair: {repair}", indent=4, first=0)
     needs = getattr(report, "kernels", None) or {}
     if needs.get("native"):
         lines += para("runs natively in onnxruntime-extensions (no Python at run time): "
