@@ -975,6 +975,10 @@ def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) ->
                             produced=result.outputs)
 
 
+# Localizing by node exposes every main-graph node's outputs in both runs: up to this many
+LOCALIZE_NODES_MAX = 5000
+
+
 def _localize(run, job, original, subject, tc: TargetComparison, feeds,
               tolerances: Tolerances, oracle, by_node: bool = False) -> Localization:
     """The first diverging rewritten region: both models run again with every region's
@@ -991,6 +995,10 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
 
     bad = [c for c in tc.outputs if not c.ok]
     index = bad[0].input_set if bad else 0
+    if by_node and len(original.model.graph.node) > LOCALIZE_NODES_MAX:
+        return Localization("unavailable", f"not localized: the model has more than "
+                            f"{LOCALIZE_NODES_MAX} nodes (each one's outputs would be "
+                            "exposed in both runs)", input_set=index)
     regions = (node_regions(original.model) if by_node
                else find_regions(original.model, subject.model))
     if not regions:
