@@ -475,7 +475,12 @@ class Planner:
             return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, problem)
         inner = []
         if nested:
-            fn = self._lower_nested(fn, nested, opsets)
+            try:
+                fn = self._lower_nested(fn, nested, opsets)
+            except Exception as e:  # noqa: BLE001 - onnx's inliner refusing is the answer
+                return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False,
+                                 "the remedies of its body's nodes could not be inlined into "
+                                 f"it: {_one_line(e)}")
             for choice, inner_finding in nested.values():
                 inner.append((choice.kind, choice.plugin, choice.rule, inner_finding.op_label))
                 inner.extend(choice.nested)
@@ -614,7 +619,9 @@ class Planner:
         outer.CopyFrom(fn)
         outer.domain, outer.name = _LOWERING_DOMAIN, "outer"
         body_opsets = opset_map(outer.opset_import)
-        body_opsets.setdefault("", opsets.get("", 1))
+        # the body is used at the model's ai.onnx opset (specialise imports it there), as
+        # the inner remedies were specialised: the inliner insists the two agree
+        body_opsets[""] = opsets.get("", body_opsets.get("", 1))
         body_opsets[REMEDY_DOMAIN] = 1
         del outer.opset_import[:]
         for domain, version in sorted(body_opsets.items()):
