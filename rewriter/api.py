@@ -88,7 +88,8 @@ def check(
     """List every node each target cannot run.
 
     Args:
-        model: a path, a ``ModelProto`` or a :class:`~rewriter.io.LoadedModel`.
+        model: a path, a ``ModelProto``, an ``onnx_ir.Model`` or a
+            :class:`~rewriter.io.LoadedModel`.
         targets: a target name or a list, e.g. ``"onnxruntime"``, ``["onnxruntime",
             "opset:13"]``.
         plugins: loaded plugins (default: :func:`rewriter.manager.load_plugins`), or plugin
@@ -109,6 +110,10 @@ def check(
     NAME [PLUGIN]", ...), or why none applies ("none: WHY").
     """
     plugins = as_plugins(plugins)
+    if _is_onnx_ir_model(model):  # every model kind rewrite takes
+        import onnx_ir
+
+        model = onnx_ir.to_proto(model)
     # the cyclic collector is paused, as the engine pauses it (rewrite_proto): detection
     # makes a few tuples per node and a finding per refused node, none in a cycle; the
     # collector's passes over them were ~10% of check at 100k nodes and freed nothing

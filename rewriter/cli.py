@@ -385,9 +385,9 @@ def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plu
         return [f.result() for f in futures]
 
 
-def _check_document(docs: list[dict]) -> dict:
+def _check_document(docs: list[dict], targets=(), plugin_specs=(), libraries=()) -> dict:
     """The ``check`` report document: one model's data as it is; many models under
-    ``models`` with the summary."""
+    ``models`` with the summary (its hint carrying the user's targets and options)."""
     from rewriter.report.document import document
     from rewriter.report.render import check_summary
 
@@ -397,7 +397,7 @@ def _check_document(docs: list[dict]) -> dict:
         "ok": all(d["ok"] for d in docs),
         "exit_code": max(d["exit_code"] for d in docs),
         "fixable": all(d.get("fixable") or d["ok"] for d in docs),
-        "summary": check_summary(docs), "models": docs,
+        "summary": check_summary(docs, targets, plugin_specs, libraries), "models": docs,
     })
 
 
@@ -493,7 +493,7 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, repo
                        plugins, details=output_format == "json" or bool(report_path))
     if len(docs) == 1 and docs[0].get("error") and output_format in ("text", "json"):
         raise _ModelError(docs[0]["error"], docs[0]["exit_code"])
-    doc = _check_document(docs)
+    doc = _check_document(docs, targets, obj["plugins"], libraries)
     _write_report(report_path, doc, protected=paths)
     if output_format == "json":
         click.echo(report.dumps(doc))
@@ -519,8 +519,11 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, repo
                 say(line)
         if len(docs) > 1 or not docs[0]["ok"]:
             say()
-            for line in report.check_summary(docs):
-                say(line)
+            from rewriter.console import wrap
+
+            for line in report.check_summary(docs, targets, obj["plugins"], libraries):
+                for part in wrap(line, indent=2, first=0):
+                    say(part)
     ctx.exit(max(d["exit_code"] for d in docs))
 
 

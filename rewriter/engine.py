@@ -457,7 +457,7 @@ def plan_findings(planner: Planner, findings: Sequence[Finding], constants,
         candidates = planner.candidates(f, constants, declared)
         known = derived.get(id(candidates))
         if known is None:
-            answered = tuple([(c.kind, c.plugin, c.rule, c.accepted, c.why)
+            answered = tuple([(c.kind, c.plugin, c.rule, c.accepted, c.why, c.relevant)
                               for c in candidates])
             accepted = any(c.accepted for c in candidates)
             known = derived[id(candidates)] = (
@@ -535,7 +535,8 @@ def pipeline(plugins: Plugins, targets: Sequence[Target], config: Mapping[str, A
 
 def _explain(groups: dict[tuple, dict], finding: Finding, answered: tuple) -> None:
     """Add ``finding`` to the ``--explain`` groups: findings of one op whose remedies
-    answered alike (``answered``: each candidate's kind, plugin, rule, accepted, why) are
+    answered alike (``answered``: each candidate's kind, plugin, rule, accepted, why and
+    whether it is a pass the finding is about) are
     one entry (``count``, ``paths``), with every candidate's answer (as dicts, made once
     per group)."""
     key = (finding.target, finding.domain, finding.op_type, finding.version, finding.reason,
@@ -544,7 +545,8 @@ def _explain(groups: dict[tuple, dict], finding: Finding, answered: tuple) -> No
     if group is None:
         groups[key] = {"finding": finding.as_dict(), "count": 1, "paths": [finding.path],
                        "candidates": [{"kind": k, "plugin": p, "rule": r, "accepted": a,
-                                       "why": w} for k, p, r, a, w in answered]}
+                                       "why": w, "relevant": rel}
+                                      for k, p, r, a, w, rel in answered]}
     else:
         group["count"] += 1
         group["paths"].append(finding.path)

@@ -164,7 +164,11 @@ def test_check_many_models_summary_and_worst_exit_code(tmp_path, capsys):
     assert code == 1, err
     assert out.count("✗ onnxruntime") == 3
     assert "4 models: 1 runs on every target, 3 with findings" in out
-    assert out.rstrip().endswith("2 of 3 fixable: run `onnx-rewriter rewrite MODEL -o OUT`")
+    # the hint carries the user's targets, and names the models it is for
+    last = " ".join(out[out.index("2 of 3 with"):].split())
+    assert last.startswith("2 of 3 with findings fixable: run `onnx-rewriter rewrite MODEL -o "
+                           "OUT -t onnxruntime` for each of "), last
+    assert last.count(".onnx") == 2
     assert "[no-kernel]" in out and "[unknown-domain]" in out  # reason codes
     # a folder is its .onnx files; a missing one makes it exit 2, the rest still checked
     code, out, err = run(capsys, "check", folder, tmp_path / "nope.onnx", "--no-confirm",
@@ -289,5 +293,49 @@ def test_check_over_the_corpus_folder_in_one_call(corpus, schema, capsys):
     assert not [m for m in doc["models"] if m.get("error")], err
     with_findings = [m for m in doc["models"] if not m["ok"]]
     assert with_findings and doc["summary"][0].startswith(f"{len(files)} models: ")
-    assert doc["summary"][1].endswith(
-        f"of {len(with_findings)} fixable: run `onnx-rewriter rewrite MODEL -o OUT`")
+    assert f"of {len(with_findings)} with findings fixable: run `onnx-rewriter rewrite " \
+        "MODEL -o OUT -t onnxruntime` for each of " in doc["summary"][1]
+
+
+def test_check_hint_carries_the_users_targets_plugins_and_paths(tmp_path, capsys):
+    copy = tmp_path / "my model.onnx"
+    copy.write_bytes(Path(FAILING).read_bytes())
+    code, out, err = run(capsys, "check", copy, "-t", "opset:13", "-t", "onnxruntime",
+                         "--no-confirm")
+    assert code == 1, err
+    last = " ".join(out[out.index("1 of 1 with"):].split())
+    out_path = tmp_path / "my model.rewritten.onnx"
+    assert last == (f"1 of 1 with findings fixable: run `onnx-rewriter rewrite '{copy}' -o "
+                    f"'{out_path}' -t opset:13 -t onnxruntime`")
+
+
+def test_a_misspelt_target_gets_a_suggestion_and_ort_is_onnxruntime(capsys):
+    code, _, err = run(capsys, "check", FAILING, "-t", "openvinoo", "--no-confirm")
+    assert code == 2 and "did you mean 'openvino'?" in err and err.count("\n") == 1
+    code, out, err = run(capsys, "check", FAILING, "-t", "ort", "--no-confirm")
+    assert code == 1 and "✗ onnxruntime" in out, err
+
+
+def test_explain_says_first_that_no_plugin_remedies_the_op(tmp_path, capsys):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Crop", ["x"], ["y"], border=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)])
+    model.ir_version = 3
+    source = tmp_path / "crop.onnx"
+    onnx.save(model, source)
+    code, out, err = run(capsys, "rewrite", source, "-o", tmp_path / "o.onnx", "-t", "opset:13",
+                         "--explain")
+    assert code == 1, err
+    explained = out[out.index("explain ai.onnx::Crop"):].splitlines()
+    assert explained[1].strip() == ("no plugin registers a remedy for ai.onnx::Crop (no "
+                                    "decomposition, no kernel)")
+    # the passes the finding is not about, in one (wrapped) line
+    rest = " ".join(" ".join(explained[2:]).split())
+    assert rest.startswith("passes that do not apply: ") and "opset-conversion" in rest
+    assert rest.count("declined") == 0
+    # the verdict line says what happened, without an empty verdict
+    assert "✗ 1 finding(s) have no remedy; nothing was changed; nothing written" in out

@@ -143,3 +143,12 @@ g (float[3, 4] x) => (float[3, 4] y) {
     assert not report.findings
     (result,) = report.results
     assert "equal onnxruntime's" in result.confirmation
+
+
+def test_check_takes_an_onnx_ir_model_as_rewrite_does(plugins):
+    import onnx_ir
+
+    model = onnx_ir.from_proto(_without_import())
+    report = check(model, "reference", plugins=plugins, confirm=False)
+    assert [f.op_type for f in report.findings] == ["Gelu"]
+    assert rewrite(model, "reference", plugins=plugins).report.verdict == "verified"

@@ -550,6 +550,24 @@ def confirm_in_child(target: Target, runtime: str, argv: list[str], payload: byt
                         "load")
 
 
+# Short names people type for the built-in targets (a registered target of that name wins)
+TARGET_ALIASES = {"ort": "onnxruntime", "ov": "openvino", "ref": "reference"}
+
+
+def unknown_target(spec: str, known: Sequence[str]) -> str:
+    """The error for a target name nobody registered: the close names ("did you mean"),
+    then every installed one."""
+    import difflib
+
+    name = spec.partition(":")[0]
+    candidates = sorted({*known, *(a for a, t in TARGET_ALIASES.items() if t in known)})
+    close = difflib.get_close_matches(name.lower(), candidates, n=3, cutoff=0.6)
+    close = list(dict.fromkeys(TARGET_ALIASES.get(c, c) for c in close))
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    listed = ", ".join(sorted(known)) or "none"
+    return f"unknown target {spec!r}{hint} (installed targets: {listed})"
+
+
 def resolve_targets(
     plugins, names: Sequence[str], options: TargetOptions | None = None
 ) -> list[Target]:
@@ -563,10 +581,11 @@ def resolve_targets(
     targets = []
     for spec in names:
         name, _, argument = spec.partition(":")
+        name = TARGET_ALIASES.get(name, name) if name not in plugins.registry.targets \
+            else name
         entry = plugins.registry.targets.get(name)
         if entry is None:
-            known = ", ".join(sorted(plugins.registry.targets)) or "none"
-            raise TargetError(f"unknown target {spec!r}; installed targets: {known}")
+            raise TargetError(unknown_target(spec, plugins.registry.targets))
         try:
             target = entry.factory(argument or None, options)
         except TargetError:

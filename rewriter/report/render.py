@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rewriter.detect.targets import REASONS
@@ -158,9 +159,12 @@ def print_check(report: CheckReport | dict[str, Any], registry=None, stream=None
         say(line)
 
 
-def check_summary(docs: list[dict[str, Any]]) -> list[str]:
-    """The closing lines of ``check``: how many models run, have findings, failed; and what
-    to do next ("2 of 3 fixable: run `onnx-rewriter rewrite MODEL -o OUT`")."""
+def check_summary(docs: list[dict[str, Any]], targets: Sequence[str] = (),
+                  plugins: Sequence[str] = (), libraries: Sequence[str] = ()) -> list[str]:
+    """The closing lines of ``check``: how many models run, have findings, could not be
+    checked (named); and what to do next, as a command to copy, with the user's targets,
+    plugins and custom-op libraries ("2 of 3 with findings fixable: run `onnx-rewriter
+    rewrite a.onnx -o a.rewritten.onnx -t openvino`")."""
     errors = [d for d in docs if d.get("error")]
     with_findings = [d for d in docs if not d.get("error") and not d["ok"]]
     fixable = [d for d in with_findings if d.get("fixable")]
@@ -169,13 +173,40 @@ def check_summary(docs: list[dict[str, Any]]) -> list[str]:
     if with_findings:
         parts.append(f"{len(with_findings)} with findings")
     if errors:
-        parts.append(f"{len(errors)} could not be checked")
+        parts.append(f"{len(errors)} could not be checked ("
+                     + ", ".join(str(d["model"]) for d in errors) + ")")
     lines = [f"{len(docs)} model{'s' if len(docs) != 1 else ''}: " + ", ".join(parts)]
     if with_findings:
-        hint = "run `onnx-rewriter rewrite MODEL -o OUT`" if fixable else \
-            "no installed plugin fixes them (see `onnx-rewriter ops`)"
-        lines.append(f"{len(fixable)} of {len(with_findings)} fixable: {hint}")
+        hint = ("run `" + rewrite_command([str(d["model"]) for d in fixable], targets, plugins,
+                                          libraries) + "`" if fixable else
+                "no installed plugin fixes them (see `onnx-rewriter ops`)")
+        if fixable and len(fixable) > 1:
+            hint += " for each of " + ", ".join(str(d["model"]) for d in fixable)
+        lines.append(f"{len(fixable)} of {len(with_findings)} with findings fixable: {hint}")
     return lines
+
+
+def rewrite_command(models: Sequence[str], targets: Sequence[str] = (),
+                    plugins: Sequence[str] = (), libraries: Sequence[str] = ()) -> str:
+    """The ``rewrite`` command line for one model (its output beside it, named
+    ``NAME.rewritten.onnx``), or ``MODEL -o OUT`` for many, with the given options."""
+    import shlex
+    from pathlib import Path
+
+    words = ["onnx-rewriter"]
+    for spec in plugins:
+        words += ["-p", shlex.quote(spec)]
+    if len(models) == 1:
+        path = Path(models[0])
+        out = path.with_name(f"{path.stem}.rewritten{path.suffix or '.onnx'}")
+        words += ["rewrite", shlex.quote(str(path)), "-o", shlex.quote(str(out))]
+    else:
+        words += ["rewrite", "MODEL", "-o", "OUT"]
+    for target in targets:
+        words += ["-t", shlex.quote(target)]
+    for library in libraries:
+        words += ["--custom-ops-library", shlex.quote(library)]
+    return " ".join(words)
 
 
 def print_inspect(info: dict[str, Any], stream=None) -> None:
@@ -356,20 +387,39 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
                       + ", ".join(item["paths"][:MAX_PATHS_SHOWN])
                       + (f" and {count - MAX_PATHS_SHOWN} more" if count > MAX_PATHS_SHOWN
                          else ""), indent=4)
-        # the chosen remedy, then plugins' own answers before placeholders of kinds nobody
-        # registered; the rest counted (--json lists every one)
-        ordered = sorted(item["candidates"],
-                         key=lambda c: (not c["accepted"], c["plugin"] == "-"))
-        shown = [c for c in ordered if c["accepted"]] + \
-            [c for c in ordered if not c["accepted"]][:EXPLAIN_DECLINED_SHOWN]
-        for c in shown:
-            rule = (str(c["kind"]) if c["plugin"] == "-"
-                    else short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]"))
-            text = f"chosen: {rule}" if c["accepted"] else f"{rule} — declined: {c['why']}"
-            lines += para(text, indent=6, first=2)
-        if len(ordered) > len(shown):
-            lines.append(f"  (and {len(ordered) - len(shown)} more declined; --json lists "
-                         "them)")
+        lines += _explain_candidates(item["candidates"], str(OpId(f["domain"], f["op_type"])),
+                                     para)
+    return lines
+
+
+def _explain_candidates(candidates: list[dict], op: str, para) -> list[str]:
+    """One finding's ``--explain`` lines: the chosen remedy; else, first, the fact that
+    matters when no plugin registers a decomposition or kernel for the op; then the plugins'
+    own declines (up to EXPLAIN_DECLINED_SHOWN); the passes that do not apply in one line
+    (``--json`` lists every candidate and why)."""
+    chosen = [c for c in candidates if c["accepted"]]
+    # a pass the finding is about (opset conversion of an opset finding) declines with a
+    # reason that matters, as a remedy's does; the others are boilerplate
+    remedies = [c for c in candidates if not c["accepted"] and c["plugin"] != "-"
+                and (c["kind"] != "pass" or c.get("relevant"))]
+    passes = [c for c in candidates if not c["accepted"] and c["kind"] == "pass"
+              and not c.get("relevant")]
+    lines: list[str] = []
+    for c in chosen:
+        lines += para("chosen: " + short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]"),
+                      indent=6, first=2)
+    if not chosen and not any(c["kind"] != "pass" for c in remedies):
+        lines += para(f"no plugin registers a remedy for {op} (no decomposition, no kernel)",
+                      indent=6, first=2)
+    for c in remedies[:EXPLAIN_DECLINED_SHOWN]:
+        rule = short_rule(f"{c['kind']} {c['rule']} [{c['plugin']}]")
+        lines += para(f"{rule} — declined: {c['why']}", indent=6, first=2)
+    if len(remedies) > EXPLAIN_DECLINED_SHOWN:
+        lines.append(f"  (and {len(remedies) - EXPLAIN_DECLINED_SHOWN} more declined; --json "
+                     "lists them)")
+    if passes and not chosen:
+        lines += para("passes that do not apply: " + ", ".join(c["plugin"] for c in passes)
+                      + " (--json says why)", indent=6, first=2)
     return lines
 
 
@@ -389,6 +439,8 @@ def verdict_line(report) -> str:
         where = f"nothing written ({flag} writes it)"
     else:
         where = "nothing written"
+    if not verdict:  # nothing was changed (findings without a remedy)
+        return f"✗ {reason}; {where}"
     if verdict == "unverified" and not report.verify:
         line = f"! not verified ({reason}); {where}"
     elif verdict == "unchanged":
