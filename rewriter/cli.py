@@ -470,11 +470,14 @@ Examples:
               help="text; json (as --json); github (workflow-command annotations); junit "
               "(JUnit XML); sarif (SARIF 2.1.0).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (--output-format json).")
+@click.option("--base-dir", "base_dir", type=click.Path(file_okay=False), default=None,
+              help="github/sarif: model locations relative to this folder (the repository's "
+              "root; default: the current folder).")
 @REPORT
 @_common
 @click.pass_context
-def check(ctx, models, targets, confirm, libraries, output_format, as_json, report_path,
-          plugin_specs, debug):
+def check(ctx, models, targets, confirm, libraries, output_format, as_json, base_dir,
+          report_path, plugin_specs, debug):
     """List every node the targets cannot run, why (a reason code) and the remedy rewrite
     would apply.
 
@@ -500,7 +503,7 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, repo
     elif output_format == "github":
         from rewriter.report.ci import github_lines
 
-        for line in github_lines(docs):
+        for line in github_lines(docs, base_dir):
             click.echo(line)
     elif output_format == "junit":
         from rewriter.report.ci import junit_xml
@@ -509,7 +512,7 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, repo
     elif output_format == "sarif":
         from rewriter.report.ci import sarif
 
-        click.echo(report.dumps(sarif(docs, doc["tool"]["version"])))
+        click.echo(report.dumps(sarif(docs, doc["tool"]["version"], base_dir)))
     else:
         say = report._plain()
         for i, d in enumerate(docs):

@@ -339,3 +339,19 @@ def test_explain_says_first_that_no_plugin_remedies_the_op(tmp_path, capsys):
     assert rest.count("declined") == 0
     # the verdict line says what happened, without an empty verdict
     assert "✗ 1 finding(s) have no remedy; nothing was changed; nothing written" in out
+
+
+def test_sarif_and_github_locations_are_relative_to_the_base_dir(tmp_path, capsys):
+    folder = _corpus_sample(tmp_path)
+    code, out, _ = run(capsys, "check", folder, "--no-confirm", "--output-format", "sarif",
+                       "--base-dir", tmp_path)
+    uris = {loc["physicalLocation"]["artifactLocation"]["uri"]
+            for r in json.loads(out)["runs"][0]["results"] for loc in r["locations"]}
+    # repository-relative, as code scanning wants: no scheme, no leading slash
+    assert uris and all(u.startswith(f"{folder.name}/") and u.endswith(".onnx")
+                        for u in uris), uris
+    code, out, _ = run(capsys, "check", folder, "--no-confirm", "--output-format", "github",
+                       "--base-dir", folder)
+    files = {dict(p.split("=", 1) for p in line.split(" ", 1)[1].split("::")[0].split(","))
+             ["file"] for line in out.splitlines()}
+    assert files and all("/" not in f and f.endswith(".onnx") for f in files), files

@@ -6,8 +6,10 @@ group, its rule the reason code). Each takes the ``check`` documents of the mode
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rewriter.detect.targets import REASONS
@@ -39,13 +41,26 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_lines(docs: list[dict[str, Any]]) -> list[str]:
+def repository_path(path: str, base_dir: str | os.PathLike | None = None) -> str:
+    """``path`` relative to ``base_dir`` (default: the current folder), in POSIX form, as
+    code scanning and workflow annotations want it; an absolute path when it lies outside
+    that folder."""
+    base = Path(base_dir if base_dir is not None else os.getcwd()).resolve()
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(base).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def github_lines(docs: list[dict[str, Any]], base_dir=None) -> list[str]:
     """One workflow command per finding group: ``::error`` when ``rewrite`` has no remedy
     for it, ``::warning`` when it has (``rewrite`` fixes it); ``::error`` for a model that
-    could not be checked."""
+    could not be checked. Files are named relative to ``base_dir`` (the repository's root;
+    default: the current folder)."""
     lines = []
     for doc in docs:
-        file = _escape_property(doc["model"])
+        file = _escape_property(repository_path(doc["model"], base_dir))
         if doc.get("error"):
             lines.append(f"::error file={file},title={_escape_property('onnx-rewriter: error')}"
                          f"::{_escape_data(doc['error'])}")
@@ -94,18 +109,20 @@ def junit_xml(docs: list[dict[str, Any]]) -> str:
 
 # -- SARIF ------------------------------------------------------------------------------------
 
-def sarif(docs: list[dict[str, Any]], tool_version: str) -> dict[str, Any]:
+def sarif(docs: list[dict[str, Any]], tool_version: str, base_dir=None) -> dict[str, Any]:
     """A SARIF 2.1.0 log: one run, rules = the reason codes, one result per finding group
     (level ``error`` without a remedy, ``warning`` with one), located in the model file
-    with the node paths as logical locations; models that could not be checked are
-    ``toolExecutionNotifications``."""
+    (relative to ``base_dir``, the repository's root; default: the current folder, as code
+    scanning wants) with the node paths as logical locations; models that could not be
+    checked are ``toolExecutionNotifications``."""
     codes = sorted({g["reason"] for d in docs for _, g in _groups(d)})
     rules = [{"id": code, "name": code,
               "shortDescription": {"text": REASONS.get(code, code)}} for code in codes]
     index = {code: i for i, code in enumerate(codes)}
     results, notes = [], []
     for doc in docs:
-        location = {"physicalLocation": {"artifactLocation": {"uri": _uri(doc["model"])}}}
+        location = {"physicalLocation": {"artifactLocation": {
+            "uri": _uri(repository_path(doc["model"], base_dir))}}}
         if doc.get("error"):
             notes.append({"level": "error", "message": {"text": doc["error"]},
                           "locations": [location]})
