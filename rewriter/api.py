@@ -84,6 +84,8 @@ def check(
     confirm: bool | None = None,
     custom_op_libraries: Sequence[str] = (),
     report_details: bool = False,
+    fix_dims: Mapping[str, int] | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> CheckReport:
     """List every node each target cannot run.
 
@@ -104,6 +106,9 @@ def check(
             (``"extensions"`` names onnxruntime-extensions).
         report_details: fill ``size`` (nodes, initializer and file bytes) for a report
             (``--json``, ``--report``); a walk over every graph and initializer.
+        fix_dims, input_shapes: static shapes the model will run with (``--fix-dim``,
+            ``--input-shape``: :func:`rewriter.io.shapes.static_shapes`), applied before
+            detection so each target is asked about that model.
 
     Each target's result carries ``plan``: for every finding (by path and op), the remedy
     ``rewrite`` would apply for that target alone ("decomposition RULE [PLUGIN]", "pass
@@ -120,17 +125,20 @@ def check(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _check(model, targets, plugins, confirm, custom_op_libraries, report_details)
+        return _check(model, targets, plugins, confirm, custom_op_libraries, report_details,
+                      fix_dims, input_shapes)
     finally:
         if enabled:
             gc.enable()
 
 
 def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bool | None,
-           custom_op_libraries: Sequence[str], report_details: bool) -> CheckReport:
+           custom_op_libraries: Sequence[str], report_details: bool,
+           fix_dims=None, input_shapes=None) -> CheckReport:
     """:func:`check` with its plugins loaded."""
     with progress.stage("load", progress.loaded_name(model)):
         loaded = as_loaded(model, node_io=True)  # node names kept for each target's walk
+    loaded, _ = with_static_shapes(loaded, fix_dims, input_shapes)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     results = []
     for target in resolve_targets(plugins, as_targets(targets), options):
@@ -172,6 +180,18 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
 
     size = model_size(loaded.model, input_file_bytes(loaded)) if report_details else None
     return CheckReport(str(loaded.path), results, size)  # report size
+
+
+def with_static_shapes(loaded: LoadedModel, fix_dims=None, input_shapes=None
+                       ) -> tuple[LoadedModel, list[str]]:
+    """``loaded`` with the static shapes asked for (its model a copy; the same LoadedModel
+    when none are), and one sentence per change."""
+    if not fix_dims and not input_shapes:
+        return loaded, []
+    from rewriter.io.shapes import static_shapes
+
+    fixed, said = static_shapes(loaded.model, fix_dims, input_shapes)
+    return dataclasses.replace(loaded, model=fixed), said
 
 
 def finding_key(finding: Any) -> tuple[str, str]:
@@ -272,6 +292,8 @@ def rewrite(
     keep_failed: bool = False,
     strip_provenance: bool = False,
     report_details: bool = False,
+    fix_dims: Mapping[str, int] | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -304,6 +326,9 @@ def rewrite(
         report_details: fill the report's ``size`` (nodes, initializer and file bytes of
             the input and the result) and ``picture`` (one replaced node and the nodes that
             replaced it) for a report (``--json``, ``--report``); walks over both models.
+        fix_dims, input_shapes: static shapes the model will run with (``--fix-dim``,
+            ``--input-shape``), applied before detection; the result keeps them, the report
+            names them (``repairs``) and the comparison runs at them.
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path, None when
@@ -335,6 +360,7 @@ def rewrite(
         raise OutputError("rewrite needs an output path (-o OUT), --in-place or --dry-run")
     with progress.stage("load", progress.loaded_name(model)):
         loaded = as_loaded(model)
+    loaded, shape_changes = with_static_shapes(loaded, fix_dims, input_shapes)
     if output is not None and not dry_run:  # refuse a bad output before doing the work
         check_output_path(output, loaded.path if is_path else None, in_place=in_place)
     options = dict(compare_options or {})
@@ -360,8 +386,8 @@ def rewrite(
         from rewriter.io.model import import_repairs
 
         # what the save would add, made here: the result compared is the result written
-        report.repairs = import_repairs(rewritten, report.after.domains if report.after
-                                        else None)
+        report.repairs = shape_changes + import_repairs(
+            rewritten, report.after.domains if report.after else None)
     if report_details:
         _report_size_and_picture(report, loaded, rewritten, dry_run)
     log.info("rewrite %s: %d remedy application(s), %d finding(s) left", loaded.path,

@@ -131,6 +131,24 @@ def _state(ctx: click.Context, plugin_specs, debug, as_json: bool = False) -> di
     return obj
 
 
+def _static_shape_options(f):
+    """--fix-dim and --input-shape (check and rewrite): static shapes the model will run with,
+    applied before detection."""
+    f = click.option("--input-shape", "input_shapes", multiple=True,
+                     metavar="INPUT=d0,d1,...",
+                     help="Give an input a static shape before anything is asked (repeatable;"
+                     " a symbolic dimension it fixes is fixed everywhere).")(f)
+    return click.option("--fix-dim", "fix_dims", multiple=True, metavar="NAME=VALUE",
+                        help="Set a symbolic dimension to a static value everywhere the "
+                        "model declares it, before anything is asked (repeatable).")(f)
+
+
+def _static_shapes(fix_dims, input_shapes) -> tuple[dict, dict]:
+    from rewriter.io.shapes import parse_fixed_dims, parse_input_shapes
+
+    return parse_fixed_dims(fix_dims), parse_input_shapes(input_shapes)
+
+
 def _load_plugins(obj):
     from rewriter.manager import load_plugins
 
@@ -329,7 +347,7 @@ def _model_paths(specs: tuple[str, ...]) -> list[str]:
 
 def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...],
                confirm: bool | None, libraries: tuple[str, ...], plugins=None,
-               details: bool = False) -> dict:
+               details: bool = False, shapes: tuple[dict, dict] = ({}, {})) -> dict:
     """``check`` of one model as its document's data, or ``{model, ok: False, error,
     exit_code}`` when it could not be checked (run in a worker process for many models)."""
     from rewriter.api import check as run_check
@@ -346,7 +364,8 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
 
         with progress.timed() as stages:  # the report's time per stage
             result = run_check(path, targets, plugins=plugins, confirm=confirm,
-                               custom_op_libraries=libraries, report_details=details)
+                               custom_op_libraries=libraries, report_details=details,
+                               fix_dims=shapes[0], input_shapes=shapes[1])
         doc = check_as_dict(result, plugins.registry)
         doc["stages"] = stage_times(stages)
         doc["model"] = path
@@ -366,13 +385,13 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
 
 
 def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plugins,
-                details: bool = False) -> list[dict]:
+                details: bool = False, shapes: tuple[dict, dict] = ({}, {})) -> list[dict]:
     """Every model's ``check``: in this process for one, in a pool of worker processes
     (one per core) for many; in the order given. ``details``: each model's size, for a
     report."""
     if len(paths) == 1:
         return [_check_one(paths[0], targets, plugin_specs, confirm, libraries, plugins,
-                           details)]
+                           details, shapes)]
     import concurrent.futures
     import multiprocessing
 
@@ -381,7 +400,7 @@ def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plu
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers,
                                                 mp_context=context) as pool:
         futures = [pool.submit(_check_one, p, targets, plugin_specs, confirm, libraries,
-                               None, details) for p in paths]
+                               None, details, shapes) for p in paths]
         return [f.result() for f in futures]
 
 
@@ -473,11 +492,12 @@ Examples:
 @click.option("--base-dir", "base_dir", type=click.Path(file_okay=False), default=None,
               help="github/sarif: model locations relative to this folder (the repository's "
               "root; default: the current folder).")
+@_static_shape_options
 @REPORT
 @_common
 @click.pass_context
 def check(ctx, models, targets, confirm, libraries, output_format, as_json, base_dir,
-          report_path, plugin_specs, debug):
+          fix_dims, input_shapes, report_path, plugin_specs, debug):
     """List every node the targets cannot run, why (a reason code) and the remedy rewrite
     would apply.
 
@@ -492,8 +512,10 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, base
         output_format = "json"
     plugins = _load_plugins(obj)
     paths = _model_paths(models)
+    shapes = _static_shapes(fix_dims, input_shapes)
     docs = _check_many(paths, tuple(targets), obj["plugins"], confirm, tuple(libraries),
-                       plugins, details=output_format == "json" or bool(report_path))
+                       plugins, details=output_format == "json" or bool(report_path),
+                       shapes=shapes)
     if len(docs) == 1 and docs[0].get("error") and output_format in ("text", "json"):
         raise _ModelError(docs[0]["error"], docs[0]["exit_code"])
     doc = _check_document(docs, targets, obj["plugins"], libraries)
@@ -524,7 +546,10 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, base
             say()
             from rewriter.console import wrap
 
-            for line in report.check_summary(docs, targets, obj["plugins"], libraries):
+            shape_options = [("--fix-dim", v) for v in fix_dims] + \
+                [("--input-shape", v) for v in input_shapes]
+            for line in report.check_summary(docs, targets, obj["plugins"], libraries,
+                                             shape_options):
                 for part in wrap(line, indent=2, first=0):
                     say(part)
     ctx.exit(max(d["exit_code"] for d in docs))
@@ -572,15 +597,17 @@ Examples:
 @click.option("--strip-provenance", is_flag=True,
               help="Leave out which plugin and rule made each new node (a table in the "
               "model's metadata and a short key per node).")
+@_static_shape_options
 @_comparison_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @REPORT
 @_common
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
-            libraries, prefer, verify, allow_unverified, keep_failed, inputs, expected, runs,
-            seed, dims, atol, rtol, original_target, timeout, memory_limit, save_inputs,
-            as_json, report_path, plugin_specs, debug, strip_provenance=False):
+            libraries, prefer, verify, allow_unverified, keep_failed, fix_dims, input_shapes,
+            inputs, expected, runs, seed, dims, atol, rtol, original_target, timeout,
+            memory_limit, save_inputs, as_json, report_path, plugin_specs, debug,
+            strip_provenance=False):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     The result is compared with the original (run on the first installed runtime that runs
@@ -597,6 +624,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     compare_options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
                                          original_target, timeout, memory_limit, save_inputs)
     compare_options = {k: v for k, v in compare_options.items() if v is not None}
+    shapes = _static_shapes(fix_dims, input_shapes)
     if report_path:  # refused before any work: never the model or its data
         from rewriter.io.output import check_output_path
 
@@ -610,6 +638,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             prefer=prefer, verify=verify, compare_options=compare_options,
             allow_unverified=allow_unverified, keep_failed=keep_failed,
             strip_provenance=strip_provenance, report_details=bool(as_json or report_path),
+            fix_dims=shapes[0], input_shapes=shapes[1],
         )
     report = result.report
     doc = document("rewrite", report.as_dict(), stages=stages)

@@ -160,7 +160,8 @@ def print_check(report: CheckReport | dict[str, Any], registry=None, stream=None
 
 
 def check_summary(docs: list[dict[str, Any]], targets: Sequence[str] = (),
-                  plugins: Sequence[str] = (), libraries: Sequence[str] = ()) -> list[str]:
+                  plugins: Sequence[str] = (), libraries: Sequence[str] = (),
+                  options: Sequence[tuple[str, str]] = ()) -> list[str]:
     """The closing lines of ``check``: how many models run, have findings, could not be
     checked (named); and what to do next, as a command to copy, with the user's targets,
     plugins and custom-op libraries ("2 of 3 with findings fixable: run `onnx-rewriter
@@ -178,7 +179,7 @@ def check_summary(docs: list[dict[str, Any]], targets: Sequence[str] = (),
     lines = [f"{len(docs)} model{'s' if len(docs) != 1 else ''}: " + ", ".join(parts)]
     if with_findings:
         hint = ("run `" + rewrite_command([str(d["model"]) for d in fixable], targets, plugins,
-                                          libraries) + "`" if fixable else
+                                          libraries, options) + "`" if fixable else
                 "no installed plugin fixes them (see `onnx-rewriter ops`)")
         if fixable and len(fixable) > 1:
             hint += " for each of " + ", ".join(str(d["model"]) for d in fixable)
@@ -187,9 +188,11 @@ def check_summary(docs: list[dict[str, Any]], targets: Sequence[str] = (),
 
 
 def rewrite_command(models: Sequence[str], targets: Sequence[str] = (),
-                    plugins: Sequence[str] = (), libraries: Sequence[str] = ()) -> str:
+                    plugins: Sequence[str] = (), libraries: Sequence[str] = (),
+                    options: Sequence[tuple[str, str]] = ()) -> str:
     """The ``rewrite`` command line for one model (its output beside it, named
-    ``NAME.rewritten.onnx``), or ``MODEL -o OUT`` for many, with the given options."""
+    ``NAME.rewritten.onnx``), or ``MODEL -o OUT`` for many, with the given options
+    (``options``: more (flag, value) pairs, e.g. ``("--fix-dim", "batch=1")``)."""
     import shlex
     from pathlib import Path
 
@@ -206,6 +209,8 @@ def rewrite_command(models: Sequence[str], targets: Sequence[str] = (),
         words += ["-t", shlex.quote(target)]
     for library in libraries:
         words += ["--custom-ops-library", shlex.quote(library)]
+    for flag, value in options:
+        words += [flag, shlex.quote(value)]
     return " ".join(words)
 
 
