@@ -396,17 +396,30 @@ def rewrite(
         from rewriter.comparison.isolation import shared_runner
 
         shared_runner(plugins, memory_limit=options.get("memory_limit")).start()
-    if not dry_run and not report.remaining:
+    for _ in range(CONFIRM_PASSES):
+        if dry_run or report.remaining:
+            break
+        refused = []
         for target in resolved:
             wants = confirm if confirm is not None else target.wants_confirm(loaded)
             if wants:
                 with progress.stage("confirm", f"the result on {target.name}"):
-                    error = target.confirm(rewritten, loaded.base_dir)
-                report.verification[f"{target.name} load"] = error or "ok"
-                if error:  # the rewrite did not make it run there: a finding left
-                    from rewriter.detect.targets import runtime_refusal
-
-                    report.remaining.append(runtime_refusal(target.name, rewritten, error))
+                    confirmation, found = confirm_model(rewritten, target, loaded.base_dir)
+                report.verification[f"{target.name} load"] = confirmation.refusal or "ok"
+                # the rewrite did not make it run there: a finding left, on the node the
+                # runtime names (or the first whose prefix it refuses)
+                refused.extend(found)
+        report.remaining.extend(refused)
+        if not any(f.op_type for f in refused):
+            break
+        # a node the runtime refuses only in the rewritten model: another pass of the
+        # engine over the result (its detection confirms and finds it again), to a fixed
+        # point
+        again = _another_pass(rewritten, resolved, plugins, report, loaded, is_path,
+                              partial=partial, explain=explain, prefer=prefer)
+        if again is None:
+            break
+        rewritten = again
     # in_place names the input file; an in-memory model has none to write back to
     destination = output if output is not None else (loaded.path if in_place and is_path else None)
     if verify and not dry_run:
@@ -456,6 +469,34 @@ def rewrite(
     if is_path:
         return RewriteResult(report.output, report)
     return RewriteResult(rewritten, report)
+
+
+# passes of the engine over its own result when a runtime refuses a node of it only then
+CONFIRM_PASSES = 3
+
+
+def _another_pass(rewritten: ModelProto, resolved, plugins: Plugins, report: Any,
+                  loaded: LoadedModel, is_path: bool, **options) -> ModelProto | None:
+    """The engine once more over ``rewritten`` (whose confirmation refused a node): the new
+    result, with ``report`` merged (remedies, rounds, counts, checks, what is left); None
+    when nothing more could be changed (the refusal stays a finding left)."""
+    from rewriter.engine import rewrite_proto
+    from rewriter.errors import UnfixableError
+
+    try:
+        result, more = rewrite_proto(
+            rewritten, resolved, plugins, model_name=str(loaded.path),
+            base_dir=loaded.base_dir if is_path else None, **options)
+    except UnfixableError:
+        return None
+    if not more.applied:
+        return None
+    report.applied.update(more.applied)
+    report.rounds += more.rounds
+    report.after, report.kernels = more.after, more.kernels
+    report.remaining = list(more.remaining)
+    report.verification.update(more.verification)
+    return result
 
 
 # compare options that also shape the confirmation's comparison of a runtime's numbers

@@ -506,7 +506,8 @@ def test_explain_lists_candidates_and_why_each_declined(tmp_path, capsys):
     assert only("SwiGLU")["accepted"] and only("SwiGLU")["plugin"] == "onnx-functions"
     assert only("Mystery") == {"kind": "decomposition", "plugin": "explainer",
                                "rule": "acme:declines", "accepted": False,
-                               "why": "declined (its builder returned None, no reason given)"}
+                               "why": "declined (its builder returned None, no reason given)",
+                               "relevant": False}
     assert not only("Chain")["accepted"]
     assert only("Chain")["why"].startswith("its body uses com.acme::Mystery")
     old_why = "valid for ai.onnx opsets 1..12; the model is at 28"

@@ -116,11 +116,28 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
     if confirmation.refusal is None:
         return confirmation, []
     finding = runtime_refusal(target.name, model, confirmation.refusal)
+    if not finding.op_type:  # the runtime names no node: ask it about prefixes
+        from rewriter.detect.bisect import bisect_refusal
+
+        found = bisect_refusal(model, target, base_dir)
+        if found is not None:
+            whole = ("" if found.refusal == confirmation.refusal else
+                     f"; the whole model: {_one_line(confirmation.refusal, 160)}")
+            detail = (f"{found.refusal} (the first node whose prefix of the model "
+                      f"{target.name} refuses, found in {found.steps} loads{whole})")
+            finding = finding_at(model, target.name, found.index, "runtime-refused", detail,
+                                 types)
+            return confirmation, [finding]
     if types is not None and finding.op_type:
         site = refused_node(model, confirmation.refusal)
         finding = _with_node(finding, site.node, tuple(site.node.input), types,
                              site.scope.opsets)
     return confirmation, [finding]
+
+
+def _one_line(text: str, limit: int) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def finding_at(model: ModelProto, target: str, index: int, reason: str, detail: str,
