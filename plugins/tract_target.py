@@ -377,8 +377,8 @@ def probe_server() -> None:
 def _named(message: str, producers: dict[str, str]) -> str:
     """tract names a node by its name (an unnamed node by its first output): say it the way
     rewriter.detect.targets.refused_node reads ("node with name 'N'", "the node of output
-    'y'")."""
-    m = re.search(r'node #\d+ "([^"]*)"', message)
+    'y'"): "node #37 "N" Pad", "Evaluating #2 "y" Dropout"."""
+    m = re.search(r'#\d+ "([^"]*)"', message)
     if not m:
         return message
     name = m.group(1)
