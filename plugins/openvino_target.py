@@ -411,6 +411,7 @@ class OpenVINOTarget(Target):
         # node path -> verdict, op type -> verdict
         self._blamed: dict[str, tuple[str, str]] = {}
         self._blamed_ops: dict[str, tuple[str, str]] = {}
+        self._unplaced: Finding | None = None  # a refusal of it that names no node
         self._ov_shapes: dict | None = {}  # name -> dims from OpenVINO's partial conversion
         self._model = None  # the model last checked, until its OpenVINO shapes are read
         self._dynamic_inputs = True  # some input of the model last checked has a dynamic shape
@@ -434,6 +435,7 @@ class OpenVINOTarget(Target):
         self._shapes, self._ov_shapes, self._model = {}, {}, None
         self._dynamic_inputs = _has_dynamic_input(model)
         self._blamed, self._blamed_ops = {}, {}
+        self._unplaced = None
         verdict = self._whole_model_verdict(model)
         self._model_compiles = verdict is None
         if not self._model_compiles and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
@@ -479,12 +481,25 @@ class OpenVINOTarget(Target):
             self._blamed[site.path] = verdict
             return []
         listed = set(re.findall(r"\b([A-Za-z]\w*)-\d+\b", verdict[1]))
+        rules = re.search(r"No conversion rule found for operations: ([^\[(]*)", verdict[1])
+        if rules:  # "com.acme.Frobnicate, NhwcConv-1": each op's name
+            listed |= {item.strip().rsplit("-", 1)[0].rsplit(".", 1)[-1]
+                       for item in rules.group(1).split(",")}
         present = {s.node.op_type for s in iter_nodes(model)} & listed
         if present:
             self._blamed_ops.update(dict.fromkeys(present, verdict))
             return []
-        return [Finding(target=self.name, path="model", domain="", op_type="", version=None,
-                        reason=verdict[0], detail=verdict[1])]
+        self._unplaced = Finding(target=self.name, path="model", domain="", op_type="",
+                                 version=None, reason=verdict[0], detail=verdict[1])
+        return []
+
+    def check_done(self, model, findings) -> list[Finding]:
+        """The runtime's refusal of the whole model that names no node (see
+        :meth:`_blame`), when no node finding of this target explains it."""
+        unplaced, self._unplaced = self._unplaced, None
+        if unplaced is None or any(f.target == self.name for f in findings):
+            return []
+        return [unplaced]
 
     # -- per node -----------------------------------------------------------------------------
 

@@ -403,6 +403,7 @@ class TractTarget(Target):
         self._model_runs = False
         # the node tract's refusal of the whole model last checked names: path -> verdict
         self._blamed: dict[str, tuple[str, str]] = {}
+        self._unplaced: Finding | None = None  # a refusal of it that names no node
         self._graph_inputs: set[str] = set()
         self._confirmations: dict[tuple, Confirmation] = {}
 
@@ -423,6 +424,7 @@ class TractTarget(Target):
         self._graph_inputs = {i.name for i in model.graph.input} - set(self._constants)
         self._shapes = {}
         self._blamed = {}
+        self._unplaced = None
         verdict = self._whole_model_verdict(model)
         # outputs typed as shapes: every node runs, the model's outputs cannot be read
         shaped = verdict is not None and _AS_SHAPES in verdict[1]
@@ -455,8 +457,10 @@ class TractTarget(Target):
                                             r"([\w.]+)", detail) for m in pair if m}
         if missing & {s.node.op_type for s in iter_nodes(model)}:
             return []  # the probes of those nodes say it
-        return [Finding(target=self.name, path="model", domain="", op_type="", version=None,
-                        reason=verdict[0], detail=f"tract refuses the whole model: {detail}")]
+        self._unplaced = Finding(target=self.name, path="model", domain="", op_type="",
+                                 version=None, reason=verdict[0],
+                                 detail=f"tract refuses the whole model: {detail}")
+        return []
 
     def _interface_findings(self, model) -> list[Finding]:
         """A graph input or output of an element type tract has no datum type for (float8,
@@ -494,6 +498,14 @@ class TractTarget(Target):
         if key not in _VERDICTS:
             _VERDICTS[key] = probe(data, "the model", whole=True)
         return _VERDICTS[key]
+
+    def check_done(self, model, findings) -> list[Finding]:
+        """The runtime's refusal of the whole model that names no node (see
+        :meth:`_blame`), when no node finding of this target explains it."""
+        unplaced, self._unplaced = self._unplaced, None
+        if unplaced is None or any(f.target == self.name for f in findings):
+            return []
+        return [unplaced]
 
     # -- per node -----------------------------------------------------------------------------
 
