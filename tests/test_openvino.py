@@ -617,3 +617,21 @@ def test_com_microsoft_corpus_model_runs_on_openvino_after_rewrite(name, plugins
                            plugins=plugins, runs=2, **how)
     assert compared.status == "equal", compared.summary()
     assert compared.oracle.startswith("onnxruntime" if oracle == "rewritten" else oracle)
+
+
+def test_check_benchmark_asks_openvino_the_users_way(plugins):
+    """`conformance_openvino.py check`: check as users get it against OpenVINO read by path
+    (Core.read_model, convert_model), compiled and run on the case's inputs."""
+    import _common
+
+    cases = [c for c in _common.all_cases()
+             if c.name in ("test_relu", "test_nllloss_NCd1_ii", "test_col2im")]
+    result = _common.measure_detection("openvino", cases, plugins=plugins)
+    assert result.matrix == {"runs/runs": 1, "fails/fails": 2}, result.disagreements
+    route = _common.UserRoute("openvino")
+    try:
+        (nll,) = [c for c in cases if c.name == "test_nllloss_NCd1_ii"]
+        refusal = route.refusal(nll.model, _common.feeds_of(nll.model, nll.data_sets)[0])
+    finally:
+        route.close()
+    assert refusal.startswith("Core.read_model(path): read: ") and "get_attribute" in refusal
