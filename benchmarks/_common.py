@@ -280,3 +280,232 @@ def print_rescue(result: Rescue, runtime: str, target: str) -> None:
         print(f"        {', '.join(names[:6])}{' …' if len(names) > 6 else ''}")
     if result.rescued:
         print("\nrescued: " + ", ".join(result.rescued))
+
+
+# -- check: detection against the runtime asked the way its users load models ----------------
+
+# What each runtime's users call (the yardstick of `check`): the model as a file, read by
+# path, compiled or optimized, run once on the case's first data set, its outputs read.
+USER_ROUTES = {
+    "openvino": "Core().read_model(path) and openvino.convert_model(path), each compiled "
+                "(CPU) and run once",
+    "tract": "tract.onnx().load(path).into_model().into_runnable(), run once",
+    "onnxruntime": "onnxruntime.InferenceSession(path), run once",
+}
+
+
+def _openvino_route(path: str, feeds: dict) -> str | None:
+    import openvino
+    from rewriter_plugins.openvino_target import (
+        _from_openvino,
+        _port_names,
+        _to_openvino,
+        clean_message,
+    )
+
+    core = openvino.Core()
+    for how, read in (("Core.read_model(path)", core.read_model),
+                      ("openvino.convert_model(path)", openvino.convert_model)):
+        stage = "read"
+        try:
+            model = read(path)
+            stage = "compile"
+            compiled = core.compile_model(model, "CPU")
+            stage = "run"
+            names = _port_names(compiled.inputs, list(feeds))
+            request = compiled.create_infer_request()
+            request.start_async([_to_openvino(feeds[n], port.get_element_type())
+                                 for n, port in zip(names, compiled.inputs)])
+            request.wait()
+            for i, port in enumerate(compiled.outputs):
+                _from_openvino(request.get_output_tensor(i), port.get_element_type())
+        except Exception as e:  # noqa: BLE001 - the runtime's answer
+            return f"{how}: {stage}: {clean_message(str(e))}"
+    return None
+
+
+def _tract_route(path: str, feeds: dict) -> str | None:
+    import numpy as np
+    import tract
+    from rewriter_plugins.tract_target import clean_message
+
+    stage = "load"
+    try:
+        model = tract.onnx().load(path)
+        names = [model.input_name(i) for i in range(model.input_count())]
+        stage = "typing"
+        typed = model.into_model()
+        stage = "optimizing"
+        runnable = typed.into_runnable()
+        stage = "run"
+        outputs = runnable.run([np.asarray(feeds[n]) for n in names])
+        stage = "outputs"
+        for value in outputs:
+            value.to_numpy()
+    except Exception as e:  # noqa: BLE001
+        return f"{stage}: {clean_message(str(e))}"
+    return None
+
+
+def _onnxruntime_route(path: str, feeds: dict) -> str | None:
+    import onnxruntime as ort
+    from rewriter_plugins.onnxruntime_feeds import run_once
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        return f"session: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
+    try:
+        run_once(session, feeds)
+    except Exception as e:  # noqa: BLE001
+        return f"run: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
+    return None
+
+
+_ROUTE_FUNCTIONS = {"openvino": _openvino_route, "tract": _tract_route,
+                    "onnxruntime": _onnxruntime_route}
+
+
+def _route_worker(conn, runtime: str) -> None:
+    import os
+
+    os.environ.setdefault("RUST_BACKTRACE", "0")
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        data, feeds = job
+        with tempfile.TemporaryDirectory(prefix="user-route-") as folder:
+            path = f"{folder}/model.onnx"
+            with open(path, "wb") as f:
+                f.write(data)
+            conn.send(_ROUTE_FUNCTIONS[runtime](path, feeds))
+
+
+class UserRoute:
+    """``runtime`` asked about a model the way its users load one (:data:`USER_ROUTES`), in
+    a child process (a crash or a hang is a refusal, and the next model gets a new child).
+    Independent of the targets: their code is not used, only the runtime's API."""
+
+    def __init__(self, runtime: str, timeout: float = RUN_TIMEOUT_S) -> None:
+        import multiprocessing
+
+        self.runtime, self.timeout = runtime, timeout
+        self._ctx = multiprocessing.get_context("spawn")
+        self._proc = None
+
+    def refusal(self, model, feeds: dict) -> str | None:
+        """None when the runtime reads, compiles and runs ``model`` on ``feeds``; else why
+        not (its error, with the stage)."""
+        if self._proc is None or not self._proc.is_alive():
+            parent, child = self._ctx.Pipe()
+            self._proc = self._ctx.Process(target=_route_worker, args=(child, self.runtime),
+                                           daemon=True)
+            self._proc.start()
+            self._conn = parent
+        self._conn.send((model.SerializeToString(), feeds))
+        try:
+            if self._conn.poll(self.timeout):
+                return self._conn.recv()
+            self._proc.kill()
+            answer = f"took longer than {self.timeout:.0f}s"
+        except EOFError:
+            answer = None
+        self._proc.join()
+        if answer is None:
+            answer = f"crashed (exit code {self._proc.exitcode})"
+        self._proc = None
+        return answer
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._conn.send(None)
+            self._proc.join(timeout=10)
+
+
+@dataclass
+class Detection:
+    """``check --target T`` as users get it against the runtime asked the user's way."""
+
+    target: str
+    total: int
+    matrix: dict[str, int]  # "predicted/actual"
+    disagreements: list[dict]
+    seconds: float
+    check_seconds: float
+
+    @property
+    def agreement(self) -> int:
+        return self.matrix.get("runs/runs", 0) + self.matrix.get("fails/fails", 0)
+
+    @property
+    def rate(self) -> float:
+        return self.agreement / self.total if self.total else 0.0
+
+
+def measure_detection(target: str, cases=None, *, runtime: str | None = None,
+                      progress=None, plugins=None) -> Detection:
+    """``check --target TARGET`` as users get it (its default confirmation included) on
+    every case, against the runtime itself asked the way its users load models
+    (:class:`UserRoute`: by path, compiled, one run on the case's first data set)."""
+    from rewriter.api import check
+
+    plugins = plugins or load_plugins()
+    cases = list(cases if cases is not None else all_cases())
+    route = UserRoute(runtime or target.split(":")[0])
+    matrix: dict[str, int] = {}
+    disagreements = []
+    start = time.perf_counter()
+    check_seconds = 0.0
+    try:
+        for case in cases:
+            if progress:
+                progress(case.name)
+            t0 = time.perf_counter()
+            (result,) = check(case.model, [target], plugins=plugins).results
+            check_seconds += time.perf_counter() - t0
+            predicted = "fails" if result.findings else "runs"
+            feeds = feeds_of(case.model, case.data_sets[:1]) or [{}]
+            refusal = route.refusal(case.model, feeds[0])
+            actual = "fails" if refusal else "runs"
+            key = f"{predicted}/{actual}"
+            matrix[key] = matrix.get(key, 0) + 1
+            if predicted != actual:
+                f = result.findings[0] if result.findings else None
+                disagreements.append({
+                    "case": case.name, "predicted": predicted, "actual": actual,
+                    "check": (f"{f.op_label or 'model'}: {f.reason}: {f.detail}" if f
+                              else result.confirmation or "no finding, not confirmed"),
+                    "runtime": refusal,
+                })
+    finally:
+        route.close()
+    return Detection(target, len(cases), matrix, disagreements,
+                     time.perf_counter() - start, check_seconds)
+
+
+def print_detection(result: Detection) -> None:
+    runtime = result.target.split(":")[0]
+    print(f"check --target {result.target} (as users get it, confirmation by default) vs "
+          f"{runtime} asked the way its users load models: {USER_ROUTES[runtime]}, on the "
+          "case's first data set")
+    print(f"cases: {result.total}   agreement: {result.agreement}/{result.total} = "
+          f"{result.rate:.2%}   ({result.seconds:.1f}s, of which check "
+          f"{result.check_seconds:.1f}s)")
+    print(f"{'':>16} {'runs':>8} {'fails':>8}")
+    for p in ("runs", "fails"):
+        print(f"{'predicts ' + p:>16} {result.matrix.get(p + '/runs', 0):>8} "
+              f"{result.matrix.get(p + '/fails', 0):>8}")
+    print(f"\ndisagreements: {len(result.disagreements)}")
+    for d in result.disagreements:
+        print(f"- {d['case']}: check says {d['predicted']}, {runtime} {d['actual']}")
+        print(f"    check: {_line(d['check'])}")
+        print(f"    {runtime}: {_line(d['runtime'] or 'runs')}")
+
+
+def _line(message: str, limit: int = 400) -> str:
+    """One line (node names kept: a disagreement is read for what it blames)."""
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 1] + "…"

@@ -1,9 +1,17 @@
 """OpenVINO (CPU) on the ONNX backend node cases that ship inside the ``onnx`` package.
 
-``python benchmarks/conformance_openvino.py check`` compares ``check --target openvino``
-(static, no confirmation) with what OpenVINO really does with each case: convert and compile
-it, run it on the case's inputs, and compare with the case's expected outputs. It prints
-the confusion matrix against "compiles" and against "runs", and the disagreements.
+``python benchmarks/conformance_openvino.py check`` compares ``check --target openvino`` as
+users get it (the static check, then by default the confirmation: read by path and from
+bytes, compile, run once on generated inputs) with OpenVINO asked the way its users load
+models (``_common.UserRoute``: the case written to a file, ``Core().read_model(path)`` and
+``openvino.convert_model(path)``, each compiled and run once on the case's first data set),
+on every node case: agreement, the confusion matrix and every disagreement.
+
+``python benchmarks/conformance_openvino.py static`` compares ``check --target openvino``
+(static, no confirmation) with what OpenVINO does with each case in the isolation worker
+(the target's ``prepare``): convert and compile it, run it on the case's inputs, and compare
+with the case's expected outputs. It prints the confusion matrix against "compiles" and
+against "runs", and the disagreements.
 
 ``python benchmarks/conformance_openvino.py confirm`` compares ``check --target openvino``
 as users get it (the static check, then the confirmation: compile and run once on generated
@@ -28,6 +36,7 @@ restricts either measure to some cases; ``--json`` prints the result as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -340,12 +349,12 @@ def print_rescue(result: Rescue, interface: dict[str, str] | None = None) -> Non
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["check", "confirm", "rescue"])
+    parser.add_argument("what", choices=["check", "static", "confirm", "rescue"])
     parser.add_argument("--only", action="append", default=[], metavar="CASE")
     parser.add_argument("--no-verify", action="store_true",
                         help="rescue: skip rewrite's own compare against the reference")
     parser.add_argument("--per-node", action="store_true",
-                        help="check: probe every node (no whole-model compile first)")
+                        help="static: probe every node (no whole-model compile first)")
     parser.add_argument("--sample", type=int, default=300,
                         help="confirm: how many of the cases OpenVINO runs to measure")
     parser.add_argument("--seed", type=int, default=0,
@@ -378,6 +387,13 @@ def main(argv=None) -> int:
             print(json.dumps(confirmed.__dict__ | {"rate": confirmed.rate}, indent=2))
         else:
             print_confirmed(confirmed, "openvino", "OpenVINO convert + compile + run")
+        return 0
+    if args.what == "check":
+        detection = _common.measure_detection(TARGET, cases, progress=shown)
+        if args.json:
+            print(json.dumps(dataclasses.asdict(detection) | {"rate": detection.rate}, indent=2))
+        else:
+            _common.print_detection(detection)
         return 0
     result = measure_openvino_agreement(cases, per_node=args.per_node, progress=shown)
     if args.json:

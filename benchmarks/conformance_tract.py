@@ -12,6 +12,13 @@ rescued / refused cases whose ops all have a remedy (a case with a finding no pl
 remedy is counted apart). ``--refused-sample`` and ``--running-sample`` take a fixed seeded
 sample of either kind (the full run takes long on 2 cores).
 
+``python benchmarks/conformance_tract.py check`` compares ``check --target tract`` as users
+get it (the static check, then by default the confirmation: load, type, optimize and run
+once on generated inputs) with tract asked the way its users load models
+(``_common.UserRoute``: the case written to a file, ``tract.onnx().load(path)``,
+``into_model().into_runnable()``, run once on the case's first data set), on every node
+case: agreement, the confusion matrix and every disagreement.
+
 ``python benchmarks/conformance_tract.py corpus [MODEL ...]``: for each model of
 ``../shared/corpus``, whether tract loads and runs it as it is (the target's confirmation:
 load, type, optimize and run once on generated inputs in a child process), and what
@@ -135,7 +142,7 @@ def print_corpus(rows: list[CorpusRow]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["rescue", "corpus"])
+    parser.add_argument("what", choices=["check", "rescue", "corpus"])
     parser.add_argument("models", nargs="*", help="corpus: model file names (default: all)")
     parser.add_argument("--only", action="append", default=[], metavar="CASE")
     parser.add_argument("--no-verify", action="store_true",
@@ -162,6 +169,14 @@ def main(argv=None) -> int:
             print(json.dumps([asdict(r) for r in rows], indent=1))
         else:
             print_corpus(rows)
+        return 0
+    if args.what == "check":
+        detection = _common.measure_detection(TARGET, _common.select(args.only),
+                                              progress=shown)
+        if args.json:
+            print(json.dumps(asdict(detection) | {"rate": detection.rate}, indent=2))
+        else:
+            _common.print_detection(detection)
         return 0
     cases = sample(_common.select(args.only), args.refused_sample, args.running_sample,
                    args.seed)

@@ -27,19 +27,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
 import pickle
 import re
 import sys
+import weakref
 from functools import cache
-from pathlib import Path
 
 from rewriter_plugins.probe_models import PROBE_CONSTANT_LIMIT as _PROBE_CONSTANT_LIMIT
 from rewriter_plugins.probe_models import SMALL_CONSTANT_BYTES as _SMALL_CONSTANT_BYTES
 from rewriter_plugins.probe_models import VALUE_TYPES as _VALUE_TYPES
 from rewriter_plugins.probe_models import external as _external
 from rewriter_plugins.probe_models import inferred_shapes as _inferred_shapes
-from rewriter_plugins.probe_models import model_constants, onnxruntime_runs
+from rewriter_plugins.probe_models import model_constants, model_file, onnxruntime_runs, written
 from rewriter_plugins.probe_models import renamed as _renamed
 from rewriter_plugins.probe_models import shape_key as _shape_key
 from rewriter_plugins.probe_models import tensor_bytes as _tensor_bytes
@@ -97,6 +96,7 @@ KNOWN_INEXACT = {
 }
 INEXACT = "runtime-refused"  # the reason code of a known-inexact translation
 
+_NOT_ASKED = ("not-asked", "")  # the whole model was not asked about (too big, external data)
 # (device, probe key) -> None (runs) or (reason, detail): one cache per process
 _VERDICTS: dict[tuple, tuple[str, str] | None] = {}
 
@@ -127,6 +127,63 @@ def compile_model(model_bytes: bytes, device: str = DEFAULT_DEVICE):
     not copy them): keep the bytes alive as long as the compiled model."""
     _, core, _ = _openvino()
     return core.compile_model(convert(model_bytes), device, _CONFIG)
+
+
+# -- the ways users load a model --------------------------------------------------------------
+
+# OpenVINO reads an ONNX file (a path: its GraphIterator decoder) and ONNX bytes (a stream:
+# its ModelProto decoder) differently: 2026.4 converts NegativeLogLikelihoodLoss with an
+# ignore_index from bytes and refuses it from a file ("get_attribute is not implemented").
+# A whole model is asked by path as users do, and from bytes; the stricter answer wins.
+BY_PATH = "Core.read_model(path)"
+BY_CONVERT = "openvino.convert_model(path)"  # read_model's conversion + its MOC passes
+BY_BYTES = "FrontEnd.load(bytes)"
+USER_ROUTES = (BY_PATH, BY_CONVERT, BY_BYTES)
+
+
+def read_by(route: str, path: str | None, data: bytes):
+    """OpenVINO's ``openvino.Model`` of the ONNX model at ``path`` (its bytes ``data``), read
+    the way ``route`` names (raises OpenVINO's error)."""
+    openvino, core, _ = _openvino()
+    if route == BY_PATH:
+        return core.read_model(path)
+    if route == BY_CONVERT:
+        return openvino.convert_model(path)
+    return convert(data)
+
+
+def compiled_by_routes(path: str | None, data: bytes, device: str, routes=USER_ROUTES):
+    """Read the model by each of ``routes`` (those by path only with a ``path``) and compile
+    each result for ``device``: ([(route, compiled model)], refusal or None). The stricter
+    answer wins: any route's refusal is the answer, in OpenVINO's words (one line) with the
+    route that refused and those that compile it ("... [refused by Core.read_model(path);
+    FrontEnd.load(bytes) compiles it]")."""
+    _, core, _ = _openvino()
+    compiled, refusals = [], []
+    for route in routes:
+        if route != BY_BYTES and path is None:
+            continue
+        try:
+            compiled.append((route, core.compile_model(read_by(route, path, data), device,
+                                                       _CONFIG)))
+        except Exception as e:  # noqa: BLE001 - OpenVINO's refusal is the answer
+            refusals.append((route, clean_message(str(e))))
+    if not refusals:
+        return compiled, None
+    route, message = refusals[0]
+    refused = ", ".join(r for r, _ in refusals)
+    ok = ", ".join(r for r, _ in compiled)
+    verb = "compiles" if len(compiled) == 1 else "compile"
+    return compiled, f"{message} [refused by {refused}" + (f"; {ok} {verb} it]" if ok
+                                                          else "]")
+
+
+def reason_of(message: str) -> str:
+    """The reason code of OpenVINO's refusal: no conversion rule (``no-kernel``), a type it
+    does not take (``type-binding``), else ``runtime-refused``."""
+    if "No conversion rule found" in message or "no conversion rule" in message:
+        return "no-kernel"
+    return "type-binding" if _is_type_problem(message) else "runtime-refused"
 
 
 # -- OpenVINO's messages ----------------------------------------------------------------------
@@ -172,29 +229,28 @@ def _is_type_problem(message: str) -> bool:
 
 def probe(model_bytes: bytes, device: str, op_label: str, *, unknown_ranks: bool = False):
     """What OpenVINO says about a small model: None if it converts and compiles for
-    ``device``; else (reason, detail). When compiling fails, ``Core.query_model`` names the
-    operations the device does not support. ``unknown_ranks``: some tensor input's rank is
-    not known to us, so a model that converts but has inputs of dynamic rank (which the CPU
-    plugin never compiles) is not compiled: conversion decides."""
+    ``device``; else (reason, detail). The model is read by path (written to a private
+    temporary file: OpenVINO's file decoder, ``Core.read_model``'s) and from bytes, and
+    a refusal by either is the answer; the path route's conversion is compiled. When
+    compiling fails, ``Core.query_model`` names the operations the device does not support.
+    ``unknown_ranks``: some tensor input's rank is not known to us, so a model that converts
+    but has inputs of dynamic rank (which the CPU plugin never compiles) is not compiled:
+    conversion decides."""
     _, core, frontend = _openvino()
-    try:
-        input_model = frontend.load(io.BytesIO(model_bytes))
-    except Exception as e:  # noqa: BLE001 - OpenVINO's refusal is the answer
-        return ("invalid-node",
-                f"OpenVINO's ONNX frontend cannot load it: {clean_message(str(e))}")
-    try:
-        ov_model = frontend.convert(input_model)
-    except Exception as e:  # noqa: BLE001
-        text = str(e)
-        missing = _no_rule_ops(text)
-        if missing:
-            return ("no-kernel", f"OpenVINO's ONNX frontend has no conversion rule for "
-                    f"{op_label} (it lists {', '.join(missing)})")
-        message = clean_message(text)
-        reason = "type-binding" if _is_type_problem(message) else "runtime-refused"
-        return (reason, f"OpenVINO's ONNX frontend cannot convert it: {message}")
-    if unknown_ranks and _has_dynamic_rank(ov_model):
-        return None  # the CPU plugin compiles no input of unknown rank: conversion decides
+    with written(model_bytes) as path:
+        verdict, ov_model = _converted(frontend, (path, model_bytes), op_label, BY_PATH)
+        if verdict is None:  # the bytes route: stricter wins
+            verdict, _ = _converted(frontend, io.BytesIO(model_bytes), op_label, BY_BYTES)
+        if verdict is not None:
+            return verdict
+        if unknown_ranks and _has_dynamic_rank(ov_model):
+            return None  # the CPU plugin compiles no input of unknown rank: conversion decides
+        return _compiles(core, ov_model, device)
+
+
+def _compiles(core, ov_model, device: str):
+    """None when ``device`` compiles ``ov_model``; else (reason, detail), naming the
+    operations ``Core.query_model`` says the device does not support."""
     try:
         core.compile_model(ov_model, device, _CONFIG)
     except Exception as e:  # noqa: BLE001
@@ -213,6 +269,38 @@ def probe(model_bytes: bytes, device: str, op_label: str, *, unknown_ranks: bool
                     f"operation(s) {', '.join(missing)} it converts to ({message})")
     reason = "type-binding" if _is_type_problem(message) else "runtime-refused"
     return (reason, f"OpenVINO's {device} plugin cannot compile it: {message}")
+
+
+def _converted(frontend, source, op_label: str, route: str):
+    """(None, openvino.Model) when OpenVINO's ONNX frontend loads and converts ``source`` (a
+    path or a stream), else ((reason, detail), None); a refusal from bytes says so (the
+    file route converts the same model)."""
+    said = "" if route == BY_PATH else " (from bytes, FrontEnd.load(stream); read from a file " \
+        "it converts)"
+    if route == BY_PATH and isinstance(source, tuple):  # (path, bytes): say so when the
+        source, data = source  # bytes route converts what the file route refuses
+        verdict, model = _converted(frontend, source, op_label, route)
+        if verdict is not None and _converted(frontend, io.BytesIO(data), op_label,
+                                              BY_BYTES)[0] is None:
+            verdict = (verdict[0], verdict[1] + " (read from a file, as Core.read_model(path) "
+                       "reads it; from bytes it converts)")
+        return verdict, model
+    try:
+        input_model = frontend.load(source)
+    except Exception as e:  # noqa: BLE001 - OpenVINO's refusal is the answer
+        return ("invalid-node", f"OpenVINO's ONNX frontend cannot load it{said}: "
+                f"{clean_message(str(e))}"), None
+    try:
+        return None, frontend.convert(input_model)
+    except Exception as e:  # noqa: BLE001
+        text = str(e)
+        missing = _no_rule_ops(text)
+        if missing:
+            return ("no-kernel", f"OpenVINO's ONNX frontend has no conversion rule for "
+                    f"{op_label} (it lists {', '.join(missing)}){said}"), None
+        message = clean_message(text)
+        reason = "type-binding" if _is_type_problem(message) else "runtime-refused"
+        return (reason, f"OpenVINO's ONNX frontend cannot convert it{said}: {message}"), None
 
 
 def _has_dynamic_rank(ov_model) -> bool:
@@ -319,6 +407,11 @@ class OpenVINOTarget(Target):
         self._constants: dict = {}  # name -> TensorProto of the model last checked
         self._shapes: dict = {}  # name -> TypeProto with shape (shape inference)
         self._model_compiles = False  # the model last checked compiled as a whole
+        # where OpenVINO's refusal of the whole model last checked points (see _blame):
+        # node path -> verdict, op type -> verdict
+        self._blamed: dict[str, tuple[str, str]] = {}
+        self._blamed_ops: dict[str, tuple[str, str]] = {}
+        self._unplaced: Finding | None = None  # a refusal of it that names no node
         self._ov_shapes: dict | None = {}  # name -> dims from OpenVINO's partial conversion
         self._model = None  # the model last checked, until its OpenVINO shapes are read
         self._dynamic_inputs = True  # some input of the model last checked has a dynamic shape
@@ -335,36 +428,78 @@ class OpenVINOTarget(Target):
     # -- model-level --------------------------------------------------------------------------
 
     def check_model(self, model) -> list[Finding]:
-        """Remember the model's constants and inferred shapes for the node probes."""
+        """Remember the model's constants and inferred shapes for the node probes; ask
+        OpenVINO about the whole model first when it is small (then no node needs a probe,
+        or its refusal names the node to blame)."""
         self._constants = model_constants(model)
         self._shapes, self._ov_shapes, self._model = {}, {}, None
         self._dynamic_inputs = _has_dynamic_input(model)
-        self._model_compiles = self._whole_model_compiles(model)
+        self._blamed, self._blamed_ops = {}, {}
+        self._unplaced = None
+        verdict = self._whole_model_verdict(model)
+        self._model_compiles = verdict is None
         if not self._model_compiles and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
             self._shapes = _inferred_shapes(model)
             self._ov_shapes = None  # computed when first needed
             self._model = model
-        return []
+        if verdict is None or verdict is _NOT_ASKED:
+            return []
+        return self._blame(model, verdict)
 
-    def _whole_model_compiles(self, model) -> bool:
-        """Whether OpenVINO converts and compiles the whole model as it is (then no node
-        needs a probe). Tried on models of up to _WHOLE_MODEL_MAX_NODES nodes (compiling
-        costs 2-5 ms per node, probes with the cache far less on big models) and
-        CONFIRM_BY_DEFAULT_BELOW bytes, without external data (their weights are not at hand
-        here); a failure leaves it to the probes."""
+    def _whole_model_verdict(self, model):
+        """OpenVINO's answer on the whole model as it is (None: it compiles), read by path
+        (written to a private temporary file, as ``Core.read_model(path)`` reads it) and
+        from bytes, each compiled; the stricter answer wins. Asked of models of up to
+        _WHOLE_MODEL_MAX_NODES nodes (compiling costs 2-5 ms per node, probes with the cache
+        far less on big models) and CONFIRM_BY_DEFAULT_BELOW bytes, without external data
+        (their folder is not known here): _NOT_ASKED otherwise, the probes decide."""
         from rewriter.plugin import iter_tensors
 
         if not self.model_fast_path or len(model.graph.node) > _WHOLE_MODEL_MAX_NODES:
-            return False
+            return _NOT_ASKED
         if model.ByteSize() > CONFIRM_BY_DEFAULT_BELOW:
-            return False
+            return _NOT_ASKED
         if any(_external(t) for _, t in iter_tensors(model)):
-            return False
+            return _NOT_ASKED
         data = model.SerializeToString()
         key = (self.device, "model", hashlib.sha256(data).digest())
         if key not in _VERDICTS:
-            _VERDICTS[key] = probe(data, self.device, "the model")
-        return _VERDICTS[key] is None
+            with written(data) as path:
+                _, refusal = compiled_by_routes(path, data, self.device, (BY_PATH, BY_BYTES))
+            _VERDICTS[key] = None if refusal is None else (
+                reason_of(refusal), f"OpenVINO refuses the whole model: {refusal}")
+        return _VERDICTS[key]
+
+    def _blame(self, model, verdict) -> list[Finding]:
+        """Where OpenVINO's refusal of the whole model points: the node it names, else the
+        nodes of the operators it lists (their findings come from :meth:`check_node`, so
+        that they carry their nodes); a finding on the model when it names neither."""
+        from rewriter.plugin import iter_nodes, refused_node
+
+        site = refused_node(model, verdict[1])
+        if site is not None:
+            self._blamed[site.path] = verdict
+            return []
+        listed = set(re.findall(r"\b([A-Za-z]\w*)-\d+\b", verdict[1]))
+        rules = re.search(r"No conversion rule found for operations: ([^\[(]*)", verdict[1])
+        if rules:  # "com.acme.Frobnicate, NhwcConv-1": each op's name
+            listed |= {item.strip().rsplit("-", 1)[0].rsplit(".", 1)[-1]
+                       for item in rules.group(1).split(",")}
+        present = {s.node.op_type for s in iter_nodes(model)} & listed
+        if present:
+            self._blamed_ops.update(dict.fromkeys(present, verdict))
+            return []
+        self._unplaced = Finding(target=self.name, path="model", domain="", op_type="",
+                                 version=None, reason=verdict[0], detail=verdict[1])
+        return []
+
+    def check_done(self, model, findings) -> list[Finding]:
+        """The runtime's refusal of the whole model that names no node (see
+        :meth:`_blame`), when no node finding of this target explains it."""
+        unplaced, self._unplaced = self._unplaced, None
+        if unplaced is None or any(f.target == self.name for f in findings):
+            return []
+        return [unplaced]
 
     # -- per node -----------------------------------------------------------------------------
 
@@ -404,7 +539,11 @@ class OpenVINOTarget(Target):
             _VERDICTS[full_key] = verdict
         verdict = _VERDICTS[full_key]
         if verdict is None or _blames_subgraph(node, verdict[1]):
-            return None  # an If/Loop/Scan body's node is checked (and reported) on its own
+            # an If/Loop/Scan body's node is checked (and reported) on its own; a node the
+            # whole model's refusal names is found, whatever its probe says
+            blamed = None if in_body else (self._blamed.get(query.path)
+                                           or self._blamed_ops.get(node.op_type))
+            return None if blamed is None else self.finding(query, *blamed)
         return self.finding(query, verdict[0], verdict[1])
 
     def _with_guessed_ranks(self, query, in_body: bool, label: str, verdict):
@@ -553,18 +692,17 @@ class OpenVINOTarget(Target):
         return self.confirmation(model, base_dir).refusal
 
     def confirmation(self, model, base_dir) -> Confirmation:
-        """Convert and compile the whole model in a child process and, for models up to
-        RUN_BY_DEFAULT_BELOW bytes, run it once there on generated inputs (a crash is an
-        answer, not our crash). A failed run is a refusal when its message says OpenVINO
-        lacks something or when onnxruntime runs the same model on the same inputs; an
-        error naming an operation OpenVINO made is pointed at the node it lies in. Cached
-        per model bytes and folder."""
+        """Read the whole model as users do, by path (``Core.read_model(path)`` and
+        ``openvino.convert_model(path)``, the model written to a private temporary folder
+        with its external data beside it) and from bytes, compile each in a child process
+        (the stricter answer wins: a refusal by any says which) and, for models up to
+        RUN_BY_DEFAULT_BELOW bytes, run the one read by path once there on generated
+        inputs (a crash is an answer, not our crash). A failed run is a refusal when its
+        message says OpenVINO lacks something or when onnxruntime runs the same model on the
+        same inputs; an error naming an operation OpenVINO made is pointed at the node it
+        lies in. Cached per model bytes and folder."""
         from rewriter.plugin import iter_nodes
 
-        try:
-            check_external_data(model, base_dir)
-        except ValueError as e:
-            return Confirmation(str(e), "load")
         data = model.SerializeToString()
         key = (hashlib.sha256(data).digest(), str(base_dir))
         if key in self._confirmations:
@@ -576,28 +714,44 @@ class OpenVINOTarget(Target):
                   "confirm_child()\n")
         producers = {o: site.node.name for site in iter_nodes(model)
                      for o in site.node.output if o}
-        payload = pickle.dumps({"model": data, "feeds": feeds, "device": self.device,
-                                "io": _io_names(model), "producers": producers})
-        result = confirm_in_child(self, "OpenVINO", [script], payload, base_dir,
-                                  CONFIRM_TIMEOUT_S)
+        try:
+            with model_file(model, base_dir, data) as file:
+                payload = pickle.dumps({"model": data, "path": file.path, "feeds": feeds,
+                                        "device": self.device, "io": _io_names(model),
+                                        "producers": producers})
+                result = confirm_in_child(self, "OpenVINO", [script], payload, base_dir,
+                                          CONFIRM_TIMEOUT_S)
+        except ValueError as e:  # an external-data location leaving the model's folder
+            return Confirmation(str(e), "load")
+        note = "; ".join(n for n in (file.note, note) if n)
         if note and result.refusal is None and not result.note:
-            result = Confirmation(note=note)
+            result = Confirmation(ran=result.ran, note=note)
         self._confirmations[key] = result
         return result
 
     def prepare(self, model, base_dir):
         """A compiled model (float32 precision) as a run function: feeds by input name,
-        outputs by the model's output names."""
-
-        check_external_data(model, base_dir)
-        data = model.SerializeToString()
+        outputs by the model's output names. The model is read by path as users read it
+        (``Core.read_model(path)``; written to a private temporary folder with its external
+        data beside it, removed once the run function is gone); from bytes only when it
+        cannot be put there (external data too big to copy and no file of its own)."""
+        stack = contextlib.ExitStack()
         try:
-            with in_folder(base_dir):
-                compiled = compile_model(data, self.device)
-        except Exception as e:  # noqa: BLE001 - say it in one line
-            raise RuntimeError(f"OpenVINO cannot compile the model: {clean_message(str(e))}"
-                               ) from None
-        return _run_function(compiled, data, *_io_names(model))
+            file = stack.enter_context(model_file(model, base_dir))
+        except ValueError as e:
+            raise RuntimeError(str(e)) from None
+        routes = (BY_PATH,) if file.path is not None else (BY_BYTES,)
+        try:
+            compiled, refusal = compiled_by_routes(file.path, file.data, self.device, routes)
+        except BaseException:
+            stack.close()
+            raise
+        if refusal is not None:
+            stack.close()
+            raise RuntimeError(f"OpenVINO cannot compile the model: {refusal}")
+        run = _run_function(compiled[0][1], (file.data, stack), *_io_names(model))
+        weakref.finalize(run, stack.close)
+        return run
 
 
 def _io_names(model) -> tuple[list[str], list[str]]:
@@ -608,10 +762,10 @@ def _io_names(model) -> tuple[list[str], list[str]]:
             [o.name for o in model.graph.output])
 
 
-def _run_function(compiled, data: bytes, inputs: list[str], outputs: list[str]):
+def _run_function(compiled, data, inputs: list[str], outputs: list[str]):
     """Run ``compiled`` (compiled from ``data``, whose graph has these input and output
-    names) on feeds by input name; outputs by name. RuntimeError with OpenVINO's message in
-    one line."""
+    names; anything kept alive as long as the run function) on feeds by input name; outputs
+    by name. RuntimeError with OpenVINO's message in one line."""
     # OpenVINO merges tensor names while optimizing (an input may also carry the name of
     # a node it optimized away): pick each port's name among the model's own.
     out_names = _port_names(compiled.outputs, outputs)
@@ -641,27 +795,29 @@ def _run_function(compiled, data: bytes, inputs: list[str], outputs: list[str]):
 
 def confirm_child() -> None:
     """The confirming child (``OpenVINOTarget.confirmation``): stdin a pickle of {"model":
-    bytes, "feeds": [input sets] or None, "device": str, "io": (input names, output names),
-    "producers": {value: name of the node making it}}; compiles, then runs the input sets
-    until one runs, reporting each stage with :func:`rewriter.plugin.child_says`. Its
-    working directory is the model's folder (external data). It imports no onnx (a second
-    saved per confirmation)."""
+    bytes, "path": the model as a file (None: not asked by path), "feeds": [input sets] or
+    None, "device": str, "io": (input names, output names), "producers": {value: name of the
+    node making it}}; reads and compiles the model by every route users take
+    (:func:`compiled_by_routes`), then runs the one read by path on the input sets until
+    one runs, reporting each stage with :func:`rewriter.plugin.child_says`. Its working
+    directory is the model's folder (the bytes route's external data). It imports no onnx
+    (a second saved per confirmation)."""
     job = pickle.load(sys.stdin.buffer)
     data = job["model"]
-    try:
-        compiled = compile_model(data, job["device"])
-    except Exception as e:  # noqa: BLE001 - OpenVINO's refusal is the answer
-        child_says("load", clean_message(str(e)))
+    compiled, refusal = compiled_by_routes(job["path"], data, job["device"])
+    if refusal is not None:
+        child_says("load", refusal)
         return
     child_says("loaded")
     if job["feeds"] is None:
         return
-    error, values = run_sets(_run_function(compiled, data, *job["io"]), job["feeds"])
+    chosen = compiled[0][1]
+    error, values = run_sets(_run_function(chosen, data, *job["io"]), job["feeds"])
     if error is None:
         child_says("ran")
         return
     error = error.removeprefix("OpenVINO failed running the model: ")
-    error += _owner(compiled, error, job["producers"])
+    error += _owner(chosen, error, job["producers"])
     elsewhere = not values and onnxruntime_runs(data, job["feeds"][0])
     child_says("run", error, "onnxruntime" if elsewhere else None, values)
 
@@ -791,40 +947,6 @@ def _openvino_shapes(model) -> dict:
             for name in port.get_names():
                 out.setdefault(name, dims)
     return out
-
-
-def check_external_data(model, base_dir) -> None:
-    """Raise ValueError when an external-data location of ``model`` leaves ``base_dir``
-    (OpenVINO reads them relative to the working directory, which is set to ``base_dir``
-    while it loads the model: see :func:`in_folder`)."""
-    from rewriter.plugin import iter_tensors
-
-    base = Path(base_dir if base_dir is not None else os.getcwd()).resolve()
-    for _, tensor in iter_tensors(model):
-        if not _external(tensor):
-            continue
-        for entry in tensor.external_data:
-            if entry.key != "location":
-                continue
-            resolved = (base / entry.value).resolve()
-            if base not in resolved.parents:
-                raise ValueError(f"external data {entry.value!r} of tensor {tensor.name!r} "
-                                 f"lies outside the model's folder {str(base)!r}")
-
-
-@contextlib.contextmanager
-def in_folder(base_dir):
-    """Work in ``base_dir`` meanwhile: OpenVINO's ONNX frontend resolves the external data
-    of a model given as bytes against the working directory, and refuses files outside it."""
-    if base_dir is None:
-        yield
-        return
-    before = os.getcwd()
-    os.chdir(base_dir)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def _make(argument: str | None, options: TargetOptions | None = None) -> OpenVINOTarget:

@@ -4,9 +4,20 @@ Targets that ask a runtime about one node at a time (``openvino``, ``tract``) bu
 that node alone; these helpers give it the model's constant inputs (small ones with their
 values: translators read shapes, axes and pads from them; big ones as zeros of their shape)
 and the shapes onnx's inference gives the node's inputs.
+
+A runtime is asked about a whole model the way its users load one: from a file
+(:func:`model_file`), with its external data beside it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 # Constant inputs up to this many bytes are given to a probe with their values; integer and
 # boolean ones are part of a verdict's cache key by value, floating-point ones (weights) by
@@ -125,3 +136,97 @@ def onnxruntime_runs(data: bytes, feeds: dict) -> bool:
     except Exception:  # noqa: BLE001 - any failure: it cannot vouch for the inputs
         return False
     return True
+
+
+# -- the model as a file, the way users hand it to a runtime ----------------------------------
+
+# External data of a model written to a temporary folder is copied beside it up to this many
+# bytes (runtimes refuse symlinks and resolve locations inside the model file's folder; the
+# project's loader refuses hard links); a bigger one is asked from the model's own file when
+# one in its folder holds exactly these bytes, else not by path (``ModelFile.path`` None).
+COPY_EXTERNAL_BELOW = 256 * 2**20
+
+
+@dataclass
+class ModelFile:
+    """Where a model lies as a file for a runtime's path route: ``path`` (None: it cannot be
+    put there without copying more than COPY_EXTERNAL_BELOW bytes of external data, and
+    ``note`` says so), and ``data``, its serialized bytes."""
+
+    path: str | None
+    data: bytes
+    note: str = ""
+
+
+def external_locations(model, base_dir) -> dict[str, Path]:
+    """Location -> file of every external-data location of ``model``, resolved in
+    ``base_dir`` (the working directory when None); ValueError for one leaving it."""
+    from rewriter.plugin import iter_tensors
+
+    base = Path(base_dir if base_dir is not None else os.getcwd()).resolve()
+    out: dict[str, Path] = {}
+    for _, tensor in iter_tensors(model):
+        if not external(tensor):
+            continue
+        for entry in tensor.external_data:
+            if entry.key != "location" or entry.value in out:
+                continue
+            resolved = (base / entry.value).resolve()
+            if base not in resolved.parents:
+                raise ValueError(f"external data {entry.value!r} of tensor {tensor.name!r} "
+                                 f"lies outside the model's folder {str(base)!r}")
+            out[entry.value] = resolved
+    return out
+
+
+@contextlib.contextmanager
+def model_file(model, base_dir, data: bytes | None = None) -> Iterator[ModelFile]:
+    """``model`` as a file with its external data beside it, as users give it to a runtime
+    (``Core.read_model(path)``, ``InferenceSession(path)``): written to a private temporary
+    folder (removed afterwards) with its external-data files copied at their locations, or,
+    for more than COPY_EXTERNAL_BELOW bytes of them, the model's own file in ``base_dir``
+    when it holds exactly these bytes. ValueError when a location leaves ``base_dir``."""
+    data = model.SerializeToString() if data is None else data
+    files = external_locations(model, base_dir)
+    size = sum(f.stat().st_size for f in files.values() if f.is_file())
+    if files and size > COPY_EXTERNAL_BELOW:
+        own = _own_file(Path(base_dir if base_dir is not None else os.getcwd()), data)
+        yield ModelFile(str(own) if own else None, data, "" if own else (
+            f"not asked by path: its {size / 2**30:.1f} GiB of external data are not copied "
+            "beside a temporary copy of the model"))
+        return
+    with written(data) as path:
+        folder = os.path.dirname(path)
+        for location, source in files.items():
+            target = Path(folder) / location
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_file():
+                shutil.copyfile(source, target)
+        yield ModelFile(path, data)
+
+
+@contextlib.contextmanager
+def written(data: bytes) -> Iterator[str]:
+    """The path of ``data`` written as ``model.onnx`` in a private temporary folder, removed
+    afterwards (a probe model asked by path)."""
+    with tempfile.TemporaryDirectory(prefix="onnx-rewriter-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        yield path
+
+
+def _own_file(folder: Path, data: bytes) -> Path | None:
+    """The file in ``folder`` holding exactly ``data`` (the model as it was loaded), if any."""
+    try:
+        candidates = [p for p in folder.iterdir() if p.is_file() and not p.is_symlink()
+                      and p.stat().st_size == len(data)]
+    except OSError:
+        return None
+    for candidate in candidates:
+        try:
+            if candidate.read_bytes() == data:
+                return candidate
+        except OSError:
+            continue
+    return None

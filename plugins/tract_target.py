@@ -27,10 +27,12 @@ from rewriter_plugins.probe_models import (
     external,
     inferred_shapes,
     model_constants,
+    model_file,
     onnxruntime_runs,
     renamed,
     shape_key,
     tensor_bytes,
+    written,
     zeros_like,
 )
 
@@ -118,13 +120,14 @@ def load(model_bytes: bytes):
     return InferenceModel(ptr)
 
 
-def runnable(model_bytes: bytes, feeds=None):
-    """Load, type and optimize (tract's CPU runtime); with ``feeds``, each input's fact is
-    set from its value's shape and type first. Raises tract's error, said by stage:
-    "load: ...", "typing: ...", "optimizing: ..."."""
+def runnable(model_bytes: bytes | None, feeds=None, *, path: str | None = None):
+    """Load (from ``path`` as users do, ``tract.onnx().load(path)``, else from the bytes),
+    type and optimize (tract's CPU runtime); with ``feeds``, each input's fact is set from
+    its value's shape and type first. Raises tract's error, said by stage: "load: ...",
+    "typing: ...", "optimizing: ..."."""
     stage = "load"
     try:
-        model = load(model_bytes)
+        model = _tract().onnx().load(path) if path is not None else load(model_bytes)
         stage = "typing"
         if feeds is not None:
             for i in range(model.input_count()):
@@ -137,6 +140,34 @@ def runnable(model_bytes: bytes, feeds=None):
         return typed.into_runnable()
     except Exception as e:  # noqa: BLE001 - tract's TractError, said with its stage
         raise RuntimeError(f"{stage}: {clean_message(str(e))}") from None
+
+
+# A whole model is asked by path as users load it (tract.onnx().load(path)) and from bytes
+# (tract_onnx_load_buffer); the stricter answer wins, and a refusal by one says so.
+BY_PATH = "tract.onnx().load(path)"
+BY_BYTES = "tract's loader on bytes"
+
+
+def runnable_by_routes(path: str | None, data: bytes, feeds=None):
+    """(the runnable read by path, else from bytes; None and the refusal, with the route
+    that refused, when either route refuses: "typing: ... [refused by tract.onnx().load(path);
+    tract's loader on bytes loads it]")."""
+    chosen, refusals, ok = None, [], []
+    for route in (BY_PATH, BY_BYTES):
+        if route == BY_PATH and path is None:
+            continue
+        try:
+            model = runnable(data, feeds, path=path if route == BY_PATH else None)
+        except RuntimeError as e:
+            refusals.append((route, str(e)))
+            continue
+        ok.append(route)
+        chosen = chosen or model
+    if not refusals:
+        return chosen, None
+    route, message = refusals[0]
+    said = ", ".join(r for r, _ in refusals)
+    return None, message + (f" [refused by {said}; {ok[0]} loads it]" if ok else "")
 
 
 def probe(model_bytes: bytes, op_label: str, whole: bool = False) -> tuple[str, str] | None:
@@ -152,9 +183,16 @@ def probe(model_bytes: bytes, op_label: str, whole: bool = False) -> tuple[str, 
 
 def probe_here(model_bytes: bytes, op_label: str, whole: bool = False
                ) -> tuple[str, str] | None:
-    """:func:`probe` in this process."""
+    """:func:`probe` in this process (a whole model by path and from bytes, stricter
+    wins; a node from bytes)."""
     try:
-        model = runnable(model_bytes)
+        if whole:
+            with written(model_bytes) as path:
+                model, refusal = runnable_by_routes(path, model_bytes)
+            if refusal is not None:
+                raise RuntimeError(refusal)
+        else:
+            model = runnable(model_bytes)
     except RuntimeError as e:
         stage, _, message = str(e).partition(": ")
     else:
@@ -179,6 +217,9 @@ def probe_here(model_bytes: bytes, op_label: str, whole: bool = False
 _ZERO_RUN_TYPES = {1: "float32", 10: "float16", 11: "float64"}
 _ZERO_RUN_BYTES = 4 * 2**20  # a whole model is run on zeros up to this size
 _FAILS_RUNNING = "tract types and optimizes it, but fails running it"
+# tract's words when values disagree with the symbols or dimensions it typed a model with: in a
+# probe whose dimensions we made up, about our construction, not the node
+_CLASH_WORDS = re.compile(r"Clashing resolution|Impossible to unify|symbol", re.IGNORECASE)
 _ELEMENTWISE = frozenset({"Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "IsInf", "IsNaN",
                           "Log", "Neg", "Reciprocal", "Relu", "Round", "Sigmoid", "Sign",
                           "Sin", "Sqrt", "Tanh"})
@@ -195,7 +236,7 @@ def _run_on_zeros(model, model_bytes: bytes) -> tuple[str, str] | None:
     # an element-wise op runs on any shape: one element stands for unknown dimensions
     elementwise = len(graph.node) == 1 and not graph.node[0].domain and \
         graph.node[0].op_type in _ELEMENTWISE and not graph.initializer
-    feeds = []
+    feeds, invented = [], False
     for value in graph.input:
         tensor = value.type.tensor_type
         dims = list(tensor.shape.dim) if tensor.HasField("shape") else None
@@ -204,14 +245,19 @@ def _run_on_zeros(model, model_bytes: bytes) -> tuple[str, str] | None:
             return None
         if dims is not None and all(d.HasField("dim_value") for d in dims):
             feeds.append(np.zeros([d.dim_value for d in dims], dtype))
-        elif elementwise:
-            feeds.append(np.zeros([1] * len(dims) if dims is not None else [1], dtype))
+        elif elementwise:  # (known dimensions kept: a 1 where the model says 32 clashes)
+            invented = True
+            feeds.append(np.zeros([d.dim_value if d.HasField("dim_value") else 1
+                                   for d in dims] if dims is not None else [1], dtype))
         else:
             return None
     try:
         model.run(feeds)
     except Exception as e:  # noqa: BLE001 - tract's TractError
-        return ("runtime-refused", f"{_FAILS_RUNNING}: {clean_message(str(e))}")
+        message = clean_message(str(e))
+        if invented and _CLASH_WORDS.search(message):
+            return None  # the dimensions we made up clash with the probe's symbols: ours
+        return ("runtime-refused", f"{_FAILS_RUNNING}: {message}")
     return None
 
 
@@ -235,6 +281,7 @@ _AS_SHAPES = "as shapes (TDim)"
 
 
 _STAGES = {"load": "load", "typing": "type", "optimizing": "optimize"}
+_TOO_BIG = ("runtime-refused", "not asked: the model is too large to type whole")
 PROBE_TIMEOUT_S = 60
 _WORKER: _ProbeWorker | None = None
 
@@ -330,8 +377,8 @@ def probe_server() -> None:
 def _named(message: str, producers: dict[str, str]) -> str:
     """tract names a node by its name (an unnamed node by its first output): say it the way
     rewriter.detect.targets.refused_node reads ("node with name 'N'", "the node of output
-    'y'")."""
-    m = re.search(r'node #\d+ "([^"]*)"', message)
+    'y'"): "node #37 "N" Pad", "Evaluating #2 "y" Dropout"."""
+    m = re.search(r'#\d+ "([^"]*)"', message)
     if not m:
         return message
     name = m.group(1)
@@ -354,6 +401,9 @@ class TractTarget(Target):
         self._constants: dict = {}
         self._shapes: dict = {}
         self._model_runs = False
+        # the node tract's refusal of the whole model last checked names: path -> verdict
+        self._blamed: dict[str, tuple[str, str]] = {}
+        self._unplaced: Finding | None = None  # a refusal of it that names no node
         self._graph_inputs: set[str] = set()
         self._confirmations: dict[tuple, Confirmation] = {}
 
@@ -373,6 +423,8 @@ class TractTarget(Target):
         self._constants = model_constants(model)
         self._graph_inputs = {i.name for i in model.graph.input} - set(self._constants)
         self._shapes = {}
+        self._blamed = {}
+        self._unplaced = None
         verdict = self._whole_model_verdict(model)
         # outputs typed as shapes: every node runs, the model's outputs cannot be read
         shaped = verdict is not None and _AS_SHAPES in verdict[1]
@@ -382,7 +434,33 @@ class TractTarget(Target):
         if shaped:
             return [Finding(target=self.name, path="model", domain="", op_type="",
                             version=None, reason=verdict[0], detail=verdict[1])]
-        return [] if self._model_runs else self._interface_findings(model)
+        if self._model_runs:
+            return []
+        return self._interface_findings(model) or self._blame(model, verdict)
+
+    def _blame(self, model, verdict) -> list[Finding]:
+        """The node tract's own refusal of the whole model names (``Failed analyse for node
+        #37 "name" Pad``): found whatever its probe says (:meth:`check_node`); a finding on
+        the model when the refusal names none, nor any node of an op it says it lacks."""
+        from rewriter.plugin import iter_nodes, refused_node
+
+        if verdict is _TOO_BIG:
+            return []  # not asked: the probes decide
+        producers = {o: site.node.name for site in iter_nodes(model)
+                     for o in site.node.output if o}
+        detail = _named(verdict[1], producers)
+        site = refused_node(model, detail)
+        if site is not None:
+            self._blamed[site.path] = (verdict[0], detail)
+            return []
+        missing = {m for pair in re.findall(r"Unimplemented\(([\w.]+)\)|no ONNX operator "
+                                            r"([\w.]+)", detail) for m in pair if m}
+        if missing & {s.node.op_type for s in iter_nodes(model)}:
+            return []  # the probes of those nodes say it
+        self._unplaced = Finding(target=self.name, path="model", domain="", op_type="",
+                                 version=None, reason=verdict[0],
+                                 detail=f"tract refuses the whole model: {detail}")
+        return []
 
     def _interface_findings(self, model) -> list[Finding]:
         """A graph input or output of an element type tract has no datum type for (float8,
@@ -408,7 +486,7 @@ class TractTarget(Target):
         ask; else a placeholder refusal (the nodes are probed one by one)."""
         from rewriter.plugin import iter_tensors
 
-        too_big = ("runtime-refused", "not asked: the model is too large to type whole")
+        too_big = _TOO_BIG
         if len(model.graph.node) > _WHOLE_MODEL_MAX_NODES:
             return too_big
         if model.ByteSize() > CONFIRM_BY_DEFAULT_BELOW:
@@ -420,6 +498,14 @@ class TractTarget(Target):
         if key not in _VERDICTS:
             _VERDICTS[key] = probe(data, "the model", whole=True)
         return _VERDICTS[key]
+
+    def check_done(self, model, findings) -> list[Finding]:
+        """The runtime's refusal of the whole model that names no node (see
+        :meth:`_blame`), when no node finding of this target explains it."""
+        unplaced, self._unplaced = self._unplaced, None
+        if unplaced is None or any(f.target == self.name for f in findings):
+            return []
+        return [unplaced]
 
     # -- per node -----------------------------------------------------------------------------
 
@@ -441,16 +527,17 @@ class TractTarget(Target):
                 verdict = self._with_guessed_ranks(build, label, verdict, in_body)
             _VERDICTS[key] = verdict
         verdict = _VERDICTS[key]
-        if verdict is None:
-            return None
-        if _CONSTANT_WORDS.search(verdict[1]):
-            if not self._fed(query, in_body):
-                # tract wants an input's value, and the node's non-constant inputs are
-                # computed (a Reshape's shape from Shape and Concat): typing the whole model
-                # folds what it can; the confirmation (or, after a rewrite, the
-                # verification) decides
-                return None
-        return self.finding(query, verdict[0], verdict[1])
+        if verdict is not None and _CONSTANT_WORDS.search(verdict[1]) and \
+                not self._fed(query, in_body):
+            # tract wants an input's value, and the node's non-constant inputs are computed
+            # (a Reshape's shape from Shape and Concat): typing the whole model folds what it
+            # can; the confirmation (or, after a rewrite, the verification) decides
+            verdict = None
+        if verdict is not None and _probe_made(verdict[1], query):
+            verdict = None  # about the symbols the probe gave the node, not the node
+        if verdict is None:  # a node tract's refusal of the whole model names is found
+            verdict = None if in_body else self._blamed.get(query.path)
+        return None if verdict is None else self.finding(query, verdict[0], verdict[1])
 
     def _training_dropout(self, query: NodeQuery, in_body: bool) -> bool:
         """A Dropout in training mode (a constant true) with a non-zero ratio (a constant, or
@@ -594,9 +681,12 @@ class TractTarget(Target):
         return self.confirmation(model, base_dir).refusal
 
     def confirmation(self, model, base_dir) -> Confirmation:
-        """Load, type and optimize the whole model in a child process and, for models up
-        to RUN_BY_DEFAULT_BELOW bytes, run it once there on generated inputs (their shapes
-        set as the inputs' facts). Cached per model bytes and folder."""
+        """Load, type and optimize the whole model in a child process as users do, by path
+        (``tract.onnx().load(path)``: the model written to a private temporary folder with
+        its external data beside it), and from bytes (the stricter answer wins, and says
+        which route refused) and, for models up to RUN_BY_DEFAULT_BELOW bytes, run the one
+        read by path once there on generated inputs (their shapes set as the inputs' facts).
+        Cached per model bytes and folder."""
         from rewriter.plugin import iter_nodes
 
         try:
@@ -611,21 +701,42 @@ class TractTarget(Target):
             feeds, note = generated_feeds(model)
         producers = {o: site.node.name for site in iter_nodes(model)
                      for o in site.node.output if o}
-        payload = pickle.dumps({"model": data, "feeds": feeds, "producers": producers})
         script = "from rewriter_plugins.tract_target import confirm_child\nconfirm_child()\n"
-        result = confirm_in_child(self, "tract", [script], payload, base_dir,
-                                  CONFIRM_TIMEOUT_S)
+        try:
+            with model_file(model, base_dir) as file:
+                payload = pickle.dumps({"model": data, "path": file.path, "feeds": feeds,
+                                        "producers": producers})
+                result = confirm_in_child(self, "tract", [script], payload, base_dir,
+                                          CONFIRM_TIMEOUT_S)
+        except ValueError as e:  # an external-data location leaving the model's folder
+            return Confirmation(str(e), "load")
+        note = "; ".join(n for n in (file.note, note) if n)
         if note and result.refusal is None and not result.note:
-            result = Confirmation(note=note)
+            result = Confirmation(ran=result.ran, note=note)
         self._confirmations[key] = result
         return result
 
     def prepare(self, model, base_dir):
         """A run function: feeds by input name -> outputs by the model's output names. The
-        model is typed and optimized for the shapes of the first feeds of each shape."""
-        data = _with_weights(model, base_dir).SerializeToString()
+        model is read by path as users read it (written to a private temporary folder with
+        its external data beside it, removed once the run function is gone; from bytes
+        when it cannot be put there), typed and optimized for the shapes of the first
+        feeds of each shape."""
+        import contextlib
+        import weakref
+
+        stack = contextlib.ExitStack()
+        try:
+            path = stack.enter_context(model_file(model, base_dir)).path
+        except ValueError as e:
+            raise RuntimeError(str(e)) from None
+        data = _with_weights(model, base_dir).SerializeToString() if path is None else None
         outputs = [o.name for o in model.graph.output]
-        probe_model = load(data)
+        try:
+            probe_model = _tract().onnx().load(path) if path is not None else load(data)
+        except Exception:
+            stack.close()
+            raise
         inputs = [probe_model.input_name(i) for i in range(probe_model.input_count())]
         del probe_model
         runnables: dict[tuple, object] = {}
@@ -633,13 +744,14 @@ class TractTarget(Target):
         def run(feeds):
             import numpy as np
 
+            assert stack  # the model's file lives as long as the run function
             missing = [name for name in inputs if name not in feeds]
             if missing:
                 raise RuntimeError(f"no value given for input(s) {', '.join(missing)}")
             given = {name: np.asarray(feeds[name]) for name in inputs}
             key = tuple((v.shape, v.dtype.str) for v in given.values())
             if key not in runnables:
-                runnables[key] = runnable(data, given)
+                runnables[key] = runnable(data, given, path=path)
             try:
                 values = runnables[key].run([given[name] for name in inputs])
             except Exception as e:  # noqa: BLE001
@@ -648,7 +760,18 @@ class TractTarget(Target):
             return {name: np.array(v.to_numpy(), copy=True)
                     for name, v in zip(outputs, values)}
 
+        weakref.finalize(run, stack.close)
         return run
+
+
+def _probe_made(message: str, query: NodeQuery) -> bool:
+    """Whether tract's refusal of a probe names a symbol the probe made up (a dimension
+    ``{input}_d{i}`` of an input of unknown shape, or ``unk__N`` of onnx's shape inference):
+    it is about the probe's construction (symbols that do not broadcast or unify), and
+    tract's answer on the whole model decides."""
+    if "unk__" in message:
+        return True
+    return any(f"{name}_d" in message for name in query.inputs if name)
 
 
 def _symbolic(proto, name: str, rank: int | None):
@@ -685,22 +808,21 @@ def _with_weights(model, base_dir):
 
 def confirm_child() -> None:
     """The confirming child (``TractTarget.confirmation``): stdin a pickle of {"model":
-    bytes, "feeds": [input sets] or None, "producers": {value: node name}}; loads, types
-    and optimizes, then runs the input sets until one runs."""
+    bytes, "path": the model as a file (None: not asked by path), "feeds": [input sets] or
+    None, "producers": {value: node name}}; loads, types and optimizes by path and from
+    bytes (:func:`runnable_by_routes`), then runs the input sets until one runs."""
     import sys
 
     job = pickle.load(sys.stdin.buffer)
-    data, sets = job["model"], job["feeds"]
-    try:
-        model = runnable(data, sets[0] if sets else None)
-    except RuntimeError as e:
-        child_says("load", _named(str(e), job["producers"]))
+    data, sets, path = job["model"], job["feeds"], job["path"]
+    model, refusal = runnable_by_routes(path, data, sets[0] if sets else None)
+    if refusal is not None:
+        child_says("load", _named(refusal, job["producers"]))
         return
     child_says("loaded")
     if sets is None:
         return
-    names = []
-    loaded = load(data)
+    loaded = _tract().onnx().load(path) if path is not None else load(data)
     names = [loaded.input_name(i) for i in range(loaded.input_count())]
 
     def run(feeds):

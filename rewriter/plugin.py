@@ -34,6 +34,7 @@ from rewriter.detect.targets import (
     generated_feeds,
     model_size,
     opset_import_findings,
+    refused_node,
     run_sets,
     schema_arity_problem,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "generated_feeds",
     "model_size",
     "opset_import_findings",
+    "refused_node",
     "run_sets",
     "schema_arity_problem",
     "find_unsupported",

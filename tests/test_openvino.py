@@ -135,32 +135,76 @@ def test_check_confirms_by_compiling(tmp_path, plugins):
 
 
 # NegativeLogLikelihoodLoss with ignore_index, as the ONNX node cases have it: OpenVINO
-# 2026.4 converts (expanding the spec's function body), compiles and runs it, with the
-# expected outputs; check confirms that (it was reported as failing on OpenVINO)
-NLLLOSS_IGNORE_INDEX = ["test_nllloss_NCd1_ii", "test_nllloss_NCd1_mean_weight_negative_ii",
-                        "test_nllloss_NCd1d2d3_sum_weight_high_ii",
-                        "test_sce_mean_weight_ii_3d"]
+# 2026.4 converts it from bytes (FrontEnd.load(stream)) and refuses it read from a file
+# (Core.read_model(path), openvino.convert_model(path): "get_attribute is not implemented"),
+# as its users read models; SoftmaxCrossEntropyLoss with ignore_index it runs both ways
+NLLLOSS_IGNORE_INDEX = {"test_nllloss_NCd1_ii": False,
+                        "test_nllloss_NCd1_mean_weight_negative_ii": False,
+                        "test_sce_mean_weight_ii_3d_expanded": False,
+                        "test_sce_mean_weight_ii_3d": True}
 
 
-def test_nllloss_with_ignore_index_runs_on_openvino_and_check_says_so(plugins):
+def _read_by_path_runs(model, tmp_path) -> bool:
+    """OpenVINO itself, as its users read a model: Core.read_model(path), compiled."""
+    path = tmp_path / "case.onnx"
+    path.write_bytes(model.SerializeToString())
+    core = ov.Core()
+    try:
+        core.compile_model(core.read_model(str(path)), "CPU")
+    except Exception:  # noqa: BLE001 - OpenVINO's refusal
+        return False
+    return True
+
+
+def test_check_answers_as_openvino_reads_files_not_bytes(plugins, tmp_path):
     import conformance_openvino as bench
 
-    cases = [c for c in bench.all_cases() if c.name in NLLLOSS_IGNORE_INDEX]
-    assert len(cases) == len(NLLLOSS_IGNORE_INDEX)
-    runner = bench.OpenVINORunner(plugins)
-    try:
-        for case in cases:
-            ignore = [a for n in case.model.graph.node for a in n.attribute
-                      if a.name == "ignore_index"]
-            assert ignore, case.name
-            actual = runner.actual(case.model, case)
-            assert actual.runs and actual.problem is None, (case.name, actual.problem)
-            (result,) = check(case.model, ["openvino"], plugins=plugins).results
-            assert result.findings == [], (case.name, result.findings)
-            assert result.confirmation.startswith(
-                "loaded and ran once on generated inputs; its outputs equal onnxruntime's")
-    finally:
-        runner.close()
+    cases = {c.name: c for c in bench.all_cases() if c.name in NLLLOSS_IGNORE_INDEX}
+    assert sorted(cases) == sorted(NLLLOSS_IGNORE_INDEX)
+    for name, runs in NLLLOSS_IGNORE_INDEX.items():
+        model = cases[name].model
+        assert _read_by_path_runs(model, tmp_path) is runs, name
+        openvino_target.compile_model(model.SerializeToString())  # from bytes: it compiles
+        for confirm in (False, None):  # the static check alone, and as users get it
+            (result,) = check(model, ["openvino"], plugins=plugins, confirm=confirm).results
+            assert (result.findings == []) is runs, (name, result.findings)
+            if not runs:  # on the node OpenVINO names, saying which route refused it
+                (finding,) = result.findings
+                assert finding.op_type == "NegativeLogLikelihoodLoss"
+                assert "get_attribute is not implemented" in finding.detail
+                assert "read from a file, as Core.read_model(path) reads it; from bytes it " \
+                       "converts" in finding.detail
+
+
+def test_the_stricter_of_the_ways_users_load_a_model_wins(plugins, target, tmp_path):
+    import conformance_openvino as bench
+
+    (nll,) = [c.model for c in bench.all_cases() if c.name == "test_nllloss_NCd1_ii"]
+    data = nll.SerializeToString()
+    from rewriter_plugins.probe_models import written
+
+    with written(data) as path:
+        compiled, refusal = openvino_target.compiled_by_routes(path, data, "CPU")
+    assert [route for route, _ in compiled] == [openvino_target.BY_BYTES]
+    assert "refused by Core.read_model(path), openvino.convert_model(path); " \
+           "FrontEnd.load(bytes) compiles it]" in refusal
+    # the confirmation reads it the same ways, in a child process
+    assert "refused by Core.read_model(path)" in target.confirm(nll, None)
+
+    # Col2Im with computed sizes: Core.read_model(path) and the bytes compile it,
+    # openvino.convert_model(path) (its MOC passes) refuses it: check says so as users get it
+    (col2im,) = [c.model for c in bench.all_cases() if c.name == "test_col2im"]
+    (result,) = check(col2im, ["openvino"], plugins=plugins).results
+    (finding,) = result.findings
+    # the refusal names no node: the first node whose prefix convert_model refuses (issue 30)
+    assert finding.path == "graph/node 0 (Col2Im)"
+    assert "to_shape was called on a dynamic shape" in finding.detail
+    assert "refused by openvino.convert_model(path); Core.read_model(path), " \
+           "FrontEnd.load(bytes) compile it]" in finding.detail
+    (tmp_path / "col2im.onnx").write_bytes(col2im.SerializeToString())
+    with pytest.raises(Exception, match="dynamic shape"):
+        ov.convert_model(str(tmp_path / "col2im.onnx"))
+    assert _read_by_path_runs(col2im, tmp_path)
 
 
 def test_external_data_resolves_in_the_models_folder(tmp_path, plugins, target):
@@ -186,6 +230,54 @@ def test_external_data_resolves_in_the_models_folder(tmp_path, plugins, target):
     loaded = onnx.load(folder / "m.onnx", load_external_data=False)
     loaded.graph.initializer[0].external_data[0].value = "../outside.bin"
     assert "outside the model's folder" in target.confirm(loaded, folder)
+
+
+def test_a_model_read_by_path_finds_its_external_data_beside_it(tmp_path, monkeypatch,
+                                                                 plugins, target):
+    """OpenVINO (like onnxruntime) refuses external data a symlink leads out of the model
+    file's folder: the copy asked by path has its data copied beside it, in a private
+    temporary folder removed afterwards; past COPY_EXTERNAL_BELOW bytes the model's own file
+    is asked, when it holds these bytes; nothing changes the working directory."""
+    import os
+
+    from rewriter_plugins import probe_models
+
+    folder = tmp_path / "model"
+    (folder / "weights").mkdir(parents=True)
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    model = make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, folder / "m.onnx", save_as_external_data=True,
+              location="weights/w.bin", size_threshold=0)
+    loaded = onnx.load(folder / "m.onnx", load_external_data=False)
+    x = np.ones((2, 3), np.float32)
+    expected = x @ numpy_helper.to_array(w)
+    cwd = os.getcwd()
+    core = ov.Core()
+    with probe_models.model_file(loaded, folder) as file:
+        copy = Path(file.path)
+        assert copy.parent != folder and (copy.parent / "weights" / "w.bin").is_file()
+        assert not (copy.parent / "weights" / "w.bin").is_symlink()
+        got = core.compile_model(core.read_model(file.path), "CPU")(x)[0]
+        np.testing.assert_allclose(got, expected)
+    assert not copy.parent.exists()  # the private folder is gone
+    run = target.prepare(loaded, folder)
+    np.testing.assert_allclose(run({"x": x})["y"], expected)
+    assert os.getcwd() == cwd
+    assert target.confirmation(loaded, folder).ran
+
+    monkeypatch.setattr(probe_models, "COPY_EXTERNAL_BELOW", 0)  # too big to copy
+    with probe_models.model_file(loaded, folder) as file:
+        assert Path(file.path) == folder / "m.onnx"  # its own file: the same bytes
+    changed = onnx.ModelProto()
+    changed.CopyFrom(loaded)
+    changed.graph.node[0].name = "renamed"  # a rewritten model: no file of its own
+    with probe_models.model_file(changed, folder) as file:
+        assert file.path is None and "not asked by path" in file.note
+    assert sorted(p.name for p in folder.iterdir()) == ["m.onnx", "weights"]
 
 
 def test_rewrite_for_onnxruntime_and_openvino_together(plugins):
@@ -528,3 +620,21 @@ def test_com_microsoft_corpus_model_runs_on_openvino_after_rewrite(name, plugins
                            plugins=plugins, runs=2, **how)
     assert compared.status == "equal", compared.summary()
     assert compared.oracle.startswith("onnxruntime" if oracle == "rewritten" else oracle)
+
+
+def test_check_benchmark_asks_openvino_the_users_way(plugins):
+    """`conformance_openvino.py check`: check as users get it against OpenVINO read by path
+    (Core.read_model, convert_model), compiled and run on the case's inputs."""
+    import _common
+
+    cases = [c for c in _common.all_cases()
+             if c.name in ("test_relu", "test_nllloss_NCd1_ii", "test_col2im")]
+    result = _common.measure_detection("openvino", cases, plugins=plugins)
+    assert result.matrix == {"runs/runs": 1, "fails/fails": 2}, result.disagreements
+    route = _common.UserRoute("openvino")
+    try:
+        (nll,) = [c for c in cases if c.name == "test_nllloss_NCd1_ii"]
+        refusal = route.refusal(nll.model, _common.feeds_of(nll.model, nll.data_sets)[0])
+    finally:
+        route.close()
+    assert refusal.startswith("Core.read_model(path): read: ") and "get_attribute" in refusal

@@ -278,3 +278,39 @@ def test_a_node_tract_types_but_cannot_evaluate_is_found_and_rewritten(plugins, 
     got = target.prepare(result.model, None)({"x": x})
     np.testing.assert_array_equal(got["n"], np.isnan(x))
     np.testing.assert_array_equal(got["i"], np.isposinf(x))
+
+
+# -- blame: tract's own words, not the probe's construction -----------------------------------
+
+def test_a_probe_clashing_with_its_own_made_up_dimensions_is_not_a_finding():
+    """A Tanh over float[2, 4, 4, s] (s unknown): the probe ran it on zeros of shape
+    [1, 1, 1, 1] and tract said "Clashing resolution for expression. 2=2 != 1" about the
+    probe's own dimensions; known dimensions are kept now, and a clash with made-up ones is
+    the probe's, not the node's."""
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 4, 4, s] x) => (y) { y = Tanh(x) }
+    """)
+    assert tract_target.probe_here(model.SerializeToString(), "Tanh") is None
+
+
+def test_tract_blames_the_node_its_own_loader_names(plugins, tmp_path):
+    """The expanded local-window attention case: tract's loader refuses its Pad (a rank-1
+    constant value where tract wants a scalar); the probes of Tanh and MatMul refused them
+    only with the symbols they were given (a clash, broadcast((unk__14), ...)), and rewrite
+    "fixed" them into a model that still failed. Only the node tract names is found."""
+    import conformance_tract  # noqa: F401 - benchmarks on sys.path
+    from _common import all_cases
+
+    (case,) = [c for c in all_cases()
+               if c.name == "test_attention_local_window_gqa_rank4_mask_expanded"]
+    path = tmp_path / "case.onnx"
+    path.write_bytes(case.model.SerializeToString())
+    with pytest.raises(Exception) as refused:  # tract itself, as its users load a model
+        tract.onnx().load(str(path)).into_model()
+    nodes = case.model.graph.node  # tract names a node by its name, else its first output
+    (blamed,) = [i for i, n in enumerate(nodes)
+                 if f'"{n.name or n.output[0]}"' in str(refused.value)]
+    (result,) = check(case.model, ["tract"], plugins=plugins, confirm=False).results
+    assert [f.path for f in result.findings] == [f"graph/node {blamed} (Pad)"]
+    assert not any("Clashing" in f.detail or "unk__" in f.detail for f in result.findings)

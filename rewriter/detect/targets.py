@@ -242,6 +242,12 @@ class Target:
         """A finding if the target cannot run this node, else None."""
         raise NotImplementedError
 
+    def check_done(self, model: ModelProto, findings: Sequence[Finding]) -> list[Finding]:
+        """Model-level findings that depend on the walk's ``findings`` (every node asked):
+        e.g. the runtime's refusal of the whole model, asked in :meth:`check_model`, that
+        names no node and that no node finding explains."""
+        return []
+
     def check_op(self, domain: str, op_type: str, opset: int | None) -> str:
         """What :meth:`check_node`'s answer for the nodes of ``domain::op_type`` (``domain``
         normalized, ``opset`` the version of that domain imported where the node lives, None

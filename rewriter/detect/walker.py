@@ -432,6 +432,7 @@ class _Walker:
         for key, f in self.functions.items():
             if key not in self.checked_functions:
                 self._function(key, f, [], opsets)
+        self.findings.extend(self.target.check_done(self.model, self.findings))
         self._add_rank_findings()
         return self.findings
 
