@@ -588,11 +588,13 @@ class CompareReport:
             "inputs": self.inputs, "tolerances": self.tolerances,
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
-            "second_opinion": self.second_opinion, "regimes": self._regimes_dict(),
+            "second_opinion": self.second_opinion, "regimes": self.regime_dicts(),
             "random_outputs": self.random_outputs,
         }
 
-    def _regimes_dict(self) -> list[dict[str, Any]]:
+    def regime_dicts(self) -> list[dict[str, Any]]:
+        """The regimes as the JSON report has them (``first_set``: the position of the
+        regime's first set among all sets fed)."""
         out, first = [], 0
         for r in self.regimes:
             out.append(r.as_dict(first if r.ran else None))
@@ -1080,8 +1082,12 @@ def with_missing_imports(original, rewritten):
 def _second_opinion(report: CompareReport, runners, run, want, tolerances: Tolerances,
                     model, plan: SetPlan | None = None) -> None:
     """On a mismatch, the original on the next runtime of the chain that runs it: when it
-    agrees with the oracle, the mismatch stands; when it does not, the oracles disagree and
-    nothing is decided (the report says which one the rewritten model agrees with)."""
+    agrees with the oracle on an input set where the rewritten model differs (on every
+    mismatching target), the mismatch stands; when it does not, the oracles disagree and
+    nothing is decided (the report says which one the rewritten model agrees with). Sets
+    where only the runtimes disagree on the original (an out-of-range cast in the edges
+    regime) are listed, and decide nothing."""
+    plan = plan or SetPlan()
     for candidate in runners:
         result = run(candidate)
         report.oracle_attempts.append({"target": candidate.label, "status": result.kind,
@@ -1094,15 +1100,37 @@ def _second_opinion(report: CompareReport, runners, run, want, tolerances: Toler
         # sets this runtime failed on are not compared: what it ran must agree
         between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances,
                                 plan)
-        opinion = {"target": candidate.label, "agrees": between.status != MISMATCH,
+        oracles = _agreeing_sets(want, other, tolerances, plan)
+        mismatching = [t for t in report.targets if t.status == MISMATCH]
+        stands = all(any(agree and differs is False for agree, differs in zip(
+            oracles, _agreeing_sets(want, t.produced, tolerances, plan)))
+            for t in mismatching)
+        opinion = {"target": candidate.label, "agrees": between.status != MISMATCH or stands,
                    "max_abs": between.max_abs, "result_agrees": True}
+        if between.status == MISMATCH:
+            opinion["disagreeing_sets"] = [
+                "{} {}".format(*plan.label(i)) for i, a in enumerate(oracles) if a is False]
         if not opinion["agrees"]:
             opinion["result_agrees"] = all(
                 _judge_target(t.target, RunResult("ok", t.produced), other,
-                              tolerances, plan).status == EQUAL
-                for t in report.targets if t.status == MISMATCH)
+                              tolerances, plan).status == EQUAL for t in mismatching)
         report.second_opinion = opinion
         return
+
+
+def _agreeing_sets(want, got, tolerances: Tolerances, plan: SetPlan) -> list[bool | None]:
+    """Per input set: whether ``got`` agrees with ``want`` there (None: one did not run)."""
+    out: list[bool | None] = []
+    for i, expected in enumerate(want):
+        actual = got[i] if got is not None and i < len(got) else None
+        if expected is None or actual is None:
+            out.append(None)
+            continue
+        one = SetPlan([plan.label(i)], [plan.compared[i] if i < len(plan.compared) else None],
+                      plan.random)
+        out.append(_judge_target("", RunResult("ok", [actual]), [expected], tolerances,
+                                 one).status == EQUAL)
+    return out
 
 
 @dataclass
