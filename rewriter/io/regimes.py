@@ -62,8 +62,11 @@ TYPICAL, EDGES, BOOLEANS, SPECIAL, TEST_DATA = (
 GIVEN = "given"
 
 # (tiny, large) magnitudes of the edges regime per float type: normal numbers (no
-# subnormals, which runtimes may flush to zero) whose square stays finite
-MAGNITUDES = {"float64": (1e-12, 1e8), "float32": (1e-6, 1e4), "float16": (1e-3, 1e2),
+# subnormals, which runtimes may flush to zero) whose square stays finite; float16's large
+# is 16, so that a dot product of a few hundred of its squares stays below 65504 too (how
+# wide a runtime accumulates float16 is no specification's: a fused kernel's float32 sum and
+# a float16 MatMul differ only once one overflows)
+MAGNITUDES = {"float64": (1e-12, 1e8), "float32": (1e-6, 1e4), "float16": (1e-3, 16.0),
               "bfloat16": (1e-6, 1e4), "complex64": (1e-6, 1e4), "complex128": (1e-12, 1e8)}
 
 # ai.onnx inputs read as indices, axes, shapes, counts, sizes, pads, repeats, k, split
@@ -81,13 +84,24 @@ INDEX_INPUTS: dict[str, tuple[int, ...]] = {
     "CenterCropPad": (1,), "DFT": (1, 2), "STFT": (1, 3), "Col2Im": (1, 2),
     "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,), "Bernoulli": (0,),
     "Dropout": (1, 2), "BitShift": (1,), "Pow": (1,), "AffineGrid": (1,), "GridSample": (1,),
-    "RotaryEmbedding": (3,), "Attention": (6,), "ImageDecoder": (0,),
+    "RotaryEmbedding": (3,), "Attention": (6,), "ImageDecoder": (0,), "DeformConv": (2, 4),
     "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "MatMulInteger": (2, 3),
     "ConvInteger": (2, 3), "QLinearMatMul": (1, 2, 4, 5, 6, 7),
     "QLinearConv": (1, 2, 4, 5, 6, 7), "SoftmaxCrossEntropyLoss": (1,),
     "NegativeLogLikelihoodLoss": (1,), "Where": (0,),
     **{op: (1,) for op in _REDUCE_OPS},
 }
+# ai.onnx ops that multiply or accumulate integers: the result of an overflow is not the
+# specification's (runtimes wrap, saturate or accumulate wider), so an integer they read gets
+# edges bounded to keep products and sums of its elements in range
+OVERFLOWING_OPS = frozenset({
+    "Mul", "Pow", "MatMul", "Gemm", "Einsum", "Conv", "ConvInteger", "MatMulInteger",
+    "QLinearMatMul", "QLinearConv", "CumSum", "CumProd", "ReduceSum", "ReduceProd",
+    "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMean", "ReduceLogSum",
+    "ReduceLogSumExp"})
+# of those, the ones that multiply all of an input's elements together
+PRODUCT_OPS = frozenset({"Pow", "CumProd", "ReduceProd"})
+DATA, BOUNDED, PRODUCT, INDEX = "data", "bounded", "product", "index"
 # ai.onnx ops whose bodies read their inputs under other names: what they do with an
 # integer is not known here, so it keeps its typical values
 OPAQUE_OPS = frozenset({"Loop", "Scan", "If", "SequenceMap"})
@@ -139,24 +153,35 @@ class Regime:
 # -- how each input is used --------------------------------------------------------------
 
 
-def data_inputs(models: Sequence[ModelProto]) -> dict[str, bool]:
-    """For each graph input, whether it is read as data (True) or as an index, axis, shape,
-    count... (False), looked through ops that carry its values (Cast, Reshape, Concat...,
+def input_uses(models: Sequence[ModelProto]) -> dict[str, str]:
+    """For each graph input how it is read: :data:`INDEX` (an index, axis, shape, count...),
+    :data:`BOUNDED` (an integer some op multiplies or accumulates: :data:`OVERFLOWING_OPS`),
+    :data:`PRODUCT` (one whose elements are all multiplied: :data:`PRODUCT_OPS`) or
+    :data:`DATA`; looked through the ops that carry its values (Cast, Reshape, Concat...,
     as :func:`~rewriter.io.inputs.value_ranges`; not through arithmetic: a decomposition
-    computing a clamped index from data reads data). An
-    integer that reaches an op of another domain or a body (If, Loop, a model-local
-    function), whose use is unknown here, counts as an index."""
+    computing a clamped index from data reads data). An integer that reaches an op of
+    another domain or a body (If, Loop, a model-local function), whose use is unknown here,
+    counts as an index."""
     declared = {s.name: s.type for m in models for s in input_specs(m)}
     local = {(f.domain, f.name) for m in models for f in m.functions}
-    out = {name: True for name in declared}
+    out = {name: DATA for name in declared}
     for name, domain, node, i in reached_positions(models, _PASS_THROUGH):
         integer = _elem(declared.get(name)) not in _FLOAT_ELEMS
         if domain == "" and i in INDEX_INPUTS.get(node.op_type, ()):
-            out[name] = False
+            out[name] = INDEX
         elif integer and (domain != "" or node.op_type in OPAQUE_OPS
                           or (node.domain, node.op_type) in local):
-            out[name] = False
+            out[name] = INDEX
+        elif integer and node.op_type in PRODUCT_OPS and out[name] in (DATA, BOUNDED):
+            out[name] = PRODUCT
+        elif integer and node.op_type in OVERFLOWING_OPS and out[name] == DATA:
+            out[name] = BOUNDED
     return out
+
+
+def data_inputs(models: Sequence[ModelProto]) -> dict[str, bool]:
+    """For each graph input, whether it is read as data (:func:`input_uses` not INDEX)."""
+    return {name: use != INDEX for name, use in input_uses(models).items()}
 
 
 def _elem(tp) -> int:
@@ -203,7 +228,7 @@ def input_regimes(
         return [typical]
     base = typical.sets[0]
     ranges = value_ranges(models)
-    uses = data_inputs(models)
+    uses = input_uses(models)
     rng = np.random.default_rng([seed, 27])
     out = [typical]
     out.append(_built(EDGES, "data inputs at their type's edges (full integer range with "
@@ -231,34 +256,51 @@ def _built(name: str, description: str, make) -> Regime:
         return Regime(name, description, skipped=f"its inputs cannot be built: {e}")
 
 
-def _edges(base: dict[str, Any], uses: Mapping[str, bool], ranges, rng,
+def _edges(base: dict[str, Any], uses: Mapping[str, str], ranges, rng,
            last: bool) -> dict[str, Any]:
     out = {}
     for name, value in base.items():
-        if not uses.get(name, True) or name.endswith(_inputs._MASK_NAMES):
+        use = uses.get(name, DATA)
+        if use == INDEX or name.endswith(_inputs._MASK_NAMES):
             out[name] = value
         elif isinstance(value, list):
-            out[name] = [edge_values(v, rng, ranges.get(name), last) for v in value]
+            out[name] = [edge_values(v, rng, ranges.get(name), last, bound_kind(use))
+                         for v in value]
         else:
-            out[name] = edge_values(value, rng, ranges.get(name), last)
+            out[name] = edge_values(value, rng, ranges.get(name), last, bound_kind(use))
     return out
 
 
+def bound_kind(use: str) -> str | None:
+    """How an input of this use is bounded in the edges regime (None: not)."""
+    return {BOUNDED: "sum", PRODUCT: "product"}.get(use)
+
+
 def edge_values(value: Any, rng: np.random.Generator,
-                value_range: tuple[float, float] | None = None, last: bool = False) -> Any:
+                value_range: tuple[float, float] | None = None, last: bool = False,
+                bounded: str | None = None) -> Any:
     """An array like ``value`` (same shape and type) at the edges of its type: integers over
     the full range with 0, ±1, min and max (unsigned: the high bit alone, and below it);
     floats of magnitudes from tiny to large with zeros, ±1 and both extremes. The named
     values come first, as many as the array holds (``last``: from the end of their list,
     so that two sets put all of them in a small array). ``value_range`` (what an operator
     needs: positive, in (-1, 1), above 1) is kept; other constrained inputs and other types
-    are returned as they are."""
+    are returned as they are. ``bounded``: integers some op multiplies and sums
+    (``"sum"``: at most sqrt(max / size) in magnitude) or multiplies all together
+    (``"product"``: at most max ** (1 / size)), so that no result overflows (the result of
+    an overflow is no specification's)."""
     if not isinstance(value, np.ndarray) or value.size == 0:
         return value
     kind, name = value.dtype.kind, value.dtype.name
     if kind in "iu" and name not in ("int4", "uint4", "int2", "uint2"):
         info = np.iinfo(value.dtype)
-        if value_range is None:
+        if bounded and value_range is None:
+            top = max(1, int(np.sqrt(float(info.max) / value.size)) if bounded == "sum"
+                      else int(float(info.max) ** (1.0 / value.size)))
+            low = -top if kind == "i" else 0
+            values = rng.integers(low, top, size=value.shape, endpoint=True, dtype=value.dtype)
+            named = [0, 1, -1, top, -top] if kind == "i" else [0, 1, top]
+        elif value_range is None:
             values = rng.integers(info.min, info.max, size=value.shape, endpoint=True,
                                   dtype=value.dtype)
             half = 1 << (info.bits - 1)
@@ -434,11 +476,12 @@ def special_outputs(model: ModelProto) -> tuple[set[str], dict[str, str]]:
     return safe, not_safe
 
 
-def _special(base: dict[str, Any], uses: Mapping[str, bool], spec_model: ModelProto,
+def _special(base: dict[str, Any], uses: Mapping[str, str], spec_model: ModelProto,
              rng) -> Regime:
     description = ("NaN, +inf and -inf among the float data inputs; compared only where "
                    "every op defines its result on them")
-    floats = [n for n, v in base.items() if uses.get(n, True) and isinstance(v, np.ndarray)
+    floats = [n for n, v in base.items() if uses.get(n, DATA) != INDEX
+              and isinstance(v, np.ndarray)
               and v.size and (v.dtype.kind == "f" or v.dtype.name == "bfloat16")]
     if not floats:
         return Regime(SPECIAL, description, skipped="no float input read as data")
