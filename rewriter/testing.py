@@ -244,8 +244,8 @@ _DEFAULT_RANGE = (Arg.low, Arg.high)
 def regime_sets(model: ModelProto, sample: OpSample, feeds: dict[str, Any],
                 rng: np.random.Generator) -> list[tuple[str, dict[str, Any]]]:
     """More data sets for a sample, as ``compare`` verifies models
-    (:mod:`rewriter.io.regimes`): ``edges`` (two sets: inputs read as data at their type's
-    edges; one whose sample narrows its range, at that range's ends; indices, axes, fixed
+    (:mod:`rewriter.io.regimes`): ``edges`` (one or two sets: inputs read as data at their
+    type's edges; one whose sample narrows its range, at that range's ends; indices, axes, fixed
     and constant inputs as drawn), ``booleans`` (every boolean scalar True, then False)
     and, for an ai.onnx op whose specification defines its result on them,
     ``special-values`` (NaN, +inf, -inf among the float inputs)."""
@@ -253,6 +253,7 @@ def regime_sets(model: ModelProto, sample: OpSample, feeds: dict[str, Any],
         INDEX,
         SPECIAL_SAFE_OPS,
         bound_kind,
+        edge_orders,
         edge_values,
         input_uses,
         special_values,
@@ -265,7 +266,7 @@ def regime_sets(model: ModelProto, sample: OpSample, feeds: dict[str, Any],
     drawn = [n for n, a in args.items() if a.values is None and n in feeds]
     out = []
     edges = []
-    for last in (False, True):
+    for last in edge_orders({n: feeds[n] for n in drawn}, uses):
         edged = dict(feeds)
         for name in drawn:
             arg, value = args[name], feeds[name]

@@ -292,3 +292,39 @@ def test_the_statistical_test_against_the_kolmogorov_table():
     assert not shifted["ok"] and shifted["p_values"]["mean"] < 1e-6
     wider = distribution_test([a], [b * 1.3])  # same mean, other spread: KS sees it
     assert not wider["ok"] and wider["p_values"]["ks"] < 1e-4
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def test_the_report_lists_regimes_and_distributions_and_validates(tmp_path, capsys):
+    import json
+    from importlib import resources
+
+    from rewriter.cli import main
+    from rewriter.report.document import document
+    from rewriter.report.html import to_html
+    from rewriter.report.markdown import to_markdown
+
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(resources.files("rewriter.report").joinpath("schema.json").read_text())
+    model = _model(*DROPOUT)
+    doc = document("compare", compare(model, model, ["onnxruntime"],
+                                      original_target="reference").as_dict())
+    jsonschema.validate(json.loads(json.dumps(doc)), schema)
+    names = [r["name"] for r in doc["regimes"]]
+    assert names[:3] == ["typical", "edges", "booleans"] and doc["regimes"][0]["first_set"] == 0
+    assert doc["random_outputs"] == {"y": ["Dropout"], "mask": ["Dropout"]}
+    y = next(o for o in doc["targets"][0]["outputs"] if o["name"] == "y")
+    assert y["compared_as"] == "distribution" and y["max_abs"] is None
+    assert "booleans" in to_markdown(doc) and "booleans" in to_html(doc)
+    # the CLI: the regimes line, and --quick runs the typical set alone
+    path = write_model(tmp_path / "m.onnx", _model("g (float[N, 4] x) => (float[N, 4] y)",
+                                                   "y = Abs (x)"))
+    assert main(["compare", str(path), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "regimes: typical (1); edges (1); dims=1 (1); dims=5 (1); special-values (1)" in out
+    assert main(["compare", str(path), str(path), "--quick", "--json"]) == 0
+    quick = json.loads(capsys.readouterr().out)
+    assert quick["inputs"]["sets"] == 1 and [r["name"] for r in quick["regimes"]] == [
+        "typical"]

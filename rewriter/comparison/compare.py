@@ -824,6 +824,7 @@ def compare(
                 if result.ok:
                     outputs = _drop_failed(report.regimes, plan, result, candidate.label)
                     feeds, plan = _replan(report.regimes, plan)
+                    report.inputs["sets"] = len(feeds)
                     want, recast = as_declared_floats(outputs, original.model)
                     if recast:
                         report.oracle_attempts[-1]["note"] = (

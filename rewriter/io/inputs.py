@@ -232,6 +232,7 @@ def generate_inputs(
     dims: Mapping[str, int] | None = None,
     default_dim: int = DEFAULT_DIM,
     also: Sequence[ModelProto] = (),
+    ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """One set of feeds for ``model``'s inputs, from their declared types.
 
@@ -240,6 +241,8 @@ def generate_inputs(
         dims: values of symbolic dimensions by name; KV-cache lengths not given fit each
             other (:func:`cache_dims`); other unknown dimensions get ``default_dim``.
         also: more models whose operators inform the value ranges (e.g. the rewrite).
+        ranges: :func:`value_ranges` of ``[model, *also]`` when the caller has them (a
+            walk of both models less per set).
 
     An input named ``attention_mask`` is all ones.
 
@@ -252,7 +255,7 @@ def generate_inputs(
     check_input_bytes(generated_bytes(model, dims, default_dim),
                       f"generated inputs of {', '.join(dims_text(dims)) or 'the model'}")
     rng = np.random.default_rng(seed)
-    ranges = value_ranges([model, *also])
+    ranges = value_ranges([model, *also]) if ranges is None else ranges
     feeds = {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
                                   ranges.get(spec.name))
              for spec in input_specs(model)}

@@ -219,28 +219,29 @@ def input_regimes(
         InputError: the typical inputs cannot be generated.
     """
     models = [model, *also]
+    ranges = value_ranges(models)
     typical = Regime(TYPICAL, f"{runs} random draw{'s' if runs > 1 else ''} "
                      f"(seed{'s' if runs > 1 else ''} "
                      f"{', '.join(str(seed + i) for i in range(runs))})",
-                     [generate_inputs(model, seed=seed + i, dims=dims, also=also)
-                      for i in range(runs)])
+                     [generate_inputs(model, seed=seed + i, dims=dims, also=also,
+                                      ranges=ranges) for i in range(runs)])
     if quick:
         return [typical]
     base = typical.sets[0]
-    ranges = value_ranges(models)
     uses = input_uses(models)
     rng = np.random.default_rng([seed, 27])
     out = [typical]
     out.append(_built(EDGES, "data inputs at their type's edges (full integer range with "
                       "0, ±1, min, max; floats with zeros, negatives, large and tiny "
                       "magnitudes); indices, shapes and counts typical",
-                      lambda: [_edges(base, uses, ranges, rng, last) for last in (False, True)]))
+                      lambda: [_edges(base, uses, ranges, rng, last)
+                               for last in edge_orders(base, uses)]))
     scalars = _boolean_scalars(model, base)
     if scalars:
         out.append(_built(BOOLEANS, f"boolean scalar input{'s' if len(scalars) > 1 else ''} "
                           f"{', '.join(scalars)} True, then False",
                           lambda: _booleans(base, scalars)))
-    out.extend(_dims_regimes(model, also, seed, dims or {}))
+    out.extend(_dims_regimes(model, also, seed, dims or {}, ranges))
     out.append(_special(base, uses, spec_model if spec_model is not None else model, rng))
     if path is not None:
         found = _test_data(Path(path), model, also)
@@ -254,6 +255,19 @@ def _built(name: str, description: str, make) -> Regime:
         return Regime(name, description, make())
     except RewriterError as e:
         return Regime(name, description, skipped=f"its inputs cannot be built: {e}")
+
+
+NAMED_EDGES = 7  # the most named edge values of a type (signed integers: 0, ±1, min, ...)
+
+
+def edge_orders(base: Mapping[str, Any], uses: Mapping[str, str]) -> tuple[bool, ...]:
+    """The edges regime's sets, as the ``last`` of :func:`edge_values`: one set where every
+    data input holds all its named edges, a second (from the end of the list) where one is
+    too small for them (a scalar, three elements)."""
+    small = any(uses.get(name, DATA) != INDEX and (
+        min((np.size(v) for v in value), default=NAMED_EDGES) if isinstance(value, list)
+        else np.size(value)) < NAMED_EDGES for name, value in base.items())
+    return (False, True) if small else (False,)
 
 
 def _edges(base: dict[str, Any], uses: Mapping[str, str], ranges, rng,
@@ -397,7 +411,8 @@ def regime_dims(model: ModelProto, value: int, *, past: int | None = None,
     return dims
 
 
-def _dims_regimes(model: ModelProto, also, seed: int, given: Mapping[str, int]) -> list[Regime]:
+def _dims_regimes(model: ModelProto, also, seed: int, given: Mapping[str, int],
+                  ranges) -> list[Regime]:
     names = symbolic_dims([model])
     free = sorted(names - set(given))
     if not free:
@@ -411,7 +426,7 @@ def _dims_regimes(model: ModelProto, also, seed: int, given: Mapping[str, int]) 
         chosen = regime_dims(model, value, past=past, new=new, given=given)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(chosen.items()) if k in free)
         out.append(_built(name, f"symbolic dimensions {shown}", lambda chosen=chosen: [
-            generate_inputs(model, seed=seed, dims=chosen, also=also)]))
+            generate_inputs(model, seed=seed, dims=chosen, also=also, ranges=ranges)]))
     return out
 
 
