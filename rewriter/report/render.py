@@ -345,6 +345,11 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
         for g in group_findings(report.remaining):
             lines += para(f"{g.op_label} ×{g.count} on {g.target} [{g.reason}]: {g.detail}",
                           indent=6, first=2)
+    if comparison is not None and hasattr(comparison, "regime_dicts"):
+        skipped = [r for r in comparison.regime_dicts() if r["status"] == "skipped"]
+        if skipped:  # what ran is in the verdict line; what did not, and why, here
+            lines += para("input regimes not run: " + "; ".join(
+                f"{r['name']} ({r['reason']})" for r in skipped))
     if not report.dry_run:
         lines += para(verdict_line(report))
     for item in report.explain:
