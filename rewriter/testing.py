@@ -859,21 +859,35 @@ def kernel_type_problems(check: Check, registry: Registry, got: Sequence[Any]) -
     return []
 
 
+def _set_label(check: Check, i: int, count: int) -> str:
+    regime = check.labels[i] if i < len(check.labels) else TYPICAL
+    if regime != TYPICAL:
+        return f"data set {i} ({regime}): "
+    return f"data set {i}: " if count > 1 else ""
+
+
+def set_differences(check: Check, expected: Sequence[Sequence[Any]],
+                    got: Sequence[Sequence[Any]]) -> list[str]:
+    """:func:`differences` on every data set of ``check``, each named (with its regime),
+    a regime's set compared with its magnitude-scaled tolerance."""
+    problems = []
+    for i, (e, g) in enumerate(zip(expected, got)):
+        regime = check.labels[i] if i < len(check.labels) else TYPICAL
+        problems += differences(check, e, g, _set_label(check, i, len(expected)),
+                                scaled=regime != TYPICAL)
+    return problems
+
+
 def check_one(check: Check, plugins: Plugins) -> list[str]:
     """Run the oracle and the decomposition on ``check``; every disagreement, as text."""
     registry = plugins.registry
     expected = run_oracle(check, registry)
     decomposed = decompose(check, plugins)
-    problems = []
-    for i, (e, g) in enumerate(zip(expected, decomposed.outputs)):
-        where = f"data set {i}: " if len(expected) > 1 else ""
-        regime = check.labels[i] if i < len(check.labels) else TYPICAL
-        if regime != TYPICAL:
-            where = f"data set {i} ({regime}): "
-        problems += differences(check, e, g, where, scaled=regime != TYPICAL)
-        declared = [d for d in check.declared]
+    problems = set_differences(check, expected, decomposed.outputs)
+    for i, g in enumerate(decomposed.outputs):
+        where = _set_label(check, i, len(expected))
         have = [_dtype_name(v) for v in g]
-        for j, (d, h) in enumerate(zip(declared, have)):
+        for j, (d, h) in enumerate(zip(check.declared, have)):
             if d is not None and d != h:
                 problems.append(f"{where}output {j}: dtype {h}, the op declares {d}")
     problems += kernel_type_problems(check, registry, decomposed.outputs[0])
