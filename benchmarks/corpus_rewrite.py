@@ -4,7 +4,9 @@
 
 ``--verdicts`` (the default targets onnxruntime, reference, openvino and opset:17): per
 target, how many rewrites end verified, mismatched or unverified (and how many need no
-rewrite or have no remedy), with the reason of every one that is not verified.
+rewrite or have no remedy), with the reason of every one that is not verified, and the wall
+time of the rewrites and of their comparisons. ``--quick`` verifies on the typical inputs
+alone (the single run before input regimes), to measure what the regimes cost.
 
 Before: does what ``onnx-rewriter run MODEL`` does (onnxruntime, no rewrite) work? After:
 what ``onnx-rewriter rewrite MODEL -o OUT --target T`` does (the library call behind it; it
@@ -44,6 +46,9 @@ class Row:
     reason: str = ""  # the verdict's reason
     oracle: str = ""  # where the original ran
     target: str = ""
+    seconds: float = 0.0  # the rewrite, its comparison included (wall time)
+    compare_seconds: float = 0.0  # the comparison alone
+    regimes: list[str] = field(default_factory=list)  # the input regimes that ran
 
 
 def _short(message: str, limit: int = 120) -> str:
@@ -146,9 +151,12 @@ def _given_inputs(model: Path, workdir: Path) -> Path | None:
 
 
 def measure(model: Path, target: str, workdir: Path, plugins=None, *,
-            run_before: bool = True) -> Row:
+            run_before: bool = True, quick: bool = False) -> Row:
     """Run, rewrite (as ``onnx-rewriter rewrite MODEL -o OUT --target T`` does, ending with
-    its comparison) and run the result."""
+    its comparison; ``quick``: on the typical inputs alone, ``--quick``) and run the
+    result."""
+    import time
+
     from rewriter.api import rewrite
     from rewriter.errors import RewriterError, UnfixableError
     from rewriter.io.inputs import parse_dims
@@ -162,6 +170,9 @@ def measure(model: Path, target: str, workdir: Path, plugins=None, *,
     out = workdir / model.name
     out.unlink(missing_ok=True)
     options = {"dims": dims, **({"inputs": [str(inputs)]} if inputs else {})}
+    if quick:
+        options["quick"] = True
+    start = time.perf_counter()
     try:
         result = rewrite(str(model), [target], output=str(out), plugins=plugins,
                          compare_options=options)
@@ -190,6 +201,11 @@ def measure(model: Path, target: str, workdir: Path, plugins=None, *,
                                 f"(compare: {report.verdict}), e.g. {f.op_label or 'model'}: "
                                 f"{f.detail}", 300)
         row.oracle = report.comparison.oracle if report.comparison is not None else ""
+        if report.comparison is not None:
+            row.compare_seconds = report.comparison.seconds
+            row.regimes = [r.name for r in getattr(report.comparison, "regimes", [])
+                           if r.ran]
+    row.seconds = time.perf_counter() - start
     if not run_before:
         return row
     if out.exists():
@@ -238,6 +254,10 @@ def verdicts_markdown(rows: list[Row]) -> str:
         mine = [r for r in rows if r.target == t]
         lines.append(f"| {t} | " + " | ".join(str(sum(r.verdict == v for r in mine))
                                              for v in VERDICTS) + " |")
+    total = sum(r.seconds for r in rows)
+    compared = sum(r.compare_seconds for r in rows)
+    lines += ["", f"wall time: {total:.1f} s for {len(rows)} rewrites, of which comparison "
+              f"{compared:.1f} s"]
     lines += ["", "| target | model | verdict | oracle | reason |", "|---|---|---|---|---|"]
     for r in rows:
         if r.verdict in ("mismatch", "unverified", "error", "unfixable"):
@@ -256,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the verdict table per target (no before/after runs)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", dest="json_out", help="write the rows to this file")
+    parser.add_argument("--quick", action="store_true",
+                        help="verify on the typical inputs alone (rewrite --quick)")
     args = parser.parse_args(argv)
     if not CORPUS.is_dir():
         print(f"error: no corpus at {CORPUS}", file=sys.stderr)
@@ -271,8 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for t in targets:
                 for m in models:
-                    rows.append(measure(m, t, Path(tmp), plugins, run_before=False))
-                    print(f"{t:12} {m.name:50} {rows[-1].verdict}", file=sys.stderr)
+                    rows.append(measure(m, t, Path(tmp), plugins, run_before=False,
+                                        quick=args.quick))
+                    print(f"{t:12} {m.name:50} {rows[-1].verdict:10} "
+                          f"{rows[-1].seconds:6.2f}s", file=sys.stderr)
         if args.json_out:
             Path(args.json_out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
         print(verdicts_markdown(rows))
@@ -280,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     target = (args.targets or ["onnxruntime"])[0]
     args.target = target
     with tempfile.TemporaryDirectory() as tmp, native_stdout_to_stderr():
-        rows = [measure(m, target, Path(tmp), plugins) for m in models]
+        rows = [measure(m, target, Path(tmp), plugins, quick=args.quick) for m in models]
     if args.json_out:
         Path(args.json_out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
     if args.markdown:

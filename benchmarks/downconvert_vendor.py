@@ -180,7 +180,7 @@ def evaluate(sample: Sample, ceiling: int, plugins) -> dict:
         result["why"] = [f"run: {_line(e)}"]
         return result
     result["runtime"] = runtime
-    problems = [p for e, g in zip(expected, got) for p in testing.differences(check, e, g)]
+    problems = testing.set_differences(check, expected, got)
     if problems:
         result["why"] = [f"mismatch on {runtime}: {p}" for p in problems]
         return result

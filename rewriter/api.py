@@ -500,7 +500,7 @@ def _another_pass(rewritten: ModelProto, resolved, plugins: Plugins, report: Any
 
 
 # compare options that also shape the confirmation's comparison of a runtime's numbers
-_NUMBERS_OPTIONS = ("inputs", "dims", "seed", "runs", "atol", "rtol", "timeout",
+_NUMBERS_OPTIONS = ("inputs", "dims", "seed", "runs", "quick", "atol", "rtol", "timeout",
                     "memory_limit", "reference_ops")
 
 

@@ -202,7 +202,12 @@ def _comparison_options(f):
                      help="Outputs of the original (.npz or test data) to compare with, "
                      "instead of running it."),
         click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Generated input sets (seeds SEED, SEED+1, ...)."),
+                     help="Typical generated input sets (seeds SEED, SEED+1, ...); the "
+                     "other regimes (edges, booleans, dims, special values, test data) "
+                     "come on top."),
+        click.option("--quick", is_flag=True,
+                     help="Typical generated inputs only: no edges, booleans, dims, special "
+                     "values or test-data regimes (faster, proves less)."),
         click.option("--seed", type=SEED, default=0, show_default=True, help="First seed."),
         click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE",
                      help="Value of a symbolic dimension for generated inputs (repeatable)."),
@@ -219,23 +224,25 @@ def _comparison_options(f):
         click.option("--memory-limit", type=MEMORY_MIB, metavar="MIB",
                      help="Address space each run may use, in MiB."),
         click.option("--save-inputs", type=click.Path(), metavar="PATH",
-                     help="Write the inputs used (.npz for one set, else a test-data "
-                     "folder), to reproduce the verdict with --inputs PATH."),
+                     help="Write the inputs used (a folder: every set, as test data; a .npz "
+                     "file: the set that decided the verdict), to reproduce the verdict "
+                     "with --inputs PATH."),
     ]
     for option in reversed(options):
         f = option(f)
     return f
 
 
-def _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol, original_target,
-                       timeout, memory_limit, save_inputs) -> dict:
+def _comparison_kwargs(inputs, expected, runs, quick, seed, dims, atol, rtol,
+                       original_target, timeout, memory_limit, save_inputs) -> dict:
     """The comparison options as keyword arguments of rewriter.compare."""
     from rewriter.comparison.compare import parse_tolerances
     from rewriter.io.inputs import parse_dims
 
     return {
         "inputs": list(inputs) or None, "expected": list(expected) or None, "runs": runs,
-        "seed": seed, "dims": parse_dims(dims), "atol": parse_tolerances(atol, "--atol") or None,
+        "quick": quick or None, "seed": seed, "dims": parse_dims(dims),
+        "atol": parse_tolerances(atol, "--atol") or None,
         "rtol": parse_tolerances(rtol, "--rtol") or None, "original_target": original_target,
         "timeout": timeout, "memory_limit": memory_limit * 2**20 if memory_limit else None,
         "save_inputs": save_inputs,
@@ -605,7 +612,7 @@ Examples:
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
             libraries, prefer, verify, allow_unverified, keep_failed, fix_dims, input_shapes,
-            inputs, expected, runs, seed, dims, atol, rtol, original_target, timeout,
+            inputs, expected, runs, quick, seed, dims, atol, rtol, original_target, timeout,
             memory_limit, save_inputs, as_json, report_path, plugin_specs, debug,
             strip_provenance=False):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
@@ -621,8 +628,9 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
     from rewriter.report.document import document
 
     plugins = _load_plugins(obj)
-    compare_options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
-                                         original_target, timeout, memory_limit, save_inputs)
+    compare_options = _comparison_kwargs(inputs, expected, runs, quick, seed, dims, atol,
+                                         rtol, original_target, timeout, memory_limit,
+                                         save_inputs)
     compare_options = {k: v for k, v in compare_options.items() if v is not None}
     shapes = _static_shapes(fix_dims, input_shapes)
     if report_path:  # refused before any work: never the model or its data
@@ -741,8 +749,8 @@ Examples:
 @REPORT
 @_common
 @click.pass_context
-def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dims, atol, rtol,
-            original_target, timeout, memory_limit, save_inputs, no_localize, libraries,
+def compare(ctx, original, rewritten, targets, inputs, expected, runs, quick, seed, dims, atol,
+            rtol, original_target, timeout, memory_limit, save_inputs, no_localize, libraries,
             as_json, report_path, plugin_specs, debug):
     """Prove REWRITTEN computes what ORIGINAL did, on every target.
 
@@ -759,7 +767,7 @@ def compare(ctx, original, rewritten, targets, inputs, expected, runs, seed, dim
     if rewritten is None and not expected:
         raise click.UsageError("give REWRITTEN, or --expected outputs for ORIGINAL")
     plugins = _load_plugins(obj)
-    options = _comparison_kwargs(inputs, expected, runs, seed, dims, atol, rtol,
+    options = _comparison_kwargs(inputs, expected, runs, quick, seed, dims, atol, rtol,
                                  original_target, timeout, memory_limit, save_inputs)
     protected = []
     if report_path:  # refused before any work: never an input

@@ -112,6 +112,11 @@ class Check:
     tolerance: tuple[float, float] | None = None
     oracle: str | None = None  # the sample's own, else the registration's
     min_onnxruntime: tuple[str, str] | None = None  # the sample's (version, why)
+    # per data set, its input regime (rewriter.io.regimes): "typical" (the sample's own
+    # draw), "edges", "booleans", "special-values"; and the regimes the oracle could not
+    # run, with why (dropped from ``feeds``)
+    labels: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def oracle_name(self) -> str | None:
@@ -183,8 +188,10 @@ def _values(arg: Arg, elem: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(arg.low, arg.high, arg.shape).astype(np_type)
 
 
-def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None) -> Check:
-    """The one-node model of ``sample`` at ``dtype`` and its inputs."""
+def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None,
+          regimes: bool = True) -> Check:
+    """The one-node model of ``sample`` at ``dtype`` and its data sets: the sample's own
+    draw, then (``regimes``) those of :func:`regime_sets`."""
     opset = opset_of(entry, sample)
     if opset is None:
         raise ValueError(f"{label(entry)}: sample {sample.name!r} is outside the opsets")
@@ -221,8 +228,89 @@ def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None) -> Che
     model = helper.make_model(graph, opset_imports=imports, producer_name="oracle_check")
     model.ir_version = _ir_version(opset or MIN_OPSET)
     declared = [helper.tensor_dtype_to_np_dtype(e).name for e in out_elems]
-    return Check(entry, run_label, model, [feeds], dtype, declared, None, sample.tolerance,
-                 sample.oracle, sample.min_onnxruntime)
+    sets, labels = [feeds], [TYPICAL]
+    if regimes:
+        for name, extra in regime_sets(model, sample, feeds, rng):
+            sets.append(extra)
+            labels.append(name)
+    return Check(entry, run_label, model, sets, dtype, declared, None, sample.tolerance,
+                 sample.oracle, sample.min_onnxruntime, labels)
+
+
+TYPICAL = "typical"
+_DEFAULT_RANGE = (Arg.low, Arg.high)
+
+
+def regime_sets(model: ModelProto, sample: OpSample, feeds: dict[str, Any],
+                rng: np.random.Generator) -> list[tuple[str, dict[str, Any]]]:
+    """More data sets for a sample, as ``compare`` verifies models
+    (:mod:`rewriter.io.regimes`): ``edges`` (one or two sets: inputs read as data at their
+    type's edges; one whose sample narrows its range, at that range's ends; indices, axes, fixed
+    and constant inputs as drawn), ``booleans`` (every boolean scalar True, then False)
+    and, for an ai.onnx op whose specification defines its result on them,
+    ``special-values`` (NaN, +inf, -inf among the float inputs)."""
+    from rewriter.io.regimes import (
+        INDEX,
+        SPECIAL_SAFE_OPS,
+        bound_kind,
+        edge_orders,
+        edge_values,
+        input_uses,
+        special_values,
+    )
+
+    args = {f"x{i}": a for i, a in enumerate(sample.inputs)
+            if a is not None and not a.constant}
+    uses = input_uses([model])
+    data = {name: use != INDEX for name, use in uses.items()}
+    drawn = [n for n, a in args.items() if a.values is None and n in feeds]
+    out = []
+    edges = []
+    for last in edge_orders({n: feeds[n] for n in drawn}, uses):
+        edged = dict(feeds)
+        for name in drawn:
+            arg, value = args[name], feeds[name]
+            if not data.get(name, True) or value.dtype == np.bool_:
+                continue
+            if (arg.low, arg.high) == _DEFAULT_RANGE:
+                edged[name] = edge_values(value, rng, None, last, bound_kind(uses.get(name, "")))
+            else:
+                edged[name] = _range_ends(value, arg, rng, last)
+        edges.append(edged)
+    if any(not _same(e, feeds) for e in edges):
+        out += [("edges", e) for e in edges]
+    flags = [n for n in drawn if feeds[n].dtype == np.bool_ and feeds[n].size == 1]
+    if flags:
+        out += [("booleans", {**feeds, **{n: np.full_like(feeds[n], flag) for n in flags}})
+                for flag in (True, False)]
+    node = model.graph.node[0]
+    floats = [n for n in drawn if data.get(n, True) and (
+        feeds[n].dtype.kind == "f" or feeds[n].dtype.name == "bfloat16")]
+    if normalize_domain(node.domain) == "" and node.op_type in SPECIAL_SAFE_OPS and floats:
+        out.append(("special-values", {**feeds, **{n: special_values(feeds[n], rng)
+                                                   for n in floats}}))
+    return out
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def _range_ends(value: np.ndarray, arg: Arg, rng, last: bool) -> np.ndarray:
+    """``value`` with its sample's range's ends among uniform draws within it."""
+    if value.dtype.kind in "iu":
+        ends = [int(arg.low), int(arg.high) - 1]
+    elif value.dtype.kind == "f" or value.dtype.name == "bfloat16":
+        top = np.nextafter(np.float32(arg.high), np.float32(arg.low))
+        ends = [arg.low, float(top), (arg.low + arg.high) / 2]
+    else:
+        return value
+    flat = value.reshape(-1).copy()
+    ends = ends[::-1] if last else ends
+    positions = rng.permutation(flat.size)[:len(ends)]
+    flat[positions] = np.asarray(ends[:len(positions)]).astype(np.float32).astype(flat.dtype) \
+        if flat.dtype.kind not in "iu" else np.asarray(ends[:len(positions)]).astype(flat.dtype)
+    return flat.reshape(value.shape)
 
 
 def _ir_version(opset: int) -> int:
@@ -466,18 +554,50 @@ def run_oracle(check: Check, registry: Registry) -> list[list[Any]]:
         raise AssertionError(f"{check.label}: oracle {oracle!r} is not independent: {problem}")
     if oracle == "onnxruntime":
         session = _ort_session(check.model)
-        return [session.run(None, feeds) for feeds in check.feeds]
+        return _each_set(check, lambda feeds: session.run(None, feeds))
     if oracle == "reference":
         from onnx.reference import ReferenceEvaluator
 
         evaluator = ReferenceEvaluator(check.model)
-        return [list(evaluator.run(None, feeds)) for feeds in check.feeds]
+        return _each_set(check, lambda feeds: list(evaluator.run(None, feeds)))
     if oracle == "kernel":
         if (check.entry.domain, check.entry.op_type) not in registry.kernels:
             raise AssertionError(f"{check.label}: oracle 'kernel' but no plugin registers a "
                                  "Python kernel for the op")
-        return [_run_kernel(check, registry, feeds) for feeds in check.feeds]
-    return [_run_function(oracle, check, feeds) for feeds in check.feeds]
+        return _each_set(check, lambda feeds: _run_kernel(check, registry, feeds))
+    return _each_set(check, lambda feeds: _run_function(oracle, check, feeds))
+
+
+def _each_set(check: Check, run) -> list[list[Any]]:
+    """``run`` on every data set of ``check``. A regime's set the oracle cannot run (an op
+    refusing values outside its domain) drops that regime from the check, recorded in
+    ``check.skipped``; the sample's own set must run."""
+    import warnings
+
+    outputs, keep = [], []
+    for i, feeds in enumerate(check.feeds):
+        label = check.labels[i] if i < len(check.labels) else TYPICAL
+        if label == TYPICAL:
+            outputs.append(run(feeds))
+            keep.append(i)
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = run(feeds)
+        except Exception as e:  # noqa: BLE001 - the regime is invalid for this op
+            check.skipped.setdefault(label, f"the oracle fails: {type(e).__name__}: "
+                                     f"{(str(e).strip().splitlines() or [''])[0][:200]}")
+            continue
+        outputs.append(got)
+        keep.append(i)
+    if len(keep) != len(check.feeds):
+        dropped = {check.labels[i] for i in range(len(check.feeds)) if i not in keep}
+        kept = [i for i in keep if check.labels[i] not in dropped]
+        outputs = [o for i, o in zip(keep, outputs) if i in kept]
+        check.feeds = [check.feeds[i] for i in kept]
+        check.labels = [check.labels[i] for i in kept]
+    return outputs
 
 
 def _ort_session(model: ModelProto, optimize: bool = True):
@@ -659,8 +779,12 @@ def _floating(dtype: np.dtype) -> bool:
 
 
 def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
-                where: str = "") -> list[str]:
-    """Every disagreement between the oracle's outputs and the decomposition's."""
+                where: str = "", scaled: bool = False) -> list[str]:
+    """Every disagreement between the oracle's outputs and the decomposition's. ``scaled``
+    (a set of the edges or another regime, of magnitudes from tiny to large): the absolute
+    tolerance grows by a few units of the type's precision times the output's largest
+    magnitude, as :class:`rewriter.comparison.compare.Tolerance`'s ``scale`` does (an
+    element near zero computed from terms of 1e4 keeps their rounding)."""
     problems = []
     if len(expected) != len(got):
         return [f"{where}{len(got)} outputs, the oracle gives {len(expected)}"]
@@ -670,7 +794,7 @@ def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
             if not (isinstance(e, list) and isinstance(g, list)) or len(e) != len(g):
                 problems.append(f"{name}: sequence mismatch")
                 continue
-            problems += differences(check, e, g, f"{name} item ")
+            problems += differences(check, e, g, f"{name} item ", scaled)
             continue
         e, g = np.asarray(e), np.asarray(g)
         if e.dtype != g.dtype:
@@ -681,6 +805,16 @@ def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],
         if _floating(e.dtype) or _floating(g.dtype):  # bfloat16's kind is "V"
             rtol, atol = _tolerance(check, e.dtype if _floating(e.dtype) else g.dtype)
             e64, g64 = e.astype(np.float64), g.astype(np.float64)
+            finite = e64[np.isfinite(e64)]
+            if scaled and finite.size:
+                from rewriter.comparison.compare import default_tolerance
+
+                # a sample's own rtol (its oracle's precision: the reference evaluator
+                # places GridSample's points in float32) scales with the output too
+                scale = max(default_tolerance(e.dtype if _floating(e.dtype) else g.dtype
+                                              ).scale,
+                            check.tolerance[0] if check.tolerance is not None else 0.0)
+                atol += scale * float(np.abs(finite).max())
             close = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
             if not close.all():
                 err = np.abs(np.where(close, 0, g64 - e64))
@@ -725,18 +859,35 @@ def kernel_type_problems(check: Check, registry: Registry, got: Sequence[Any]) -
     return []
 
 
+def _set_label(check: Check, i: int, count: int) -> str:
+    regime = check.labels[i] if i < len(check.labels) else TYPICAL
+    if regime != TYPICAL:
+        return f"data set {i} ({regime}): "
+    return f"data set {i}: " if count > 1 else ""
+
+
+def set_differences(check: Check, expected: Sequence[Sequence[Any]],
+                    got: Sequence[Sequence[Any]]) -> list[str]:
+    """:func:`differences` on every data set of ``check``, each named (with its regime),
+    a regime's set compared with its magnitude-scaled tolerance."""
+    problems = []
+    for i, (e, g) in enumerate(zip(expected, got)):
+        regime = check.labels[i] if i < len(check.labels) else TYPICAL
+        problems += differences(check, e, g, _set_label(check, i, len(expected)),
+                                scaled=regime != TYPICAL)
+    return problems
+
+
 def check_one(check: Check, plugins: Plugins) -> list[str]:
     """Run the oracle and the decomposition on ``check``; every disagreement, as text."""
     registry = plugins.registry
     expected = run_oracle(check, registry)
     decomposed = decompose(check, plugins)
-    problems = []
-    for i, (e, g) in enumerate(zip(expected, decomposed.outputs)):
-        where = f"data set {i}: " if len(expected) > 1 else ""
-        problems += differences(check, e, g, where)
-        declared = [d for d in check.declared]
+    problems = set_differences(check, expected, decomposed.outputs)
+    for i, g in enumerate(decomposed.outputs):
+        where = _set_label(check, i, len(expected))
         have = [_dtype_name(v) for v in g]
-        for j, (d, h) in enumerate(zip(declared, have)):
+        for j, (d, h) in enumerate(zip(check.declared, have)):
             if d is not None and d != h:
                 problems.append(f"{where}output {j}: dtype {h}, the op declares {d}")
     problems += kernel_type_problems(check, registry, decomposed.outputs[0])

@@ -88,6 +88,11 @@ def twice(x):
     return 2 * x
 
 
+def softplus(x):
+    """com.acme::SoftPlus as documented: log(1 + exp(x)), without overflow."""
+    return np.logaddexp(0, x).astype(x.dtype)
+
+
 @kernel(signatures=["float -> int32"])
 def sign_kernel(x):
     return np.sign(x).astype(np.int32)
@@ -102,12 +107,19 @@ THRICE = _body("twice", [helper.make_node("Constant", [], ["k"], value_float=3.0
                          helper.make_node("Mul", ["x", "k"], ["y"])])
 SIGN64 = _body("sign", [helper.make_node("Sign", ["x"], ["s"]),
                         helper.make_node("Cast", ["s"], ["y"], to=7)])
+# right on small x, inf for large x (exp overflows before the log brings it back)
+NAIVE_SOFTPLUS = _body("softplus", [helper.make_node("Exp", ["x"], ["e"]),
+                                    helper.make_node("Constant", [], ["one"], value_float=1.0),
+                                    helper.make_node("Add", ["e", "one"], ["s"]),
+                                    helper.make_node("Log", ["s"], ["y"])])
 
 
 @hookimpl
 def register_decompositions(registry):
     registry.add("com.acme", "Twice", THRICE, opsets=(17, None), dtypes=["float"],
                  oracle=f"{__name__}:twice", samples=[OpSample(["T[2,3]"])])
+    registry.add("com.acme", "SoftPlus", NAIVE_SOFTPLUS, opsets=(17, None), dtypes=["float"],
+                 oracle=f"{__name__}:softplus", samples=[OpSample(["T[12]"])])
     registry.add("com.acme", "Sign", SIGN64, opsets=(17, None), dtypes=["float"],
                  oracle="kernel", samples=[OpSample(["T[4]"], ["int32"])])
     registry.add("", "Swish", _body("swish", [helper.make_node("Sigmoid", ["x"], ["y"])], 24),
@@ -139,6 +151,18 @@ def test_a_wrong_body_is_a_disagreement(acme):
     plugins, entries = acme
     problems = oracle_check.check_one(_only_check(entries[("com.acme", "Twice")]), plugins)
     assert problems and "6 of 6 values differ" in problems[0], problems
+
+
+def test_a_body_wrong_only_at_the_edges_is_a_disagreement(acme):
+    """The sample's own draw (in [-2, 2)) agrees; the edges regime (magnitudes up to 1e4,
+    rewriter.io.regimes) shows the naive SoftPlus overflowing where the op does not."""
+    plugins, entries = acme
+    check = _only_check(entries[("com.acme", "SoftPlus")])
+    assert check.labels == ["typical", "edges"]  # 12 elements hold every named edge
+    typical = oracle_check.build(check.entry, check.entry.samples[0], "float", regimes=False)
+    assert typical.labels == ["typical"] and not oracle_check.check_one(typical, plugins)
+    problems = oracle_check.check_one(check, plugins)
+    assert problems and all("(edges)" in p for p in problems[:-1]), problems
 
 
 def test_a_wrong_output_type_is_a_disagreement(acme):

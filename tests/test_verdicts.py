@@ -315,14 +315,26 @@ def test_generated_inputs_are_saved_and_reproduce_the_verdict(plugin_file, tmp_p
     assert code == 1 and again["verdict"] == "mismatch", err
     assert again["inputs"]["shapes"] == {"x": "float32[6, 4]"}
     assert again["targets"][0]["max_abs"] == first["targets"][0]["max_abs"]
+    # the .npz holds the set that decided the verdict (several regimes ran)
+    assert first["inputs"]["sets"] > 1 and len(first["inputs"]["saved_sets"]) == 1
     # several input sets go to a test-data folder, which --inputs reads back
     folder = tmp_path / "sets"
     code, stdout, err = cli(["-p", plugin_file, "compare", source, out, "--runs", "3",
-                             "--save-inputs", folder, "--json"], capsys)
+                             "--quick", "--save-inputs", folder, "--json"], capsys)
     assert code == 1 and sorted(files(folder)) == [f"test_data_set_{i}" for i in range(3)]
     code, stdout, err = cli(["-p", plugin_file, "compare", source, out, "--inputs", folder,
                              "--json"], capsys)
     assert code == 1 and json.loads(stdout)["inputs"]["sets"] == 3, err
+    # without --quick, every regime's sets are saved, and read back give the same worst error
+    folder = tmp_path / "regimes"
+    code, stdout, err = cli(["-p", plugin_file, "compare", source, out, "--save-inputs",
+                             folder, "--json"], capsys)
+    every = json.loads(stdout)
+    assert code == 1 and len(files(folder)) == every["inputs"]["sets"] > 1, err
+    code, stdout, err = cli(["-p", plugin_file, "compare", source, out, "--inputs", folder,
+                             "--json"], capsys)
+    again = json.loads(stdout)
+    assert code == 1 and again["targets"][0]["max_abs"] == every["targets"][0]["max_abs"]
 
 
 def test_the_original_target_can_be_forced(acme):

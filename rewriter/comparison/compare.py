@@ -191,6 +191,12 @@ class OutputComparison:
     detail: str = ""  # why not ok
     # elements per size of |error| (ERROR_BINS; finite values only), None for text
     error_histogram: list[int] | None = None
+    regime: str = ""  # the input regime of ``input_set`` (rewriter.io.regimes)
+    regime_set: int = 0  # its position within that regime
+    # "values" (element by element) or "distribution" (an output downstream of random ops:
+    # rewriter.comparison.randomness), with the statistical test's figures
+    compared_as: str = "values"
+    distribution: dict[str, Any] | None = None
 
     @property
     def mismatch_fraction(self) -> float:
@@ -221,6 +227,8 @@ class OutputComparison:
             "mismatch_fraction": self.mismatch_fraction, "cosine": num(self.cosine),
             "nan_agree": self.nan_agree, "atol": self.atol, "rtol": self.rtol,
             "input_set": self.input_set, "error_histogram": self.error_histogram,
+            "regime": self.regime or None, "regime_set": self.regime_set,
+            "compared_as": self.compared_as, "distribution": self.distribution,
         }
 
 
@@ -414,7 +422,10 @@ class TargetComparison:
 
     @property
     def max_abs(self) -> float | None:
-        values = [c.max_abs for c in self.outputs if c.max_abs is not None]
+        """The largest error of the outputs compared value by value (not those compared as
+        distributions)."""
+        values = [c.max_abs for c in self.outputs
+                  if c.max_abs is not None and c.compared_as == "values"]
         return max(values) if values else None
 
     @property
@@ -458,6 +469,11 @@ class CompareReport:
     # on a mismatch, the original run again on the next runtime of the chain:
     # {"target", "agrees" (with the oracle), "max_abs" (between the two), "result_agrees"}
     second_opinion: dict[str, Any] | None = None
+    # the input regimes (rewriter.io.regimes.Regime), those skipped too, in the order
+    # their sets were fed
+    regimes: list[Any] = field(default_factory=list)
+    # outputs downstream of random ops, compared as distributions: output -> the ops
+    random_outputs: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def oracles_disagree(self) -> bool:
@@ -521,7 +537,8 @@ class CompareReport:
             worst = self.max_abs
             err = "" if worst is None else f", max abs error {worst:.3g}"
             names = ", ".join(_where(t) for t in self.targets)
-            return f"equal within tolerance on {names} {against}{err}".replace("  ", " ")
+            text = f"equal within tolerance on {names} {against}{self._coverage()}{err}"
+            return (text + self._distributions()).replace("  ", " ")
         if verdict == MISMATCHED:
             parts = []
             for t in self.targets:
@@ -531,6 +548,8 @@ class CompareReport:
                 text = f"{t.target}: {', '.join(c.name for c in bad)} differ"
                 if t.max_abs is not None:
                     text += f" (max abs error {t.max_abs:.3g})"
+                if bad and bad[0].regime and len(self.regimes) > 1:
+                    text += f" in regime {bad[0].regime} (its set {bad[0].regime_set})"
                 if t.localization is not None and t.localization.status == "found":
                     s = t.localization.region.stamp
                     if s is not None:
@@ -549,6 +568,26 @@ class CompareReport:
                     f"the rewritten model agrees with {which}")
         return f"could not compare: {self.why_not_run()}"
 
+    def _coverage(self) -> str:
+        """`` over 7 input sets (typical, edges, ...)`` when more than one regime ran."""
+        ran = [r for r in self.regimes if r.ran]
+        if len(ran) < 2:
+            return ""
+        sets = sum(len(r.sets) for r in ran)
+        return f" over {sets} input sets ({', '.join(r.name for r in ran)})"
+
+    def _distributions(self) -> str:
+        names = list(dict.fromkeys(c.name for t in self.targets for c in t.outputs
+                                   if c.compared_as == "distribution"))
+        if not names:
+            return ""
+        from rewriter.comparison.randomness import TEST_NAME
+
+        ops = list(dict.fromkeys(op for n in names
+                                 for op in self.random_outputs.get(n.split("[")[0], [])))
+        return (f"; {', '.join(names)} compared as distributions, not values (random ops "
+                f"upstream: {', '.join(ops)}; {TEST_NAME})")
+
     @property
     def oracle_label(self) -> str:
         """Where the original was evaluated, for people."""
@@ -565,8 +604,18 @@ class CompareReport:
             "inputs": self.inputs, "tolerances": self.tolerances,
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
-            "second_opinion": self.second_opinion,
+            "second_opinion": self.second_opinion, "regimes": self.regime_dicts(),
+            "random_outputs": self.random_outputs,
         }
+
+    def regime_dicts(self) -> list[dict[str, Any]]:
+        """The regimes as the JSON report has them (``first_set``: the position of the
+        regime's first set among all sets fed)."""
+        out, first = [], 0
+        for r in self.regimes:
+            out.append(r.as_dict(first if r.ran else None))
+            first += len(r.sets) if r.ran else 0
+        return out
 
 
 def _num_text(x) -> str:
@@ -624,6 +673,7 @@ def compare(
     save_inputs: str | os.PathLike | None = None,
     off_target: Sequence[str] = (),
     localize_nodes: bool = False,
+    quick: bool = False,
 ) -> CompareReport:
     """Run the rewritten model on each target and compare it with the original.
 
@@ -644,8 +694,10 @@ def compare(
         expected: reference outputs: a dict of arrays by output name, a list of arrays in
             output order, a list of dicts (one per input set), or .npz / test-data paths.
         inputs: a dict of arrays, a list of dicts, or .npz / .pb / test-data paths; default:
-            ``runs`` sets generated from the declared inputs with seeds ``seed``,
-            ``seed + 1``, ... and symbolic dimensions from ``dims``.
+            the input regimes of :mod:`rewriter.io.regimes`, generated from the declared
+            inputs: ``runs`` typical sets with seeds ``seed``, ``seed + 1``, ..., symbolic
+            dimensions from ``dims``, then edges, booleans, other dimensions, special values
+            and the test data beside the original (``quick``: the typical sets alone).
         atol, rtol: tolerance overrides: a number for every output, or by output name
             (``{"y": 1e-3}``; key None for every output).
         original_target: evaluate the original on this target only (``onnxruntime`` covers
@@ -657,14 +709,16 @@ def compare(
         timeout: seconds each run (load and every input set) may take in its child process.
         memory_limit: bytes of address space each child process may use.
         localize: on a mismatch, find the first diverging rewritten region.
-        save_inputs: write the inputs used here (``.npz`` for one set, else an ONNX
-            test-data folder), so a verdict can be reproduced with ``inputs=``.
+        save_inputs: write the inputs used here (a folder: every set, as ONNX test data;
+            a ``.npz`` file: the set that decided the verdict), so a verdict can be
+            reproduced with ``inputs=``.
         localize_nodes: localize by the original's own nodes (each main-graph node a
             region) instead of the rewritten regions: for a model compared with itself on
             another runtime (:mod:`~rewriter.comparison.numbers`).
         off_target: targets the rewritten model still holds findings for (a partial
             rewrite): it is run on the target all the same (a target's verdict comes from
             its own runtime), and a failure there says why.
+        quick: the typical sets alone, no other regime (faster, proves less).
 
     Returns:
         a :class:`CompareReport`; ``verdict`` is ``verified``, ``mismatch`` or
@@ -676,15 +730,11 @@ def compare(
         ModelError: a model file cannot be loaded.
     """
     from rewriter.comparison.oracles import Runner, after_refusal, runners_for
+    from rewriter.comparison.randomness import random_outputs
     from rewriter.detect.targets import TargetOptions, resolve_targets
-    from rewriter.io.inputs import (
-        InputError,
-        check_feeds,
-        feed_sets,
-        generate_inputs,
-        save_feed_sets,
-    )
-    from rewriter.io.model import as_loaded, input_files
+    from rewriter.io.inputs import InputError, feed_sets
+    from rewriter.io.model import as_loaded
+    from rewriter.io.regimes import GIVEN, Regime, input_regimes
     from rewriter.manager import load_plugins
 
     start = time.perf_counter()
@@ -712,42 +762,46 @@ def compare(
             if inputs is None:
                 if runs < 1:
                     raise InputError("runs must be at least 1")
-                feeds = [generate_inputs(source, seed=seed + i, dims=dims,
-                                         also=[subject.model] if original else [])
-                         for i in range(runs)]
+                report.regimes = input_regimes(
+                    source, seed=seed, runs=runs, dims=dims,
+                    also=[subject.model] if original else [],
+                    quick=quick or expected is not None,  # given outputs are for typical sets
+                    path=original.path if original is not None else None,
+                    spec_model=source)
                 report.inputs = {"source": "generated", "seeds": [seed + i for i in range(runs)],
                                  "dims": dict(dims or {})}
             else:
-                feeds = feed_sets(inputs, source, "inputs")
+                report.regimes = [Regime(GIVEN, "the inputs given",
+                                         feed_sets(inputs, source, "inputs"))]
                 report.inputs = {"source": "given"}
-            for i, f in enumerate(feeds):
-                where = f"input set {i}" if len(feeds) > 1 else "inputs"
-                check_feeds(f, subject.model, where)
-                if original is not None:
-                    check_feeds(f, original.model, where)
+            _check_regimes(report.regimes, [m for m in (subject, original) if m is not None])
+            feeds, plan = _flatten(report.regimes)
             report.inputs.update(_describe_inputs(feeds))
             want = (feed_sets(expected, subject.model, "expected")
                     if expected is not None else None)
             if want is not None and len(want) != len(feeds):
                 raise InputError(f"expected: {len(want)} output set(s) for {len(feeds)} input "
                                  "set(s)")
-            if save_inputs is not None:  # in the model's input order: test data is positional
-                order = {i.name: k for k, i in enumerate(source.graph.input)}
-                ordered = [dict(sorted(f.items(), key=lambda kv: order.get(kv[0], 1 << 30)))
-                           for f in feeds]
-                keep = [p for m in (original, subject) if m is not None for p in input_files(m)]
-                report.inputs["saved"] = str(save_feed_sets(save_inputs, ordered,
-                                                            protected=keep))
+            if save_inputs is not None:  # refused before any run; written after them
+                from rewriter.io.model import input_files
+                from rewriter.io.output import check_output_path
+
+                check_output_path(save_inputs, folder_ok=not str(save_inputs).endswith(
+                    ".npz"), protected=[p for m in (original, subject) if m is not None
+                                        for p in input_files(m)])
         except RewriterError as e:
             report.error = str(e)
             return report
+        report.random_outputs = {**random_outputs(subject.model), **(
+            random_outputs(original.model) if original is not None else {})}
+        plan.random = report.random_outputs
 
         def job(runner_target: str, proto, base_dir, feed_sets, ops=(),
                 libraries=None) -> Job:
             return Job.make(runner_target, proto, base_dir, feed_sets, plugins=plugins,
                             custom_op_libraries=custom_op_libraries if libraries is None
                             else libraries,
-                            reference_ops=tuple(reference_ops) + tuple(ops))
+                            reference_ops=tuple(reference_ops) + tuple(ops), keep_going=True)
 
         def run(j: Job, what: str = "") -> RunResult:
             with progress.step(what or f"a run on {j.target}"):
@@ -774,9 +828,23 @@ def compare(
                 if not isinstance(candidate, Runner):
                     report.oracle_attempts.append(candidate)
                     continue
-                result = run(job(candidate.target, candidate.model, original.base_dir, feeds,
-                                 candidate.reference_ops, candidate.libraries),
-                             f"the original on {candidate.label}")
+
+                def original_on(sets, c=candidate):
+                    return run(job(c.target, c.model, original.base_dir, sets, c.reference_ops,
+                                   c.libraries), f"the original on {c.label}")
+
+                result = original_on(feeds)
+                if not result.ok and result.kind != "error" and len(plan.required) < len(feeds):
+                    # a crash, hang or exhaustion with every regime: the required sets alone
+                    again = original_on([feeds[i] for i in plan.required])
+                    if again.ok:
+                        first = plan.first
+                        _skip_regimes(report.regimes, lambda r, first=first: r.name != first,
+                                      f"the original's run with them {_failure(result)} on "
+                                      f"{candidate.label}")
+                        feeds, plan = _replan(report.regimes, plan)
+                        result = again
+                result = _required_ran(result, plan)
                 report.oracle_attempts.append(
                     {"target": candidate.label, "status": result.kind, "error": result.error})
                 if result.kind == "error":  # a node refused at run time: its kernel next
@@ -785,12 +853,16 @@ def compare(
                     if instead is not None:
                         queued.insert(0, instead)
                 if result.ok:
-                    want, recast = as_declared_floats(result.outputs, original.model)
+                    outputs = _drop_failed(report.regimes, plan, result, candidate.label)
+                    feeds, plan = _replan(report.regimes, plan)
+                    report.inputs["sets"] = len(feeds)
+                    want, recast = as_declared_floats(outputs, original.model)
                     if recast:
                         report.oracle_attempts[-1]["note"] = (
                             f"{candidate.label} returned {', '.join(recast)} in another float "
                             "type than the model declares; cast to the declared type")
                     report.oracle, oracle = candidate.label, candidate
+                    _check_shipped_outputs(report.regimes, plan, want, tolerances)
                     break
             if want is None:
                 report.oracle_error = "; ".join(
@@ -805,7 +877,7 @@ def compare(
             if target.runs_models:
                 result = run(job(spec, subject.model, subject.base_dir, feeds),
                              f"the rewritten model on {spec}")
-                tc = _judge_target(spec, result, want, tolerances)
+                tc = _judge_target(spec, result, want, tolerances, plan)
                 if not result.ok and spec in off_target:
                     tc.error = (f"{spec} cannot run the rewritten model (it still holds "
                                 f"nodes {spec} refuses): {tc.error}")
@@ -817,7 +889,7 @@ def compare(
                                         feeds, candidate.reference_ops, candidate.libraries),
                                     f"the rewritten model on {candidate.label}")
                         if other.ok:
-                            judged = _judge_target(spec, other, want, tolerances)
+                            judged = _judge_target(spec, other, want, tolerances, plan)
                             tc.elsewhere = {"runtime": candidate.label,
                                             "status": judged.status,
                                             "max_abs": judged.max_abs}
@@ -839,7 +911,7 @@ def compare(
                 result = run(job(candidate.target, candidate.model, subject.base_dir, feeds,
                                  candidate.reference_ops, candidate.libraries),
                              f"the rewritten model on {candidate.label}")
-                tc = _judge_target(spec, result, want, tolerances)
+                tc = _judge_target(spec, result, want, tolerances, plan)
                 tc.runtime, tc.runner = candidate.label, candidate
                 if result.ok:
                     break
@@ -850,7 +922,14 @@ def compare(
             _second_opinion(report, [c for c in later if isinstance(c, Runner)],
                             lambda c: run(job(c.target, c.model, original.base_dir, feeds,
                                               c.reference_ops, c.libraries)),
-                            want, tolerances, original.model)
+                            want, tolerances, original.model, plan)
+
+        if save_inputs is not None:
+            try:
+                _save_inputs(report, save_inputs, feeds, source, original, subject)
+            except RewriterError as e:
+                report.error = str(e)
+                return report
 
         if localize and original is not None:
             for tc in report.targets:
@@ -862,6 +941,138 @@ def compare(
     finally:
         report.seconds = time.perf_counter() - start
     return report
+
+
+# -- regimes in a comparison ---------------------------------------------------------------
+
+
+def _check_regimes(regimes, models) -> None:
+    """Every set must fit every model: the first regime's (typical, given) raise
+    InputError; another regime's that do not are skipped, saying why."""
+    from rewriter.io.inputs import InputError, check_feeds
+
+    for k, regime in enumerate(regimes):
+        if not regime.ran:
+            continue
+        try:
+            for i, f in enumerate(regime.sets):
+                where = f"input set {i}" if len(regime.sets) > 1 else "inputs"
+                if k:
+                    where = f"{regime.name} {where}"
+                for m in models:
+                    check_feeds(f, m.model, where)
+        except InputError as e:
+            if not k:
+                raise
+            regime.sets, regime.skipped = [], str(e)
+
+
+def _flatten(regimes) -> tuple[list[dict[str, Any]], SetPlan]:
+    """The sets of the regimes that run, in order, and how each is compared."""
+    feeds: list[dict[str, Any]] = []
+    plan = SetPlan()
+    for regime in regimes:
+        if not regime.ran:
+            continue
+        for j, f in enumerate(regime.sets):
+            feeds.append(f)
+            plan.labels.append((regime.name, j))
+            plan.compared.append(regime.compared)
+    plan.first = regimes[0].name if regimes else ""
+    plan.required = [i for i, (name, _) in enumerate(plan.labels) if name == plan.first]
+    return feeds, plan
+
+
+def _replan(regimes, plan: SetPlan) -> tuple[list[dict[str, Any]], SetPlan]:
+    """:func:`_flatten` again once regimes were skipped."""
+    new_feeds, new_plan = _flatten(regimes)
+    new_plan.random = plan.random
+    return new_feeds, new_plan
+
+
+def _skip_regimes(regimes, which, reason: str) -> None:
+    for regime in regimes:
+        if regime.ran and which(regime):
+            regime.sets, regime.skipped = [], reason
+
+
+def _failure(result: RunResult) -> str:
+    return {"crash": "crashed", "timeout": "timed out", "oom": "ran out of memory"}.get(
+        result.kind, "failed") + (f" ({_one_line(result.error)})" if result.error else "")
+
+
+def _one_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
+def _required_ran(result: RunResult, plan: SetPlan) -> RunResult:
+    """A run whose required sets (the typical or given ones) failed is a failure of the
+    runtime, as a single-run job's would be."""
+    if not result.ok or not result.set_errors:
+        return result
+    failed = [i for i in plan.required if i in result.set_errors]
+    if not failed:
+        return result
+    i = failed[0]
+    where = f" on input set {i}" if len(plan.labels) > 1 else ""
+    return RunResult("error", error=f"failed{where}: {result.set_errors[i]}",
+                     seconds=result.seconds)
+
+
+def _drop_failed(regimes, plan: SetPlan, result: RunResult, label: str) -> list[dict]:
+    """The oracle's outputs without the regimes the original failed on (skipped, saying
+    why), in the order of the remaining sets."""
+    failed_regimes = {}
+    for i, message in sorted(result.set_errors.items()):
+        name, j = plan.label(i)
+        failed_regimes.setdefault(name, f"the original fails on its set {j} on {label}: "
+                                        f"{message}")
+    for regime in regimes:
+        if regime.ran and regime.name in failed_regimes:
+            regime.sets, regime.skipped = [], failed_regimes[regime.name]
+    return [out for i, out in enumerate(result.outputs or [])
+            if plan.label(i)[0] not in failed_regimes]
+
+
+def _check_shipped_outputs(regimes, plan: SetPlan, want, tolerances: Tolerances) -> None:
+    """Test data's own outputs against the oracle's, noted on the regime."""
+    for regime in regimes:
+        if not regime.ran or regime.expected is None:
+            continue
+        worst = None
+        for j, shipped in enumerate(regime.expected):
+            i = plan.labels.index((regime.name, j))
+            for name, value in shipped.items():
+                if name in want[i]:
+                    for c in compare_values(name, value, want[i][name], tolerances, i):
+                        worst = c if worst is None else _worse(worst, c)
+        if worst is None:
+            continue
+        if worst.ok:
+            regime.note = "the oracle agrees with the test data's outputs"
+        else:
+            regime.note = (f"the oracle differs from the test data's outputs: {worst.name} "
+                           f"(max abs {_num_text(worst.max_abs)})")
+
+
+def _save_inputs(report: CompareReport, path, feeds, source, original, subject) -> None:
+    """The inputs used, in the model's input order (test data is positional): all sets to
+    a test-data folder, or to a ``.npz`` file the one set that decided the verdict (the
+    worst set of the first mismatching target, else the first set)."""
+    from rewriter.io.inputs import save_feed_sets
+    from rewriter.io.model import input_files
+
+    order = {i.name: k for k, i in enumerate(source.graph.input)}
+    chosen = list(range(len(feeds)))
+    if str(path).endswith(".npz") and len(feeds) > 1:
+        bad = [c for t in report.targets if t.status == MISMATCH for c in t.outputs
+               if not c.ok]
+        chosen = [bad[0].input_set if bad else 0]
+        report.inputs["saved_sets"] = chosen
+    ordered = [dict(sorted(feeds[i].items(), key=lambda kv: order.get(kv[0], 1 << 30)))
+               for i in chosen]
+    keep = [p for m in (original, subject) if m is not None for p in input_files(m)]
+    report.inputs["saved"] = str(save_feed_sets(path, ordered, protected=keep))
 
 
 def as_declared_floats(output_sets, model) -> tuple[list[dict], list[str]]:
@@ -923,56 +1134,181 @@ def with_missing_imports(original, rewritten):
 
 
 def _second_opinion(report: CompareReport, runners, run, want, tolerances: Tolerances,
-                    model) -> None:
+                    model, plan: SetPlan | None = None) -> None:
     """On a mismatch, the original on the next runtime of the chain that runs it: when it
-    agrees with the oracle, the mismatch stands; when it does not, the oracles disagree and
-    nothing is decided (the report says which one the rewritten model agrees with)."""
+    agrees with the oracle on an input set where the rewritten model differs (on every
+    mismatching target), the mismatch stands; when it does not, the oracles disagree and
+    nothing is decided (the report says which one the rewritten model agrees with). Sets
+    where only the runtimes disagree on the original (an out-of-range cast in the edges
+    regime) are listed, and decide nothing."""
+    plan = plan or SetPlan()
     for candidate in runners:
         result = run(candidate)
         report.oracle_attempts.append({"target": candidate.label, "status": result.kind,
                                        "error": result.error, "note": "second opinion"})
         if not result.ok:
             continue
-        other, _ = as_declared_floats(result.outputs, model)
-        between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances)
-        opinion = {"target": candidate.label, "agrees": between.status == EQUAL,
+        other, _ = as_declared_floats([o if o is not None else {} for o in result.outputs],
+                                      model)
+        other = [None if o is None else x for o, x in zip(result.outputs, other)]
+        # sets this runtime failed on are not compared: what it ran must agree
+        between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances,
+                                plan)
+        oracles = _agreeing_sets(want, other, tolerances, plan)
+        mismatching = [t for t in report.targets if t.status == MISMATCH]
+        stands = all(any(agree and differs is False for agree, differs in zip(
+            oracles, _agreeing_sets(want, t.produced, tolerances, plan)))
+            for t in mismatching)
+        opinion = {"target": candidate.label, "agrees": between.status != MISMATCH or stands,
                    "max_abs": between.max_abs, "result_agrees": True}
+        if between.status == MISMATCH:
+            opinion["disagreeing_sets"] = [
+                "{} {}".format(*plan.label(i)) for i, a in enumerate(oracles) if a is False]
         if not opinion["agrees"]:
             opinion["result_agrees"] = all(
                 _judge_target(t.target, RunResult("ok", t.produced), other,
-                              tolerances).status == EQUAL
-                for t in report.targets if t.status == MISMATCH)
+                              tolerances, plan).status == EQUAL for t in mismatching)
         report.second_opinion = opinion
         return
 
 
-def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances) -> TargetComparison:
+def _agreeing_sets(want, got, tolerances: Tolerances, plan: SetPlan) -> list[bool | None]:
+    """Per input set: whether ``got`` agrees with ``want`` there (None: one did not run)."""
+    out: list[bool | None] = []
+    for i, expected in enumerate(want):
+        actual = got[i] if got is not None and i < len(got) else None
+        if expected is None or actual is None:
+            out.append(None)
+            continue
+        one = SetPlan([plan.label(i)], [plan.compared[i] if i < len(plan.compared) else None],
+                      plan.random)
+        out.append(_judge_target("", RunResult("ok", [actual]), [expected], tolerances,
+                                 one).status == EQUAL)
+    return out
+
+
+@dataclass
+class SetPlan:
+    """How the outputs of each input set are compared: the regime a set belongs to
+    (``labels[i]``: name, position within it), the outputs compared on it (``compared[i]``,
+    None: all; the special-values regime compares fewer), and the outputs downstream of
+    random ops, compared as distributions over all sets (``random``)."""
+
+    labels: list[tuple[str, int]] = field(default_factory=list)
+    compared: list[frozenset[str] | None] = field(default_factory=list)
+    random: Mapping[str, list[str]] = field(default_factory=dict)
+    first: str = ""  # the regime that must run (typical, or the inputs given)
+    required: list[int] = field(default_factory=list)  # its sets
+
+    def label(self, i: int) -> tuple[str, int]:
+        return self.labels[i] if i < len(self.labels) else ("", i)
+
+    def compares(self, i: int, name: str) -> bool:
+        only = self.compared[i] if i < len(self.compared) else None
+        return only is None or name in only
+
+    def where(self, i: int) -> str:
+        regime, j = self.label(i)
+        return f"input set {i} (regime {regime}, its set {j})" if regime else f"input set {i}"
+
+
+def _judge_target(spec: str, result: RunResult, want, tolerances: Tolerances,
+                  plan: SetPlan | None = None) -> TargetComparison:
     if not result.ok:
         return TargetComparison(spec, ERROR, error=result.error, error_kind=result.kind,
                                 seconds=result.seconds)
+    plan = plan or SetPlan()
     worst: dict[str, OutputComparison] = {}
     order: list[str] = []
+    drawn: dict[str, list[tuple[int, Any, Any]]] = {}  # random outputs: (set, want, got)
     for i, (expected, actual) in enumerate(zip(want, result.outputs)):
+        if expected is None or actual is None:  # a set that failed (a job kept going)
+            continue
         names = list(expected)
         common = [n for n in names if n in actual]
         if not common and len(expected) == len(actual):  # renamed outputs: by position
             actual = dict(zip(names, actual.values()))
         for name in names:
+            if not plan.compares(i, name):
+                continue
             if name not in actual:
                 found = [OutputComparison(name, False, input_set=i,
                                           detail="the rewritten model has no such output")]
+            elif name in plan.random:
+                if name not in drawn:
+                    order.append(name)
+                drawn.setdefault(name, []).append((i, expected[name], actual[name]))
+                continue
             else:
                 found = compare_values(name, expected[name], actual[name], tolerances, i)
             for c in found:
+                c.regime, c.regime_set = plan.label(i)
                 if c.name not in worst:
                     order.append(c.name)
                     worst[c.name] = c
                 else:
                     worst[c.name] = _worse(worst[c.name], c)
+    for name, pairs in drawn.items():
+        worst[name] = _judge_random(name, pairs, tolerances, plan)
     outputs = [worst[n] for n in order]
     status = EQUAL if all(c.ok for c in outputs) else MISMATCH
-    return TargetComparison(spec, status, outputs, seconds=result.seconds,
-                            produced=result.outputs)
+    tc = TargetComparison(spec, status, outputs, seconds=result.seconds,
+                          produced=result.outputs)
+    if result.set_errors and status == EQUAL:  # nothing differs, but not everything ran
+        i, message = min(result.set_errors.items())
+        tc.status, tc.error_kind = ERROR, "error"
+        tc.error = f"failed on {plan.where(i)}: {message}"
+    return tc
+
+
+def _judge_random(name: str, pairs, tolerances: Tolerances, plan: SetPlan) -> OutputComparison:
+    """An output downstream of random ops over its sets: equal values on every set are
+    equal (the random branch did not run: training off, ratio 0); otherwise shapes and
+    element types must agree on each set and the elements, pooled, pass the distribution
+    test of :mod:`rewriter.comparison.randomness`, pooled over the sets whose values
+    differ."""
+    from rewriter.comparison.randomness import distribution_test
+
+    exact, drawn = None, []
+    for i, e, a in pairs:
+        found = compare_values(name, e, a, tolerances, i)
+        for c in found:
+            c.regime, c.regime_set = plan.label(i)
+            exact = c if exact is None else _worse(exact, c)
+        if not all(c.ok for c in found):
+            drawn.append((i, e, a))
+    if exact is not None and exact.ok:
+        return exact
+    # the sets whose values differ: those equal drew nothing (training off), and pooled
+    # with the others would only dilute the test
+    tensors = [(i, np.asarray(e), np.asarray(a)) for i, e, a in drawn
+               if isinstance(e, np.ndarray) and isinstance(a, np.ndarray)]
+    if len(tensors) != len(drawn):  # sequences, maps: values only
+        return exact
+    first = tensors[0]
+    c = OutputComparison(name, True, tuple(first[1].shape), tuple(first[2].shape),
+                         _dtype_name(first[1]), _dtype_name(first[2]),
+                         sum(int(e.size) for _, e, _ in tensors), input_set=first[0],
+                         compared_as="distribution")
+    c.regime, c.regime_set = plan.label(first[0])
+    for i, e, a in tensors:
+        if e.shape != a.shape or _dtype_name(e) != _dtype_name(a):
+            c.expected_shape, c.actual_shape = tuple(e.shape), tuple(a.shape)
+            c.expected_dtype, c.actual_dtype = _dtype_name(e), _dtype_name(a)
+            c.ok, c.input_set = False, i
+            c.regime, c.regime_set = plan.label(i)
+            c.detail = (f"shape {list(a.shape)} {_dtype_name(a)}, expected {list(e.shape)} "
+                        f"{_dtype_name(e)} on {plan.where(i)}")
+            return c
+    numeric = [(e, a) for _, e, a in tensors if e.dtype.kind in "biufc" or
+               e.dtype.name in _WIDENED]
+    if len(numeric) != len(tensors):
+        return exact
+    stats = distribution_test([_widen(e).real for e, _ in numeric],
+                              [_widen(a).real for _, a in numeric])
+    c.distribution = stats
+    c.ok, c.detail = stats["ok"], stats["detail"]
+    return c
 
 
 # Localizing by node exposes every main-graph node's outputs in both runs: up to this many

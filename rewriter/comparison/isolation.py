@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,8 @@ class RunResult:
     outputs: list[dict[str, Any]] | None = None
     error: str = ""
     seconds: float = 0.0
+    # a job run with ``keep_going``: the feed sets that failed (their outputs are None)
+    set_errors: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -75,15 +77,18 @@ class Job:
     plugin_specs: tuple[str, ...] = ()
     autoload: bool = True
     sys_path: tuple[str, ...] = ()
+    # run every feed set even when one fails (its outputs None, its error in set_errors);
+    # the job fails only when every set does
+    keep_going: bool = False
 
     @classmethod
     def make(cls, target: str, model, base_dir, feeds, *, plugins=None,
-             custom_op_libraries=(), reference_ops=()) -> Job:
+             custom_op_libraries=(), reference_ops=(), keep_going: bool = False) -> Job:
         """A job for ``model`` (a ModelProto) on ``target``, for the caller's plugins."""
         return cls(target, model.SerializeToString(), str(Path(base_dir).absolute()),
                    list(feeds), tuple(custom_op_libraries), tuple(reference_ops),
                    tuple(getattr(plugins, "specs", ()) or ()),
-                   bool(getattr(plugins, "autoload", True)), tuple(sys.path))
+                   bool(getattr(plugins, "autoload", True)), tuple(sys.path), keep_going)
 
 
 @dataclass
@@ -463,15 +468,24 @@ class _Worker:
             kind = "oom" if _is_oom(e) else "error"
             return RunResult(kind, error="could not load the model: "
                              f"{_first_line(e)}")
-        outputs = []
+        outputs: list[dict[str, Any] | None] = []
+        failed: dict[int, str] = {}
+        first: RunResult | None = None
         for i, feeds in enumerate(job.feeds):
             try:
                 outputs.append(dict(run(feeds)))
             except Exception as e:  # noqa: BLE001
                 kind = "oom" if _is_oom(e) else "error"
                 where = f" on input set {i}" if len(job.feeds) > 1 else ""
-                return RunResult(kind, error=f"failed{where}: {_first_line(e)}")
-        return RunResult("ok", outputs=outputs)
+                result = RunResult(kind, error=f"failed{where}: {_first_line(e)}")
+                if not job.keep_going or kind == "oom":
+                    return result
+                first = first or result
+                failed[i] = _first_line(e)
+                outputs.append(None)
+        if first is not None and len(failed) == len(job.feeds):
+            return first
+        return RunResult("ok", outputs=outputs, set_errors=failed)
 
 
 def _read_message(stream) -> bytes | None:

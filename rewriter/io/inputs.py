@@ -41,6 +41,7 @@ _POSITIVE = (0.5, 2.0)
 _UNIT = (-0.9, 0.9)
 _ABOVE_ONE = (1.1, 3.0)
 _FIRST_INDEX = _ZERO = (0.0, 0.0)  # 0 only
+_PROBABILITY = (0.1, 0.7)  # a probability or a drop ratio, away from its ends
 # (domain, op) -> {input index: range} where the op is only meaningful on that range
 _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     ("", "Log"): {0: _POSITIVE},
@@ -63,6 +64,8 @@ _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     # an index into another input's first dimension, whose size is unknown here: 0 is valid
     ("", "RoiAlign"): {2: _FIRST_INDEX},
     ("com.microsoft", "RoiAlign"): {2: _FIRST_INDEX},
+    ("", "Dropout"): {1: _PROBABILITY},
+    ("", "Bernoulli"): {0: _PROBABILITY},
 }
 # ops whose output holds (some of) the values of these inputs, so a range carries through
 _PASS_THROUGH: dict[str, tuple[int, ...] | None] = {  # None: every input
@@ -144,9 +147,21 @@ def value_ranges(models: Sequence[ModelProto]) -> dict[str, tuple[float, float]]
     """For each graph input read (directly or through shape-only ops) where an operator is
     only meaningful on part of the real line, that range. Several models (the original and
     its rewrite) are read together: a decomposition may reveal a Log that a custom op hid."""
+    ranges: dict[str, tuple[float, float]] = {}
+    for name, domain, node, i in reached_positions(models, _PASS_THROUGH):
+        wanted = _DOMAINS.get((domain, node.op_type), {}).get(i)
+        if wanted is not None:
+            ranges[name] = _intersect(ranges.get(name), wanted)
+    return ranges
+
+
+def reached_positions(models: Sequence[ModelProto],
+                      through: Mapping[str, tuple[int, ...] | None]):
+    """``(input name, domain, node, input index)`` for every node input each graph input of
+    ``models`` reaches, directly or through the ai.onnx ops of ``through`` (op -> the input
+    positions whose values carry to its outputs; None: every input), in any graph."""
     from rewriter.graph.walk import iter_scopes, normalize_domain
 
-    ranges: dict[str, tuple[float, float]] = {}
     for model in models:
         consumers: dict[str, list[tuple[Any, int]]] = {}
         for scope in iter_scopes(model):
@@ -160,16 +175,13 @@ def value_ranges(models: Sequence[ModelProto]) -> dict[str, tuple[float, float]]
                 value = frontier.pop()
                 for node, i in consumers.get(value, []):
                     domain = normalize_domain(node.domain)
-                    wanted = _DOMAINS.get((domain, node.op_type), {}).get(i)
-                    if wanted is not None:
-                        ranges[spec.name] = _intersect(ranges.get(spec.name), wanted)
-                    through = _PASS_THROUGH.get(node.op_type, ()) if domain == "" else ()
-                    if through is None or i in through:
+                    yield spec.name, domain, node, i
+                    carried = through.get(node.op_type, ()) if domain == "" else ()
+                    if carried is None or i in carried:
                         for out in node.output:
                             if out and out not in seen:
                                 seen.add(out)
                                 frontier.append(out)
-    return ranges
 
 
 def _intersect(a: tuple[float, float] | None, b: tuple[float, float]) -> tuple[float, float]:
@@ -220,6 +232,7 @@ def generate_inputs(
     dims: Mapping[str, int] | None = None,
     default_dim: int = DEFAULT_DIM,
     also: Sequence[ModelProto] = (),
+    ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """One set of feeds for ``model``'s inputs, from their declared types.
 
@@ -228,6 +241,8 @@ def generate_inputs(
         dims: values of symbolic dimensions by name; KV-cache lengths not given fit each
             other (:func:`cache_dims`); other unknown dimensions get ``default_dim``.
         also: more models whose operators inform the value ranges (e.g. the rewrite).
+        ranges: :func:`value_ranges` of ``[model, *also]`` when the caller has them (a
+            walk of both models less per set).
 
     An input named ``attention_mask`` is all ones.
 
@@ -240,7 +255,7 @@ def generate_inputs(
     check_input_bytes(generated_bytes(model, dims, default_dim),
                       f"generated inputs of {', '.join(dims_text(dims)) or 'the model'}")
     rng = np.random.default_rng(seed)
-    ranges = value_ranges([model, *also])
+    ranges = value_ranges([model, *also]) if ranges is None else ranges
     feeds = {spec.name: _generate(spec.name, spec.type, rng, dims, default_dim,
                                   ranges.get(spec.name))
              for spec in input_specs(model)}

@@ -64,3 +64,19 @@ def document(command: str, data: dict[str, Any] | list[Any],
 def error_document(message: str, exit_code: int, **extra: Any) -> dict[str, Any]:
     """What ``--json`` prints when a command fails before it has a result (exit 2)."""
     return document("error", {"ok": False, "exit_code": exit_code, "error": message, **extra})
+
+
+def regime_rows(comparison: dict[str, Any]) -> list[list[str]]:
+    """(regime, sets, what happened, inputs) per input regime of a comparison document:
+    ran (with a note, e.g. on the test data's own outputs), or skipped and why."""
+    rows = []
+    for r in comparison.get("regimes") or []:
+        if r.get("status") == "skipped":
+            state = f"skipped: {r.get('reason') or ''}"
+        else:
+            state = "ran" + (f"; {r['note']}" if r.get("note") else "")
+            if r.get("not_compared"):
+                state += "; not compared: " + ", ".join(r["not_compared"])
+        rows.append([r["name"], str(r.get("sets", 0)), state, r.get("description", "")])
+    return rows
+

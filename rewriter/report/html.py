@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from rewriter.report.document import stage_rows
+from rewriter.report.document import regime_rows, stage_rows
 from rewriter.report.size import byte_text
 from rewriter.report.svg import error_chart, subgraph_svg
 
@@ -118,6 +118,10 @@ def _comparison(c: dict[str, Any]) -> str:
         shapes = ", ".join(f"{k}: {v}" for k, v in (inputs.get("shapes") or {}).items())
         out.append(f"<p>Inputs: {inputs.get('sets', 0)} set(s), "
                    f"{escape(str(inputs.get('source', '')))}; {_code(shapes)}</p>")
+    regimes = regime_rows(c)
+    if regimes:
+        out.append(_table(["input regime", "sets", "", "inputs"],
+                          [[escape(x) for x in row] for row in regimes]))
     for t in c.get("targets") or []:
         where = t["target"] + (f" (run on {t['runtime']})"
                                if t.get("runtime") and t["runtime"] != t["target"] else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewriter.report.document import stage_rows
+from rewriter.report.document import regime_rows, stage_rows
 from rewriter.report.size import byte_text
 
 
@@ -27,6 +27,8 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
 def _comparison(c: dict[str, Any]) -> list[str]:
     out = [f"## Comparison: {c.get('verdict')}", "", _cell(c.get("summary")), "",
            f"Original evaluated on: **{c.get('oracle') or 'nothing'}**", ""]
+    if c.get("regimes"):
+        out += _table(["input regime", "sets", "", "inputs"], regime_rows(c))
     for t in c.get("targets") or []:
         where = t["target"] + (f" (run on {t['runtime']})"
                                if t.get("runtime") and t["runtime"] != t["target"] else "")

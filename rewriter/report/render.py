@@ -383,6 +383,11 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
         for g in group_findings(report.remaining):
             lines += para(f"{g.op_label} ×{g.count} on {g.target} [{g.reason}]: {g.detail}",
                           indent=6, first=2)
+    if comparison is not None and hasattr(comparison, "regime_dicts"):
+        skipped = [r for r in comparison.regime_dicts() if r["status"] == "skipped"]
+        if skipped:  # what ran is in the verdict line; what did not, and why, here
+            lines += para("input regimes not run: " + "; ".join(
+                f"{r['name']} ({r['reason']})" for r in skipped))
     if not report.dry_run:
         lines += para(verdict_line(report))
     for item in report.explain:
@@ -485,6 +490,13 @@ def print_compare(report, stream=None) -> None:
         shapes = ", ".join(f"{k}: {v}" for k, v in inputs.get("shapes", {}).items())
         console.print(f"inputs: {inputs.get('sets', 0)} set(s), {escape(how)}; "
                       f"{escape(shapes)}")
+    from rewriter.report.document import regime_rows
+
+    rows = regime_rows({"regimes": report.regime_dicts()})
+    if len(rows) > 1:
+        console.print("regimes: " + escape("; ".join(
+            f"{name} ({sets})" if state == "ran" else f"{name} ({sets}: {state})"
+            for name, sets, state, _ in rows)))
     if report.oracle == "expected":
         console.print("reference outputs: given (expected)")
     elif report.oracle:
@@ -514,9 +526,12 @@ def print_compare(report, stream=None) -> None:
         for c in t.outputs:
             shape = str(list(c.actual_shape)) if c.actual_shape is not None else "-"
             dtype = c.actual_dtype or "-"
+            state = "ok" if c.ok else "[red]differs[/red]"
+            if c.compared_as == "distribution":
+                state += " (as a distribution)"
             table.add_row(escape(c.name), shape, escape(dtype), _num(c.max_abs),
                           _num(c.max_rel), f"{c.mismatch_fraction:.2%}",
-                          _num(c.cosine, ".6f"), "ok" if c.ok else "[red]differs[/red]")
+                          _num(c.cosine, ".6f"), state)
         console.print(table)
         for c in t.outputs:
             if not c.ok:
