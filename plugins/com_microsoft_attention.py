@@ -21,7 +21,8 @@ visible keys are all masked attends to those, never to future keys.
   is ``Concat(K, V)`` on a new axis 0. ``mask_index``: ``(B, T)`` or ``(B, S, T)`` raw 0/1
   masks (0 masked), ``(B)`` right-padding end positions (keys ``>= end`` masked), ``(2B)``
   ends then starts (keys ``< start`` masked too), and Megatron's ``(B, 1, M, M)`` (rows
-  ``P .. P + S``, columns ``0 .. T``; onnxruntime's CPU kernel refuses it, CUDA reads it so).
+  ``P .. P + S``, columns ``0 .. T``; onnxruntime's CPU kernel refuses it, CUDA reads it so:
+  checked against the CPU kernel given that slice as a 3-D mask).
   An unknown mask rank is dispatched at run time (``If`` on the rank); a 1-D mask is read
   as ``(B)`` or ``(2B)`` (the GPU-only ``(3B + 2)`` form is declined when the shapes are
   known, misread otherwise). Declined: ``do_rotary``, ``past_present_share_buffer``,
