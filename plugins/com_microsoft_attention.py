@@ -1109,21 +1109,22 @@ def _mha_packed_sample(case: str, opset: int, dtypes=None) -> OpSample:
 def _mha_sample(case: str, opset: int, dtypes=None) -> OpSample:
     length = S if case.startswith(("self", "causal")) or "past" in case else 5
     total = length + (P if "past" in case else 0)
-    inputs = ["T[2,4,8]", f"T[2,{length},8]", f"T[2,{length},8]"]
+    batch = 1 if "batch1" in case else 2
+    inputs = [f"T[{batch},4,8]", f"T[{batch},{length},8]", f"T[{batch},{length},8]"]
     outputs, attrs = ["T"], {"num_heads": N}
     if "bias" in case and case != "attention-bias":
         inputs.append("T[24]")
     if "mask" in case:
         inputs += [None] * (4 - len(inputs))
-        inputs.append(Arg(f"int32[2,{total}]", values=_binary_mask()) if "2d" in case
-                      else Arg(f"int32[2,4,{total}]", values=_binary_mask()) if "3d" in case
-                      else Arg("int32[2]", values=[2, total]))
+        inputs.append(Arg(f"int32[{batch},{total}]", values=_binary_mask()) if "2d" in case
+                      else Arg(f"int32[{batch},4,{total}]", values=_binary_mask()) if "3d" in case
+                      else Arg(f"int32[{batch}]", values=[2, total][:batch]))
     if case == "attention-bias":
         inputs += [None, None, f"T[2,1,4,{total}]"]
     if "past" in case:
-        inputs += [None] * (6 - len(inputs)) + [f"T[2,2,{P},4]"] * 2
+        inputs += [None] * (6 - len(inputs)) + [f"T[{batch},2,{P},4]"] * 2
         outputs += ["T", "T"]
-    if case.startswith("causal"):
+    if case.startswith("causal") or "-causal" in case:
         attrs["unidirectional"] = 1
     return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
                     tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None,
@@ -1196,7 +1197,7 @@ _DMMHA_MIN_ONNXRUNTIME = {
 def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
     """The prompt form (no past, or a past buffer the prompt fills) or token generation (a
     past buffer of max length, the new K/V written at each entry's ``seqlens_k[b]``)."""
-    n_heads, kv_heads = (4, 1) if case == "multi-query" else (4, 2)
+    n_heads, kv_heads = {"multi-query": (4, 1), "token-one-head": (1, 1)}.get(case, (4, 2))
     head = 32 if case == "rotary-partial" else 16
     batch, max_len = 2, 8
     if "prompt" in case and case != "subsequent-prompt":
@@ -1205,6 +1206,8 @@ def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
             seqlens = [3, 1]  # right padding: entry 1 has two tokens
     elif case == "subsequent-prompt":  # one entry, 3 new tokens after 2 cached ones
         batch, seq, seqlens = 1, 3, [4]
+    elif case == "token-one-head":  # 1-sized batch, heads and new tokens
+        batch, seq, seqlens = 1, 1, [5]
     else:
         seq, seqlens = 1, [5, 2]
     total = max(seqlens) + 1
@@ -1247,7 +1250,7 @@ def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
 def _dmmha_sample(case: str, opset: int) -> OpSample:
     """Self-attention on one new token with past/present buffers of max length ``M``: the
     new K/V go to slot ``past_sequence_length``, attention reads slots ``0 .. past``."""
-    batch, heads, head, max_len = 4, 2, 8, 6
+    batch, heads, head, max_len = (1, 1, 8, 6) if case == "one-head" else (4, 2, 8, 6)
     past = {"first-step": 0, "last-slot": max_len - 1}.get(case, 3)
     hidden = heads * head
     buffer = f"T[{batch},{heads},{max_len},{head}]"
@@ -1283,7 +1286,8 @@ ATTENTION_CASES = ["plain", "no-bias", "mask-2d", "mask-1d", "mask-2b", "mask-3d
                    "past-batch1-causal", "past-batch1-causal-mask-2d", "past-batch1-mask-1d",
                    "past-batch1-mask-3d"]
 MHA_CASES = ["self", "cross", "bias", "mask-2d", "mask-1d", "mask-3d", "causal",
-             "causal-mask-2d", "past", "past-bias-mask-2d", "attention-bias"]
+             "causal-mask-2d", "past", "past-bias-mask-2d", "attention-bias",
+             "past-batch1-causal", "past-batch1-mask-1d"]
 MHA_PACKED_CASES = ["packed-qkv", "packed-qkv-causal-mask-present", "packed-kv",
                     "packed-kv-mask", "bnsh-kv", "bnsh-kv-mask-present"]
 MEGATRON_CASES = ["past", "past-empty", "past-batch1", "past-batch1-causal"]
@@ -1292,10 +1296,10 @@ EMBED_CASES = ["mask", "no-mask", "segments", "position-ids", "position-ids-broa
 GQA_CASES = ["prompt", "prompt-padded", "prompt-past-buffer", "token", "token-grown-cache",
              "subsequent-prompt", "rotary-prompt", "rotary-token", "rotary-interleaved",
              "rotary-partial", "packed-rotary", "window", "softcap", "smooth", "head-sink",
-             "attention-bias", "scale", "multi-query", "prompt-present-unused",
+             "attention-bias", "scale", "multi-query", "prompt-present-unused", "token-one-head",
              "rotary-prompt-position-ids", "rotary-token-position-ids"]
 DMMHA_CASES = ["plain", "bias", "mask", "attention-bias", "scale", "first-step",
-               "last-slot", "beams", "beams-mask", "beam-width-1"]
+               "last-slot", "beams", "beams-mask", "beam-width-1", "one-head"]
 _F32, _F16 = ["float"], ["float16"]
 _OWN = "rewriter_plugins.com_microsoft_attention:"
 
