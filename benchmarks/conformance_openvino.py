@@ -116,7 +116,7 @@ RESCUED = frozenset({
     "test_linear_attention_prefill_with_past", "test_linear_attention_prefill_with_past_expanded",
     "test_maxunpool_export_with_output_shape", "test_maxunpool_export_without_output_shape",
     "test_melweightmatrix", "test_mod_float16_mixed_sign_fmod_0",
-    "test_mod_float32_mixed_sign_fmod_0", "test_mod_float64_mixed_sign_fmod_0",
+    "test_mod_float32_mixed_sign_fmod_0",
     "test_mod_float_edge_cases_fmod_0_float16", "test_mod_float_edge_cases_fmod_0_float32",
     "test_momentum", "test_momentum_multiple", "test_nesterov_momentum",
     "test_optional_get_element_tensor",
@@ -146,6 +146,11 @@ RESCUED = frozenset({
     "test_reduce_log_sum_desc_axes_expanded",
     # found rescued in the full run of 20:18 UTC (2026-12-03)
     "test_reduce_log_sum_asc_axes_expanded",
+    # issue 27: the 32-bit BitCasts in int32 with bit masks (in int64, OpenVINO computed
+    # them wrong for the case's own inputs past 2^31); test_mod_float64_mixed_sign_fmod_0
+    # left this set then: its body tests infinities, which OpenVINO's double-as-float32
+    # turns into 3.4e38 (test_mod_float_edge_cases_fmod_0_float64: -3 mod inf gave 3.4e38)
+    "test_bitcast_int32_to_float32", "test_bitcast_uint32_to_int32",
 })
 MIN_RESCUED = len(RESCUED)
 # Cases OpenVINO runs as they are: a rewrite must leave them alone (a few op families,

@@ -21,7 +21,8 @@ visible keys are all masked attends to those, never to future keys.
   is ``Concat(K, V)`` on a new axis 0. ``mask_index``: ``(B, T)`` or ``(B, S, T)`` raw 0/1
   masks (0 masked), ``(B)`` right-padding end positions (keys ``>= end`` masked), ``(2B)``
   ends then starts (keys ``< start`` masked too), and Megatron's ``(B, 1, M, M)`` (rows
-  ``P .. P + S``, columns ``0 .. T``; onnxruntime's CPU kernel refuses it, CUDA reads it so).
+  ``P .. P + S``, columns ``0 .. T``; onnxruntime's CPU kernel refuses it, CUDA reads it so:
+  checked against the CPU kernel given that slice as a 3-D mask).
   An unknown mask rank is dispatched at run time (``If`` on the rank); a 1-D mask is read
   as ``(B)`` or ``(2B)`` (the GPU-only ``(3B + 2)`` form is declined when the shapes are
   known, misread otherwise). Declined: ``do_rotary``, ``past_present_share_buffer``,
@@ -1020,25 +1021,39 @@ def _sin(rng, shape):
 
 
 def _megatron_mask(rng, shape):
+    """Causal (lower triangular) per batch entry; the last entry never sees key 0."""
     mask = np.tril(np.ones(shape[-2:], np.int32))[None, None].repeat(shape[0], 0)
-    mask[1, 0, :, 0] = 0
+    mask[-1, 0, :, 0] = 0
     return mask
 
 
+def _attention_mask_arg(case: str, batch: int, total: int) -> Arg:
+    """The ``mask_index`` of an ``Attention`` sample (``mask-2d``, ``mask-1d``, ``mask-2b``
+    or 3-D) for ``batch`` entries of ``total`` keys; a 2-D mask of two entries masks the
+    second entirely."""
+    if "mask-2d" in case:
+        return Arg(f"int32[{batch},{total}]", values=_binary_mask(1 if batch == 2 else None))
+    if "mask-1d" in case:  # key ends
+        return Arg(f"int32[{batch}]", values=[2, total][:batch])
+    if "mask-2b" in case:  # key ends, then key starts
+        return Arg(f"int32[{2 * batch}]", values=[3, total, 1, 0] if batch == 2 else [3, 1])
+    return Arg(f"int32[{batch},4,{total}]", values=_binary_mask())
+
+
 def _attention_sample(case: str, opset: int, dtypes=None) -> OpSample:
-    total = S + P if "past" in case else S
-    inputs = ["T[2,4,8]", Arg("T[8,24]", low=-1, high=1), "T[24]"]
+    """``case`` names the inputs: ``past`` (``P`` cached positions; ``past-empty`` none),
+    ``batch1`` (one batch entry instead of two), the mask form, ``causal``, ..."""
+    past = 0 if "past-empty" in case else P
+    batch = 1 if "batch1" in case else 2
+    total = S + past if "past" in case else S
+    inputs = [f"T[{batch},4,8]", Arg("T[8,24]", low=-1, high=1), "T[24]"]
     outputs, attrs = ["T"], {"num_heads": N}
     if case == "no-bias":
         inputs[2] = None
     if "mask" in case and case != "mask-filter":
-        inputs.append(
-            Arg(f"int32[2,{total}]", values=_binary_mask(1)) if "mask-2d" in case else
-            Arg("int32[2]", values=[2, total]) if "mask-1d" in case else
-            Arg("int32[4]", values=[3, total, 1, 0]) if "mask-2b" in case else
-            Arg(f"int32[2,4,{total}]", values=_binary_mask()))
+        inputs.append(_attention_mask_arg(case, batch, total))
     if "past" in case:
-        inputs += [None] * (4 - len(inputs)) + [f"T[2,2,{B},{P},{D // N}]"]
+        inputs += [None] * (4 - len(inputs)) + [f"T[2,{batch},{N},{past},{D // N}]"]
         outputs.append("T")
     if "causal" in case:
         attrs["unidirectional"] = 1
@@ -1055,6 +1070,19 @@ def _attention_sample(case: str, opset: int, dtypes=None) -> OpSample:
     return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
                     tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None,
                     min_onnxruntime=_NO_BIAS_CRASH if case == "no-bias" else None)
+
+
+def _megatron_sample(case: str, opset: int) -> OpSample:
+    """``Attention`` with Megatron's (B, 1, M, M) mask (GPT-2 exports): ``P`` cached
+    positions (``past-empty``: none) of two batch entries (``batch1``: one), ``causal``."""
+    past = 0 if "past-empty" in case else P
+    batch, seq = (1, 3) if "batch1" in case else (2, 4)
+    attrs = {"num_heads": N, "unidirectional": 1} if "causal" in case else {"num_heads": N}
+    return OpSample([f"T[{batch},{seq},8]", Arg("T[8,24]", low=-1, high=1), "T[24]",
+                     Arg(f"int32[{batch},1,16,16]", values=_megatron_mask),
+                     f"T[2,{batch},{N},{past},{D // N}]"],
+                    ["T", "T"], attrs, opset=opset, dtypes=_F32,
+                    oracle=_OWN + "megatron_attention_oracle", name=f"megatron-mask-{case}")
 
 
 def _mha_packed_sample(case: str, opset: int, dtypes=None) -> OpSample:
@@ -1081,21 +1109,22 @@ def _mha_packed_sample(case: str, opset: int, dtypes=None) -> OpSample:
 def _mha_sample(case: str, opset: int, dtypes=None) -> OpSample:
     length = S if case.startswith(("self", "causal")) or "past" in case else 5
     total = length + (P if "past" in case else 0)
-    inputs = ["T[2,4,8]", f"T[2,{length},8]", f"T[2,{length},8]"]
+    batch = 1 if "batch1" in case else 2
+    inputs = [f"T[{batch},4,8]", f"T[{batch},{length},8]", f"T[{batch},{length},8]"]
     outputs, attrs = ["T"], {"num_heads": N}
     if "bias" in case and case != "attention-bias":
         inputs.append("T[24]")
     if "mask" in case:
         inputs += [None] * (4 - len(inputs))
-        inputs.append(Arg(f"int32[2,{total}]", values=_binary_mask()) if "2d" in case
-                      else Arg(f"int32[2,4,{total}]", values=_binary_mask()) if "3d" in case
-                      else Arg("int32[2]", values=[2, total]))
+        inputs.append(Arg(f"int32[{batch},{total}]", values=_binary_mask()) if "2d" in case
+                      else Arg(f"int32[{batch},4,{total}]", values=_binary_mask()) if "3d" in case
+                      else Arg(f"int32[{batch}]", values=[2, total][:batch]))
     if case == "attention-bias":
         inputs += [None, None, f"T[2,1,4,{total}]"]
     if "past" in case:
-        inputs += [None] * (6 - len(inputs)) + [f"T[2,2,{P},4]"] * 2
+        inputs += [None] * (6 - len(inputs)) + [f"T[{batch},2,{P},4]"] * 2
         outputs += ["T", "T"]
-    if case.startswith("causal"):
+    if case.startswith("causal") or "-causal" in case:
         attrs["unidirectional"] = 1
     return OpSample(inputs, outputs, attrs, opset=opset, dtypes=dtypes, name=case,
                     tolerance=(2e-2, 2e-2) if dtypes == ["float16"] else None,
@@ -1168,7 +1197,7 @@ _DMMHA_MIN_ONNXRUNTIME = {
 def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
     """The prompt form (no past, or a past buffer the prompt fills) or token generation (a
     past buffer of max length, the new K/V written at each entry's ``seqlens_k[b]``)."""
-    n_heads, kv_heads = (4, 1) if case == "multi-query" else (4, 2)
+    n_heads, kv_heads = {"multi-query": (4, 1), "token-one-head": (1, 1)}.get(case, (4, 2))
     head = 32 if case == "rotary-partial" else 16
     batch, max_len = 2, 8
     if "prompt" in case and case != "subsequent-prompt":
@@ -1177,6 +1206,8 @@ def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
             seqlens = [3, 1]  # right padding: entry 1 has two tokens
     elif case == "subsequent-prompt":  # one entry, 3 new tokens after 2 cached ones
         batch, seq, seqlens = 1, 3, [4]
+    elif case == "token-one-head":  # 1-sized batch, heads and new tokens
+        batch, seq, seqlens = 1, 1, [5]
     else:
         seq, seqlens = 1, [5, 2]
     total = max(seqlens) + 1
@@ -1219,7 +1250,7 @@ def _gqa_sample(case: str, opset: int, dtypes=None) -> OpSample:
 def _dmmha_sample(case: str, opset: int) -> OpSample:
     """Self-attention on one new token with past/present buffers of max length ``M``: the
     new K/V go to slot ``past_sequence_length``, attention reads slots ``0 .. past``."""
-    batch, heads, head, max_len = 4, 2, 8, 6
+    batch, heads, head, max_len = (1, 1, 8, 6) if case == "one-head" else (4, 2, 8, 6)
     past = {"first-step": 0, "last-slot": max_len - 1}.get(case, 3)
     hidden = heads * head
     buffer = f"T[{batch},{heads},{max_len},{head}]"
@@ -1247,20 +1278,28 @@ def _dmmha_sample(case: str, opset: int) -> OpSample:
 
 ATTENTION_CASES = ["plain", "no-bias", "mask-2d", "mask-1d", "mask-2b", "mask-3d", "causal",
                    "causal-mask-2d", "past", "past-causal-mask-2d", "scale", "qkv-sizes",
-                   "attention-bias", "mask-filter"]
+                   "attention-bias", "mask-filter",
+                   # a past state of each kind: empty or not, batch of 1 or 2, causal or not,
+                   # each mask form (issue 27)
+                   "past-causal", "past-mask-1d", "past-mask-2b", "past-mask-3d",
+                   "past-empty", "past-empty-causal-mask-2d", "past-batch1",
+                   "past-batch1-causal", "past-batch1-causal-mask-2d", "past-batch1-mask-1d",
+                   "past-batch1-mask-3d"]
 MHA_CASES = ["self", "cross", "bias", "mask-2d", "mask-1d", "mask-3d", "causal",
-             "causal-mask-2d", "past", "past-bias-mask-2d", "attention-bias"]
+             "causal-mask-2d", "past", "past-bias-mask-2d", "attention-bias",
+             "past-batch1-causal", "past-batch1-mask-1d"]
 MHA_PACKED_CASES = ["packed-qkv", "packed-qkv-causal-mask-present", "packed-kv",
                     "packed-kv-mask", "bnsh-kv", "bnsh-kv-mask-present"]
+MEGATRON_CASES = ["past", "past-empty", "past-batch1", "past-batch1-causal"]
 ROTARY_CASES = ["plain", "no-num-heads", "bnsh", "interleaved", "partial", "single-position"]
 EMBED_CASES = ["mask", "no-mask", "segments", "position-ids", "position-ids-broadcast"]
 GQA_CASES = ["prompt", "prompt-padded", "prompt-past-buffer", "token", "token-grown-cache",
              "subsequent-prompt", "rotary-prompt", "rotary-token", "rotary-interleaved",
              "rotary-partial", "packed-rotary", "window", "softcap", "smooth", "head-sink",
-             "attention-bias", "scale", "multi-query", "prompt-present-unused",
+             "attention-bias", "scale", "multi-query", "prompt-present-unused", "token-one-head",
              "rotary-prompt-position-ids", "rotary-token-position-ids"]
 DMMHA_CASES = ["plain", "bias", "mask", "attention-bias", "scale", "first-step",
-               "last-slot", "beams", "beams-mask", "beam-width-1"]
+               "last-slot", "beams", "beams-mask", "beam-width-1", "one-head"]
 _F32, _F16 = ["float"], ["float16"]
 _OWN = "rewriter_plugins.com_microsoft_attention:"
 
@@ -1274,13 +1313,9 @@ def _oracles() -> dict[str, dict]:
             *[_attention_sample(c, o, _F32) for c in ATTENTION_CASES for o in _OPSETS],
             *[_attention_sample(c, 17, _F16) for c in ("plain", "past-causal-mask-2d",
                                                        "mask-1d")],
-            # Megatron's (B, 1, M, M) mask: onnxruntime's CPU kernel refuses it; numpy
-            # reads rows P .. P+S, columns 0 .. T, as the CUDA kernel
-            *[OpSample(["T[2,4,8]", Arg("T[8,24]", low=-1, high=1), "T[24]",
-                        Arg("int32[2,1,16,16]", values=_megatron_mask), "T[2,2,2,3,4]"],
-                       ["T", "T"], {"num_heads": N}, opset=o, dtypes=_F32,
-                       oracle=own + "attention_oracle", name="megatron-mask-past")
-              for o in _OPSETS]]),
+            # Megatron's (B, 1, M, M) mask: onnxruntime's CPU kernel refuses it; its CUDA
+            # kernel reads rows P .. P+S, columns 0 .. T: the CPU kernel on that 3-D slice
+            *[_megatron_sample(c, o) for c in MEGATRON_CASES for o in _OPSETS]]),
         "MultiHeadAttention": dict(oracle="onnxruntime", samples=[
             *[_mha_sample(c, o, _F32) for c in MHA_CASES for o in _OPSETS],
             *[_mha_sample(c, 17, _F16) for c in ("cross", "past-bias-mask-2d")],
@@ -1400,10 +1435,17 @@ def attention_reference(x, weights, bias=None, mask_index=None, *, num_heads: in
     return out.astype(x.dtype), np.stack([k, v]).astype(x.dtype)
 
 
-def attention_oracle(x, weights, bias=None, mask_index=None, past=None, **attributes):
-    """``Attention`` (output, present) by :func:`attention_reference`, inputs in the op's
-    order."""
-    return attention_reference(x, weights, bias, mask_index, past=past, **attributes)
+def megatron_attention_oracle(x, weights, bias, mask_index, past, **attributes):
+    """``Attention`` with Megatron's (B, 1, M, M) ``mask_index``: onnxruntime's own CPU
+    kernel (which refuses the 4-D mask) on rows ``P .. P + S``, columns ``0 .. T`` of it as
+    a 3-D (B, S, T) mask, the part onnxruntime's CUDA kernel reads (``attention_softmax.cu``:
+    mask row ``total - sequence_length + s``)."""
+    from rewriter_plugins.com_microsoft import _onnxruntime_node
+
+    seq, total = x.shape[1], past.shape[3] + x.shape[1]
+    rows = np.ascontiguousarray(mask_index[:, 0, total - seq:total, :total])
+    return tuple(_onnxruntime_node("Attention", DOMAIN, [x, weights, bias, rows, past], 2,
+                                   **attributes))
 
 
 def mha_unpacked_oracle(query, key=None, value=None, bias=None, key_padding_mask=None,

@@ -3,13 +3,19 @@ versions, written with other standard ops where the result is the same bit for b
 
 * ``BitCast(x, to)`` (onnxruntime 1.32 lacks it for ``bool``, OpenVINO 2026.4 entirely):
   from ``bool`` to ``uint8`` or ``int8`` a ``Cast`` (a ``bool`` is one byte holding 0 or
-  1); between same-width integers (8, 16, 32 bits) a wrap in int64 (+-2^w); between an IEEE
-  float (float16, float, double) and the integer of its width the fields computed
+  1); between same-width integers (8 to 64 bits) a ``Cast``, which keeps the low bits of
+  an integer out of range (two's complement: the spec's rule); between an IEEE float
+  (float16, float, double) and an integer of its width the fields computed
   arithmetically: the exponent as the count of powers of two (a constant table) not above
   ``|x|``, the mantissa as ``(|x| / 2^e - 1) 2^m`` (exact), subnormals, infinities and the
   sign of -0.0 included; NaN becomes the canonical quiet NaN (its payload cannot be read
-  arithmetically), and an integer holding a NaN pattern gives a NaN. Other pairs (64-bit
-  integers between themselves, bfloat16, 4-bit types) are declined.
+  arithmetically), and an integer holding a NaN pattern gives a NaN. The 16- and 32-bit
+  forms compute in int32 with bit masks (``BitwiseAnd``/``BitwiseOr``), never past int32's
+  range nor through an integer ``Div``: OpenVINO's CPU plugin computes int64 in int32 and
+  int32 ``Div`` in float (measured: a uint32 of 2^31 - 1 came back -1, an int32 -2.5 as
+  2.4999998). The 64-bit forms (double) compute in int64 and double, which OpenVINO's CPU
+  plugin does not hold (``openvino_target``'s inexact forms keep them off it). Other pairs
+  (bfloat16, 4-bit types) are declined.
 * ``DequantizeLinear(x, x_scale[, x_zero_point])`` at opsets 10-18 (the reference evaluator
   of onnx 1.23 implements it from version 19 only): ``y = (Cast(x) - Cast(x_zero_point)) *
   x_scale`` in float, exact for the 8-bit and int32 inputs of these versions (int32 has no
@@ -50,13 +56,13 @@ T = TensorProto
 # same-width integers: (signed, unsigned, width)
 _INTEGER_PAIRS = {T.INT8: (T.INT8, T.UINT8, 8), T.UINT8: (T.INT8, T.UINT8, 8),
                   T.INT16: (T.INT16, T.UINT16, 16), T.UINT16: (T.INT16, T.UINT16, 16),
-                  T.INT32: (T.INT32, T.UINT32, 32), T.UINT32: (T.INT32, T.UINT32, 32)}
+                  T.INT32: (T.INT32, T.UINT32, 32), T.UINT32: (T.INT32, T.UINT32, 32),
+                  T.INT64: (T.INT64, T.UINT64, 64), T.UINT64: (T.INT64, T.UINT64, 64)}
 # IEEE formats: (exponent bits, mantissa bits, the integer types of the same width, the
 # float type the arithmetic runs in)
 _FLOAT_FORMATS = {T.FLOAT16: (5, 10, (T.INT16, T.UINT16), T.FLOAT),
                   T.FLOAT: (8, 23, (T.INT32, T.UINT32), T.FLOAT),
-                  T.DOUBLE: (11, 52, (T.INT64,), T.DOUBLE)}
-_SIGNED = {T.INT8, T.INT16, T.INT32, T.INT64}
+                  T.DOUBLE: (11, 52, (T.INT64, T.UINT64), T.DOUBLE)}
 
 
 def _element(ctx) -> int | None:
@@ -79,7 +85,7 @@ def build_bitcast(ctx) -> FunctionProto | None:
         y = b.cast("x", to)
     elif (source in _INTEGER_PAIRS and to in _INTEGER_PAIRS and to != source
           and _INTEGER_PAIRS[source] == _INTEGER_PAIRS[to]):
-        y = _wrap_integer(b, "x", to)
+        y = b.cast("x", to)  # Cast keeps the low bits of an integer out of range
     elif source in _FLOAT_FORMATS and to in _FLOAT_FORMATS[source][2]:
         y = _float_to_bits(b, "x", source, to)
     elif to in _FLOAT_FORMATS and source in _FLOAT_FORMATS[to][2]:
@@ -94,25 +100,16 @@ def _i64(b: FunctionBuilder, value: int) -> str:
     return b.const(np.array(value, np.int64))
 
 
-def _wrap_integer(b: FunctionBuilder, x: str, to: int) -> str:
-    """A same-width integer reinterpreted: +2^w for a negative into unsigned, -2^w for one
-    at or above 2^(w-1) into signed (in int64)."""
-    width = _INTEGER_PAIRS[to][2]
-    wide = b.cast(x, T.INT64)
-    if to in _SIGNED:
-        big = b.op("GreaterOrEqual", wide, _i64(b, 2 ** (width - 1)))
-        wide = b.op("Where", big, b.op("Sub", wide, _i64(b, 2 ** width)), wide)
-    else:
-        negative = b.op("Less", wide, _i64(b, 0))
-        wide = b.op("Where", negative, b.op("Add", wide, _i64(b, 2 ** width)), wide)
-    return b.cast(wide, to)
+def _i32(b: FunctionBuilder, value: int) -> str:
+    return b.const(np.array(value, np.int32))
 
 
 def _powers(b: FunctionBuilder, exponent_bits: int, mantissa_bits: int, work: int):
-    """The powers of two 2^k, k = lowest subnormal .. highest finite exponent, as a
-    constant of ``work`` (exact), and the lowest k."""
+    """The powers of two 2^k, k = lowest normal .. highest finite exponent, as a constant
+    of ``work`` (exact), and the lowest k. No subnormal power: OpenVINO's CPU plugin reads
+    a subnormal constant as 0 (measured: 2^-149 .. 2^-127 of float32 became 0)."""
     bias = 2 ** (exponent_bits - 1) - 1
-    low, high = 1 - bias - mantissa_bits, bias
+    low, high = 1 - bias, bias
     dtype = helper.tensor_dtype_to_np_dtype(work)
     table = np.ldexp(np.ones(high - low + 1, dtype), np.arange(low, high + 1)).astype(dtype)
     return b.const(table, work), low
@@ -141,11 +138,22 @@ def _float_to_bits(b: FunctionBuilder, x: str, source: int, to: int) -> str:
     count = b.reduce_sum(b.cast(b.op("GreaterOrEqual", b.unsqueeze(a, [-1]), table),
                                 T.INT64), [-1], keepdims=0)
     exponent = b.op("Add", count, _i64(b, low - 1))                      # floor(log2 a)
-    power = b.op("Gather", table, b.op("Max", b.op("Sub", count, _i64(b, 1)), _i64(b, 0)),
-                 axis=0)
     normal = b.op("GreaterOrEqual", exponent, _i64(b, 1 - bias))
     scale_m = real(float(2 ** mantissa_bits))
-    mantissa_normal = b.op("Mul", b.op("Sub", b.op("Div", a, power), real(1.0)), scale_m)
+    # a / 2^e as a * 2^h1 * 2^h2 (h1 + h2 = -e, each about e / 2): every factor and product
+    # normal, no division (OpenVINO's fused kernels divided FLT_MAX by 2^127 as a product
+    # with 2^-127, a subnormal they flush to zero)
+    half = bias // 2 + 1
+    halves = b.const(np.ldexp(np.ones(2 * half + 1, dtype), np.arange(-half, half + 1))
+                     .astype(dtype), work)
+    down = b.op("Neg", exponent)
+    h1 = b.op("Div", down, _i64(b, 2))
+    h2 = b.op("Sub", down, h1)
+    scaled = a
+    for h in (h1, h2):
+        scaled = b.op("Mul", scaled, b.op("Gather", halves, b.op("Add", h, _i64(b, half)),
+                                           axis=0))
+    mantissa_normal = b.op("Mul", b.op("Sub", scaled, real(1.0)), scale_m)
     mantissa_subnormal = b.op("Mul", b.op("Mul", a, real(float(2.0 ** (bias - 1)))), scale_m)
     mantissa = b.op("Where", normal, mantissa_normal, mantissa_subnormal)
     field = b.op("Where", normal, b.op("Add", exponent, _i64(b, bias)), _i64(b, 0))
@@ -154,15 +162,19 @@ def _float_to_bits(b: FunctionBuilder, x: str, source: int, to: int) -> str:
     quiet = real(float(2 ** (mantissa_bits - 1)))
     mantissa = b.op("Where", special, b.op("Where", nan, quiet, zero), mantissa)
     mantissa = b.op("Where", b.op("Equal", a, zero), zero, mantissa)
-    rest = b.op("Add", b.op("Mul", field, _i64(b, 2 ** mantissa_bits)),
-                b.cast(mantissa, T.INT64))                               # < 2^(w-1)
     if width == 64:  # int64: the sign bit is the most negative value
-        return b.op("Where", negative, b.op("Add", rest, _i64(b, -2 ** 63)), rest)
-    bits = b.op("Where", negative, b.op("Add", rest, _i64(b, 2 ** (width - 1))), rest)
-    if to in _SIGNED:
-        bits = b.op("Where", b.op("GreaterOrEqual", bits, _i64(b, 2 ** (width - 1))),
-                    b.op("Sub", bits, _i64(b, 2 ** width)), bits)
-    return b.cast(bits, to)
+        rest = b.op("Add", b.op("Mul", field, _i64(b, 2 ** mantissa_bits)),
+                    b.cast(mantissa, T.INT64))                           # < 2^63
+        bits = b.op("Where", negative, b.op("Add", rest, _i64(b, -2 ** 63)), rest)
+        return b.cast(bits, to) if to != T.INT64 else bits  # uint64: Cast keeps the bits
+    # 16 and 32 bits in int32, no value past its range (OpenVINO's CPU plugin computes
+    # int64 in int32): the fields (< 2^(w-1)), then the sign bit set by BitwiseOr
+    rest = b.op("Add", b.op("Mul", b.cast(field, T.INT32), _i32(b, 2 ** mantissa_bits)),
+                b.cast(mantissa, T.INT32))
+    if width == 16 and to == T.UINT16:  # the unsigned value, in range
+        return b.cast(b.op("Where", negative, b.op("Add", rest, _i32(b, 2 ** 15)), rest), to)
+    bits = b.op("Where", negative, b.op("BitwiseOr", rest, _i32(b, -2 ** (width - 1))), rest)
+    return b.cast(bits, to) if to != T.INT32 else bits  # to uint32: Cast keeps the bits
 
 
 def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int) -> str:
@@ -177,18 +189,23 @@ def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int) -> str:
     def real(value):
         return b.const(np.array(value, dtype), work)
 
-    u = b.cast(x, T.INT64)
     if width == 64:
+        u = b.cast(x, T.INT64) if source != T.INT64 else x  # uint64: Cast keeps the bits
         negative = b.op("Less", u, _i64(b, 0))
         rest = b.op("Where", negative, b.op("Sub", u, _i64(b, -2 ** 63)), u)
-    else:
-        if source in _SIGNED:
-            u = b.op("Where", b.op("Less", u, _i64(b, 0)),
-                     b.op("Add", u, _i64(b, 2 ** width)), u)
-        negative = b.op("GreaterOrEqual", u, _i64(b, 2 ** (width - 1)))
-        rest = b.op("Where", negative, b.op("Sub", u, _i64(b, 2 ** (width - 1))), u)
-    field = b.op("Div", rest, _i64(b, 2 ** mantissa_bits))
-    mantissa = b.op("Sub", rest, b.op("Mul", field, _i64(b, 2 ** mantissa_bits)))
+        field = b.op("Div", rest, _i64(b, 2 ** mantissa_bits))
+        mantissa = b.op("Sub", rest, b.op("Mul", field, _i64(b, 2 ** mantissa_bits)))
+    else:  # in int32, by bit masks (OpenVINO computes int64 in int32, int32 Div in float)
+        # the value in int32 (a uint32's bits kept by Cast), the sign bit tested by a mask
+        # (OpenVINO holds an int16 in int32: a Cast from uint16 to int16 kept 32768)
+        s = b.cast(x, T.INT32) if source != T.INT32 else x
+        sign = b.op("BitwiseAnd", s, _i32(b, -2 ** (width - 1)))
+        negative = b.op("Not", b.op("Equal", sign, _i32(b, 0)))
+        rest = b.op("BitwiseAnd", s, _i32(b, 2 ** (width - 1) - 1))  # the sign bit cleared
+        mantissa = b.op("BitwiseAnd", rest, _i32(b, 2 ** mantissa_bits - 1))
+        scaled = b.cast(b.op("Sub", rest, mantissa), work)  # field * 2^m, exact in float
+        field = b.cast(b.op("Mul", scaled, real(float(2.0 ** -mantissa_bits))), T.INT64)
+        mantissa = b.cast(mantissa, T.INT64)
     fraction = b.op("Mul", b.cast(mantissa, work), real(float(2.0 ** -mantissa_bits)))
     # 2^(field - bias) from the table (index clamped for the all-zero and all-ones fields)
     index = b.op("Sub", field, _i64(b, bias + low))
@@ -280,20 +297,37 @@ def _bits_of(source: str, int_type):
     return lambda rng, shape: _special_floats(float_type)(rng, shape).view(int_type)
 
 
+def _integer_extremes(name: str):
+    """Random integers of type ``name`` over its whole range, its minimum, maximum, -1
+    (or its largest half), 0 and the values beside the sign bit included."""
+    info = np.iinfo(name)
+
+    def draw(rng, shape):
+        values = rng.integers(info.min, info.max, shape, dtype=name, endpoint=True)
+        flat = values.reshape(-1)
+        if info.min < 0:
+            flat[:5] = [info.min, info.max, 0, -1, info.min + 1]
+        else:  # 2^(w-1) and 2^(w-1) - 1: the sign bit of the signed type, and below it
+            flat[:5] = [0, info.max, info.max // 2 + 1, info.max // 2, 1]
+        return values
+    return draw
+
+
 def _bitcast_samples() -> list[OpSample]:
     samples = [OpSample(["T[2,3]"], [name], {"to": to}, name=name, dtypes=["bool"])
                for name, to in (("uint8", T.UINT8), ("int8", T.INT8))]
     for source, to in [("int8", T.UINT8), ("uint8", T.INT8), ("uint16", T.INT16),
-                       ("int16", T.UINT16), ("uint32", T.INT32), ("int32", T.UINT32)]:
-        info, target = np.iinfo(source), helper.tensor_dtype_to_np_dtype(to).name
-        samples.append(OpSample([Arg(f"{source}[2,5]", low=info.min, high=info.max)],
+                       ("int16", T.UINT16), ("uint32", T.INT32), ("int32", T.UINT32),
+                       ("int64", T.UINT64), ("uint64", T.INT64)]:
+        target = helper.tensor_dtype_to_np_dtype(to).name
+        samples.append(OpSample([Arg(f"{source}[2,5]", values=_integer_extremes(source))],
                                 [target], {"to": to}, name=f"{source}-to-{target}"))
     for source, to in [("float", T.INT32), ("float", T.UINT32), ("float16", T.INT16),
-                       ("double", T.INT64)]:
+                       ("float16", T.UINT16), ("double", T.INT64), ("double", T.UINT64)]:
         float_type = helper.tensor_dtype_to_np_dtype(getattr(T, source.upper()))
         int_type = helper.tensor_dtype_to_np_dtype(to)
         samples.append(OpSample([Arg(f"{source}[3,4]", values=_special_floats(float_type))],
-                                [int_type.name], {"to": to}, name=f"{source}-bits"))
+                                [int_type.name], {"to": to}, name=f"{source}-bits-{int_type.name}"))
         samples.append(OpSample([Arg(f"{int_type.name}[3,4]", values=_bits_of(source,
                                                                               int_type))],
                                 [source], {"to": getattr(T, source.upper())},
@@ -461,7 +495,7 @@ def register_decompositions(registry):
                  oracle="onnxruntime", samples=_dequantize_samples())
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
                  dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-                         "float16", "float", "double", "int64"),
+                         "float16", "float", "double", "int64", "uint64"),
                  description="onnx-standard:BitCast (bool to a byte; same-width integers; "
                              "an IEEE float's bits)",
                  oracle="reference",  # the reference evaluator's own BitCast (numpy view)

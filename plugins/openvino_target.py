@@ -97,6 +97,73 @@ KNOWN_INEXACT = {
 INEXACT = "runtime-refused"  # the reason code of a known-inexact translation
 
 _NOT_ASKED = ("not-asked", "")  # the whole model was not asked about (too big, external data)
+
+# Forms of standard ops OpenVINO's CPU plugin runs otherwise than their definition, because
+# it holds int64 in int32 and double in float32, an infinity becoming +-3.4e38 (OpenVINO
+# 2026.4, measured: int64 2^40 + 2^40 gave 0; Neg of a double inf -3.4e38). Each is a
+# finding, so that a remedy OpenVINO computes exactly runs instead, or the node is reported
+# with the reason. Only IsInf of a double is looked for in the model itself; infinite
+# double constants and int64 forms in decomposition bodies only (a model's own int64
+# arithmetic on large constants is mostly shape arithmetic OpenVINO folds exactly). A
+# remedy's doubles are otherwise taken as OpenVINO takes the model's own: in float32.
+_DOUBLE_INF = ("OpenVINO's CPU plugin computes double in float32, where an infinity becomes "
+               "+-3.4e38: {op} of a double never sees an infinity (measured: IsInf of a "
+               "double inf gave false)")
+_DOUBLE_INF_CONSTANT = (
+    "OpenVINO's CPU plugin computes double in float32, where an infinity becomes +-3.4e38: "
+    "{op} of a double with an infinite constant compares or computes with 3.4e38 instead")
+_WIDE_INT64 = ("OpenVINO's CPU plugin computes int64 in int32: {op} on a constant past "
+               "int32's range ({value}) computes with its low 32 bits (measured: int64 "
+               "2^40 + 2^40 gave 0)")
+_CAST_64 = ("OpenVINO's CPU plugin computes int64 in int32: a Cast between int64 and uint64 "
+            "loses the high 32 bits (measured: int64 -2^63 to uint64 gave 0)")
+_INT64_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Less",
+                               "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Where",
+                               "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum"})
+_INT32_RANGE = (-2 ** 31, 2 ** 31 - 1)
+
+
+def inexact_form(query: NodeQuery) -> str | None:
+    """Why OpenVINO computes this node otherwise than its definition (one of the forms
+    above), or None."""
+    node, types = query.node, query.types
+    if query.domain != "":
+        return None
+    if node.op_type == "IsInf" and types.get(node.input[0]) == "tensor(double)":
+        return _DOUBLE_INF.format(op="IsInf")
+    if "/<body>/" not in query.path:
+        return None
+    for name in node.input:
+        tensor = query.constants.get(name)
+        if tensor is not None and tensor.data_type == 11:  # double
+            import numpy as np
+            from onnx import numpy_helper
+
+            if np.isinf(numpy_helper.to_array(tensor)).any():
+                return _DOUBLE_INF_CONSTANT.format(op=node.op_type)
+    if node.op_type == "Cast" and {types.get(node.input[0]), _cast_to(node)} == {
+            "tensor(int64)", "tensor(uint64)"}:
+        return _CAST_64
+    if node.op_type in _INT64_ARITHMETIC:
+        for name in node.input:
+            tensor = query.constants.get(name)
+            if tensor is None or tensor.data_type not in (7, 13):  # int64, uint64
+                continue
+            from onnx import numpy_helper
+
+            values = numpy_helper.to_array(tensor)
+            outside = values[values > _INT32_RANGE[1]] if values.dtype.kind == "u" else \
+                values[(values < _INT32_RANGE[0]) | (values > _INT32_RANGE[1])]
+            if outside.size:
+                return _WIDE_INT64.format(op=node.op_type, value=int(outside.flat[0]))
+    return None
+
+
+def _cast_to(node) -> str | None:
+    """The 64-bit integer type a Cast casts to, else None."""
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    return {7: "tensor(int64)", 13: "tensor(uint64)"}.get(to)
+
 # (device, probe key) -> None (runs) or (reason, detail): one cache per process
 _VERDICTS: dict[tuple, tuple[str, str] | None] = {}
 
@@ -512,7 +579,7 @@ class OpenVINOTarget(Target):
             return self.finding(query, "unknown-domain",
                                 f"OpenVINO's ONNX frontend knows no operators in domain "
                                 f"{query.domain!r}")
-        inexact = KNOWN_INEXACT.get((query.domain, node.op_type))
+        inexact = KNOWN_INEXACT.get((query.domain, node.op_type)) or inexact_form(query)
         if inexact is not None:
             return self.finding(query, INEXACT, inexact)
         in_body = "/<body>/" in query.path  # the planner asking about a decomposition body

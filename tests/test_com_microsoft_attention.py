@@ -100,6 +100,25 @@ def test_attention_reference_matches_onnxruntime(plugins):
         np.testing.assert_allclose(g, e, **TOL)
 
 
+@pytest.mark.parametrize("batch,seq,past,causal", [(1, 3, 2, 0), (2, 1, 2, 1), (1, 3, 0, 1)])
+def test_attention_numpy_kernel_with_megatron_mask_matches_onnxruntime(batch, seq, past,
+                                                                      causal):
+    """The numpy kernel the rewrite's oracle runs for an Attention onnxruntime's CPU kernel
+    refuses (Megatron's 4-D mask) agrees with onnxruntime's own kernel on the rows and
+    columns its CUDA kernel reads (a 3-D mask), with a past state and without."""
+    rng = np.random.default_rng(batch * 100 + seq * 10 + past)
+    x, weights = _rand(rng, [batch, seq, 8]), _rand(rng, [8, 24], scale=0.5)
+    bias, cache = _rand(rng, [24]), _rand(rng, [2, batch, N, past, 4])
+    mask = np.tril(np.ones((16, 16), np.int32))[None, None].repeat(batch, 0)
+    mask[..., 0] = rng.integers(0, 2, (batch, 1, 16))  # key 0 masked on some rows
+    mask[..., past + seq - 1, past + seq - 1] = 1
+    attrs = {"num_heads": N, "unidirectional": causal}
+    expected = attention.megatron_attention_oracle(x, weights, bias, mask, cache, **attrs)
+    got = attention.attention_kernel.fn(x, weights, bias, mask, cache, **attrs)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, **TOL)
+
+
 @pytest.mark.parametrize("attrs", [dict(do_rotary=1), dict(past_present_share_buffer=1)])
 def test_attention_declines(plugins, attrs):
     node = helper.make_node("Attention", ["x", "w"], ["y"], domain=MS, num_heads=2, **attrs)
@@ -261,6 +280,54 @@ def test_corpus_attention_nodes_rewritten(plugins, name):
                      confirm=False, verify=False)
     left = {f.as_dict().get("op_type") or str(f.as_dict()) for f in result.report.remaining}
     assert not any("Attention" in op or "EmbedLayer" in op for op in left), left
+
+
+def _megatron_feeds(rng, batch, seq, past):
+    """Feeds for the GPT-2 (Megatron) corpus model at a decode step after ``past`` tokens:
+    positions ``past .. past + seq``, a causal 64 x 64 mask with key 0 masked for the last
+    batch entry."""
+    mask = np.tril(np.ones((64, 64), np.float32))[None, None].repeat(batch, 0)
+    mask[-1, 0, :, 0] = 0
+    positions = np.arange(past, past + seq, dtype=np.int64)[None].repeat(batch, 0)
+    return {"input_ids": rng.integers(0, 10, (batch, seq)).astype(np.int64),
+            "position_ids": positions, "attention_mask": mask,
+            "past_0": _rand(rng, [2, batch, 2, past, 4])}
+
+
+def _megatron_with_3d_mask(model: ModelProto) -> ModelProto:
+    """The corpus model with its Attention reading a 3-D mask input ``mask_3d`` (B, S, T),
+    which onnxruntime's CPU kernel takes (it refuses the 4-D one)."""
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    (node,) = [n for n in copy.graph.node if n.op_type == "Attention"]
+    node.input[3] = "mask_3d"
+    copy.graph.input.append(vi("mask_3d", I32, ["batch", "seq", "total"]))
+    return copy
+
+
+@pytest.mark.parametrize("batch,seq,past", [(1, 3, 2), (2, 1, 2), (2, 3, 0)])
+def test_gpt2_megatron_corpus_with_a_past_agrees_with_onnxruntimes_kernel(plugins, batch, seq,
+                                                                         past):
+    """GPT-2 (Megatron) at a step after ``past`` tokens (issue 27: batch 1, 3 new tokens after
+    2): rewritten for the reference evaluator and onnxruntime, verified by the rewrite, and
+    equal to onnxruntime running the original with its Attention given the rows
+    ``past .. past + seq`` of the 4-D mask as a 3-D mask (its CUDA kernel's reading)."""
+    model = _corpus("ort_gpt2_megatron_skiplayernorm.onnx")
+    feeds = _megatron_feeds(np.random.default_rng(27 + batch + seq + past), batch, seq, past)
+    result = rewrite(model, ["reference", "onnxruntime"], plugins=plugins, confirm=False,
+                     compare_options={"inputs": feeds})
+    assert result.report.verification["compare"] == "ok", result.report.verification
+    total = past + seq
+    mask_3d = feeds["attention_mask"][:, 0, past:total, :total].astype(np.int32)
+    expected = run_ort(_megatron_with_3d_mask(model), {**feeds, "mask_3d": mask_3d})
+    got = run_ort(result.model, feeds)
+    from onnx.reference import ReferenceEvaluator
+
+    on_reference = ReferenceEvaluator(result.model).run(None, feeds)
+    for g, r, e in zip(got, on_reference, expected, strict=True):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, **TOL)
+        np.testing.assert_allclose(r, e, **TOL)
 
 
 def _gqa_corpus_feeds(rng, batch, seq, past, seqlens):

@@ -1,6 +1,8 @@
 """The ``onnx-standard`` plugin: BitCast from bool to a one-byte integer as Cast (against
 the ONNX reference evaluator's BitCast on the plugin's samples: ``tests/test_oracles.py``),
-inside an If branch with rewrite's own verification, and on the corpus test data."""
+inside an If branch with rewrite's own verification, and on the corpus test data; the
+BitCast bodies bit for bit on OpenVINO, which holds int64 in int32 and double in float32
+(the 64-bit forms, and ``onnx-lowering``'s Mod of doubles, have no remedy there)."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def test_bool_bitcast_runs_on_onnxruntime_bit_for_bit(plugins, to, in_if):
 
 
 def test_bitcasts_without_an_arithmetic_form_are_declined():
-    """Pairs of different widths, 64-bit integers between themselves and unknown types are
+    """Pairs of different widths, bfloat16, a bool of another width and unknown types are
     declined; the others have a body (checked against the reference evaluator's BitCast in
     tests/test_oracles.py)."""
     from rewriter_plugins.onnx_standard import build_bitcast
@@ -58,8 +60,8 @@ def test_bitcasts_without_an_arithmetic_form_are_declined():
 
     assert build_bitcast(ctx(TensorProto.UINT8, "tensor(bool)")) is not None
     assert build_bitcast(ctx(TensorProto.INT32, "tensor(float)")) is not None
+    assert build_bitcast(ctx(TensorProto.UINT64, "tensor(int64)")) is not None
     for to, source in ((TensorProto.INT16, "tensor(float)"),  # widths differ
-                       (TensorProto.UINT64, "tensor(int64)"),
                        (TensorProto.INT16, "tensor(bfloat16)"),
                        (TensorProto.BOOL, "tensor(uint8)")):
         with pytest.raises(Declined, match="only bool to a byte, same-width integers"):
@@ -78,3 +80,110 @@ def test_corpus_bitcast_matches_its_test_data(plugins):
     result = rewrite(onnx.load(path), ["onnxruntime"], plugins=plugins, confirm=False)
     (got,) = ort.InferenceSession(result.model.SerializeToString()).run(None, {"x": x})
     assert got.dtype == y.dtype and np.array_equal(got, y)
+
+
+# -- OpenVINO: its CPU plugin holds int64 in int32 and double in float32 (issue 27) -----------
+
+BITCAST_NODE_CASES = {  # ONNX backend node cases: the 16- and 32-bit ones OpenVINO computes
+    "test_bitcast_uint32_to_int32": True, "test_bitcast_int32_to_float32": True,
+    "test_bitcast_float32_to_int32": True, "test_bitcast_uint16_to_int16": True,
+    "test_bitcast_int64_to_float64": False, "test_bitcast_float64_to_int64": False,
+}
+
+
+def _node_case(name: str):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        (case,) = [c for c in collect_testcases() if c.name == name]
+    return case
+
+
+def _on_openvino(model, feeds: dict, plugins) -> list:
+    """``model`` run on OpenVINO as the openvino target runs it."""
+    from rewriter.api import resolve_targets
+
+    (target,) = resolve_targets(plugins, ["openvino"])
+    run = target.prepare(model, None)
+    outputs = run(feeds)
+    return [outputs[o.name] for o in model.graph.output]
+
+
+@pytest.mark.parametrize("name", sorted(BITCAST_NODE_CASES))
+def test_bitcast_node_cases_on_openvino_with_their_own_inputs(plugins, name):
+    """With the case's own inputs (values past 2^31, negative floats): the 16- and 32-bit
+    BitCasts, rewritten for OpenVINO, give the expected bits there (the int64 form gave -1
+    for 2^31 - 1, and 2.4999998 for -2.5); the 64-bit ones have no remedy, and say why."""
+    pytest.importorskip("openvino")
+    from rewriter.errors import UnfixableError
+
+    case = _node_case(name)
+    if not BITCAST_NODE_CASES[name]:
+        with pytest.raises(UnfixableError, match="computes (int64 in int32|double in float32)"):
+            rewrite(case.model, ["openvino"], plugins=plugins, confirm=False, verify=False)
+        return
+    result = rewrite(case.model, ["openvino"], plugins=plugins)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    names = [i.name for i in case.model.graph.input]
+    for inputs, expected in case.data_sets:
+        got = _on_openvino(result.model, dict(zip(names, map(np.asarray, inputs))), plugins)
+        for g, e in zip(got, expected, strict=True):
+            e = np.asarray(e)
+            assert g.dtype == e.dtype and np.array_equal(g.view(np.uint8), e.view(np.uint8))
+
+
+@pytest.mark.parametrize("source,to", [
+    ("uint32", TensorProto.INT32), ("int32", TensorProto.UINT32), ("int16", TensorProto.UINT16),
+    ("int32", TensorProto.FLOAT), ("uint32", TensorProto.FLOAT), ("uint16", TensorProto.FLOAT16),
+    ("float", TensorProto.INT32), ("float", TensorProto.UINT32), ("float16", TensorProto.INT16),
+    ("float16", TensorProto.UINT16)])
+def test_bitcast_bodies_are_bit_exact_on_openvino(plugins, source, to):
+    """Zeros of both signs, extremes, infinities, NaN patterns, integers by the sign bit and
+    the smallest subnormal's bits: the rewritten BitCast on OpenVINO against the reference
+    evaluator's BitCast (a NaN pattern gives a NaN, not its payload or sign). A subnormal
+    float *input* is left out: OpenVINO's fused element-wise kernels read it as zero (the
+    smallest float32 subnormal came back as the bits of -0.0; node by node it computes
+    right), which no arrangement of standard ops avoids."""
+    pytest.importorskip("openvino")
+    elem = getattr(TensorProto, source.upper())
+    model = _bitcast_model(to, elem)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    if dtype.kind == "f":
+        x = np.array([0.0, -0.0, np.inf, -np.inf, -2.5, np.finfo(dtype).max], dtype)
+    else:
+        info = np.iinfo(dtype)
+        x = np.array([info.min, info.max, 0, info.max // 2, info.max // 2 + 1, 1], dtype)
+    result = rewrite(model, ["openvino"], plugins=plugins, verify=False)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = _on_openvino(result.model, {"x": x}, plugins)
+    assert got.dtype == expected.dtype
+    if expected.dtype.kind == "f":
+        numbers = ~np.isnan(expected)
+        np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(expected[numbers]))
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("name", ["test_mod_float_edge_cases_fmod_0_float64",
+                                  "test_mod_float_edge_cases_fmod_0_float32"])
+def test_float_mod_on_openvino_double_has_no_remedy(plugins, name):
+    """Mod(fmod=0) of doubles: OpenVINO would compute any body in float32, an infinite
+    divisor becoming 3.4e38 (-3 mod inf gave 3.4e38, not inf): no remedy, and the message
+    says so; in float32 the body runs there with the case's expected outputs."""
+    pytest.importorskip("openvino")
+    from rewriter.errors import UnfixableError
+
+    case = _node_case(name)
+    if name.endswith("float64"):
+        with pytest.raises(UnfixableError, match="computes double in float32"):
+            rewrite(case.model, ["openvino"], plugins=plugins, confirm=False, verify=False)
+        return
+    result = rewrite(case.model, ["openvino"], plugins=plugins)
+    names = [i.name for i in case.model.graph.input]
+    for inputs, expected in case.data_sets:
+        got = _on_openvino(result.model, dict(zip(names, map(np.asarray, inputs))), plugins)
+        for g, e in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(np.asarray(e)))
+            np.testing.assert_allclose(g, e, rtol=0, atol=0)

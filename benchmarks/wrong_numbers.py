@@ -1,0 +1,204 @@
+"""The ONNX backend node cases a runtime runs but gets wrong ("computes differently").
+
+``python benchmarks/wrong_numbers.py --target openvino`` runs every node case that ships
+inside the ``onnx`` package on the target (as ``onnx-rewriter`` runs models there: the
+target's own run path, in the isolation worker, so a crash or a hang is a verdict) with the
+case's own inputs, and lists the cases that run but whose outputs differ from the case's
+expected ones beyond its tolerances, with the ops of each case's graph and their input
+types (in a one-node case, the diverging op). ``--target`` is ``openvino``, ``tract`` or
+``reference`` (the ONNX reference evaluator).
+
+``--rescue`` then asks, for each wrong case, what the tool does about it: whether ``check
+--target T`` (with its confirmation) reports a finding, and whether ``rewrite --target T``
+gives a model the target runs with the expected outputs (rescued).
+
+``--only NAME`` (repeatable) restricts the run to some cases; ``--json`` prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import TargetRunner, all_cases, load_plugins, select  # noqa: E402
+from conformance import _short, rewrite_case, verification_problem  # noqa: E402
+
+TARGETS = ("openvino", "tract", "reference")
+
+
+@dataclass
+class Wrong:
+    """A case the target runs with outputs other than the expected ones."""
+
+    name: str
+    op: str  # the diverging op: the node of a one-node case, else the op a case expands
+    ops: list[str]  # op(input types) of the case's main graph, in order
+    problem: str
+    random: bool  # the case draws random numbers: its expected outputs are numpy's draws
+    finding: str | None = None  # what check reports (--rescue), None: nothing
+    rescued: bool | None = None  # --rescue: the rewrite runs with the expected outputs
+    rescue_problem: str | None = None  # why not
+
+
+@dataclass
+class Result:
+    target: str
+    total: int = 0
+    runs: int = 0
+    refused: int = 0
+    wrong: list[Wrong] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        wrong = [w for w in self.wrong if not w.random]
+        data["wrong_count"] = len(wrong)
+        data["random_count"] = len(self.wrong) - len(wrong)
+        data["by_op"] = dict(Counter(w.op.split("(")[0].strip() for w in wrong).most_common())
+        if any(w.rescued is not None for w in wrong):
+            data["with_finding"] = sum(w.finding is not None for w in wrong)
+            data["rescued"] = sum(bool(w.rescued) for w in wrong)
+        return data
+
+
+RANDOM_OPS = frozenset({"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
+                        "RandomNormalLike", "Multinomial"})
+
+
+def _diverging_op(case, labels: list[str], by_name: dict) -> str:
+    """The op a wrong case is about: its node, or for an ``_expanded`` case (a function's
+    body) the node of the case it expands."""
+    if len(labels) == 1:
+        return labels[0]
+    base = by_name.get(case.name.removesuffix("_expanded"))
+    if case.name.endswith("_expanded") and base is not None and len(base.graph.node) == 1:
+        return f"{base.graph.node[0].op_type} (expanded: {len(labels)} nodes)"
+    return f"{len(labels)} nodes"
+
+
+def _op_labels(model) -> list[str]:
+    """``Op-version(input types)`` of each main-graph node (types from shape inference)."""
+    import onnx
+    from onnx import helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - the labels then go without the types
+        inferred = model
+    types = {v.name: v.type for v in (*inferred.graph.input, *inferred.graph.value_info,
+                                      *inferred.graph.output)}
+    types.update({t.name: helper.make_tensor_type_proto(t.data_type, t.dims)
+                  for t in inferred.graph.initializer})
+    versions = {o.domain or "": o.version for o in model.opset_import}
+    labels = []
+    for node in inferred.graph.node:
+        kinds = []
+        for name in node.input:
+            tp = types.get(name)
+            kinds.append("" if not name else
+                         helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type).name
+                         if tp is not None and tp.HasField("tensor_type")
+                         and tp.tensor_type.elem_type else "?")
+        domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
+        labels.append(f"{domain}{node.op_type}-{versions.get(node.domain, '?')}"
+                      f"({', '.join(kinds)})")
+    return labels
+
+
+def _finding(model, target: str, plugins) -> str | None:
+    """What ``check --target`` reports on ``model`` (with its confirmation), or None."""
+    from rewriter.api import check
+
+    (result,) = check(model, [target], plugins=plugins).results
+    if not result.findings:
+        return None
+    f = result.findings[0]
+    return _short(f"{f.op_label}: {f.reason}: {f.detail}", 200)
+
+
+def measure(target: str, cases, *, rescue: bool = False, progress=None) -> Result:
+    plugins = load_plugins()
+    by_name = {c.name: c.model for c in all_cases()}
+    runner = TargetRunner(target, plugins)
+    out = Result(target, total=len(cases))
+    start = time.perf_counter()
+    try:
+        for case in cases:
+            if progress:
+                progress(case.name)
+            actual = runner.actual(case.model, case)
+            if not actual.runs:
+                out.refused += 1
+                continue
+            out.runs += 1
+            if actual.problem is None:
+                continue
+            labels = _op_labels(case.model)
+            random = any(n.op_type in RANDOM_OPS for n in case.model.graph.node)
+            wrong = Wrong(case.name, _diverging_op(case, labels, by_name), labels,
+                          actual.problem, random)
+            if rescue and not random:
+                wrong.finding = _finding(case.model, target, plugins)
+                model, report = rewrite_case(case.model, plugins, target)
+                problem = report if model is None else verification_problem(report)
+                if problem is None and not report.applied:
+                    problem = "nothing rewritten"
+                if problem is None:
+                    problem = runner.actual(model, case).problem
+                wrong.rescued, wrong.rescue_problem = problem is None, problem
+            out.wrong.append(wrong)
+    finally:
+        runner.close()
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def print_result(result: Result) -> None:
+    data = result.as_dict()
+    print(f"{result.target}: {result.total} cases ({result.seconds:.0f}s): runs "
+          f"{result.runs}, refuses {result.refused}; runs but gets wrong: "
+          f"{data['wrong_count']} (and {data['random_count']} drawing random numbers)")
+    for w in result.wrong:
+        print(f"  {w.name}{' (random)' if w.random else ''}: {w.op}")
+        print(f"      {w.problem}")
+        if w.rescued is not None:
+            print(f"      check: {w.finding or 'no finding'}")
+            print(f"      rewrite: {'rescued' if w.rescued else w.rescue_problem}")
+    print("by op: " + ", ".join(f"{op} {n}" for op, n in data["by_op"].items()))
+    if "rescued" in data:
+        print(f"with a finding: {data['with_finding']} of {data['wrong_count']}; rescued: "
+              f"{data['rescued']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=TARGETS, required=True)
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="a node case to run (repeatable; default: all)")
+    parser.add_argument("--rescue", action="store_true",
+                        help="also check and rewrite each wrong case")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--progress", action="store_true", help="name each case on stderr")
+    args = parser.parse_args(argv)
+
+    def progress(name: str) -> None:
+        print(name, file=sys.stderr, flush=True)
+
+    result = measure(args.target, select(args.only), rescue=args.rescue,
+                     progress=progress if args.progress else None)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
