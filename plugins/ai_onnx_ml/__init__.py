@@ -17,8 +17,8 @@ svm               SVMClassifier, SVMRegressor
 preprocessing     Scaler, Normalizer, Imputer, Binarizer, FeatureVectorizer,
                   ArrayFeatureExtractor
 encoders          OneHotEncoder, LabelEncoder (1-4), CategoryMapper
-interface         ZipMap, DictVectorizer: declined, naming the map/sequence type that needs
-                  ``--adapt-interface``
+interface         ZipMap, DictVectorizer: a pass claims them and declines, naming the map or
+                  sequence type that needs ``--adapt-interface``
 ================  =========================================================================
 """
 
@@ -39,3 +39,8 @@ def register_decompositions(registry):
             registry.add(ML, op_type, builder, opsets=PLUGIN_OPSETS, dtypes=dtypes,
                          description=f"ai-onnx-ml:{op_type}" + (f" ({note})" if note else ""),
                          oracle="onnxruntime", samples=samples)
+
+
+@hookimpl
+def register_passes(registry):
+    registry.add("ai-onnx-ml-interface", interface.InterfaceOps, phase="convert")
