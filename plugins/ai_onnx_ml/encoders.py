@@ -73,8 +73,10 @@ def _lookup(b: Body, x: str, keys: np.ndarray, values: np.ndarray, default: np.n
     hits = b.cast(match, TensorProto.INT32)
     found = b.cast(b.reduce_max(hits, [-1], keepdims=0), TensorProto.BOOL)
     index = b.op("ArgMax", hits, axis=-1, keepdims=0)
-    gathered = b.op("Gather", _constant(b, values, "values"), index, axis=0)
-    return b.op("Where", found, gathered, _constant(b, default, "default"))
+    # the default as one more value (Gather takes every type, Where not: int16...)
+    index = b.op("Where", found, index, b.const(np.array(len(values), np.int64)))
+    table = np.concatenate([values.reshape(-1), default.reshape(1).astype(values.dtype)])
+    return b.op("Gather", _constant(b, table, "values"), index, axis=0)
 
 
 def _array(value, kind: str) -> np.ndarray:
