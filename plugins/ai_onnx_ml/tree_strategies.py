@@ -35,9 +35,10 @@ import numpy as np
 
 from ._common import Body
 
-OP_US = 2.0  # onnxruntime's cost of running one small op (CPU provider)
-ELEMENT_NS = 1.0  # per element an elementwise/gather op touches
-MAC_NS = 0.15  # per multiply-add of a MatMul
+# fitted to benchmarks/bench_trees.py on onnxruntime 1.32's CPU provider, one thread
+OP_US = 0.6  # running one small op
+ELEMENT_NS = 3.0  # per element a level of the traversal touches (gathers, compares)
+MAC_NS = 1.2  # per multiply-add of gemm's small batched MatMuls
 MAX_SIZE_RATIO = 4.0
 BATCHES = (1, 1024)
 NODE_BYTES = 60  # an ensemble's attributes per node (ids, feature, mode, value, children)
