@@ -74,9 +74,9 @@ def synthetic(n_trees: int, depth: int, classes: int, seed: int = 0) -> onnx.Mod
 
 
 def sklearn_models() -> dict[str, onnx.ModelProto]:
+    from skl2onnx import to_onnx
     from sklearn.datasets import make_classification
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
-    from skl2onnx import to_onnx
 
     x, y = make_classification(2000, FEATURES, n_informative=10, n_classes=3, random_state=0)
     x = x.astype(np.float32)
