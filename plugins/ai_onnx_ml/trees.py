@@ -632,7 +632,7 @@ _ALL_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ",
 
 REGISTRATIONS = [
     ("TreeEnsembleRegressor", build_tree_ensemble_regressor, ("float", "double"),
-     "gemm or traversal by cost", [
+     "", [
          OpSample([Arg("T[8,3]", values=_rows)], ["float"],
                   {**_tree_attributes("target", 1, _ALL_MODES, tracks=True),
                    "n_targets": 1, "aggregate_function": agg, "base_values": [0.5]},
@@ -650,7 +650,7 @@ REGISTRATIONS = [
                    "n_targets": 1}, opset=17, name="as-tensor", dtypes=["double"],
                   domain_opset=3)]),
     ("TreeEnsembleClassifier", build_tree_ensemble_classifier, ("float", "double", "int64"),
-     "gemm or traversal by cost", [
+     "", [
          OpSample([Arg("T[8,3]", values=_rows)], ["int64", "float"],
                   {**_tree_attributes("class", 3, _ALL_MODES, tracks=True, seed=4),
                    "classlabels_int64s": [3, 5, 7], "post_transform": tr}, opset=0,
@@ -665,7 +665,7 @@ REGISTRATIONS = [
                   name=f"binary-{tr.lower()}-{len(base.get('base_values', []))}-base",
                   dtypes=["float"])
          for tr, base in [("LOGISTIC", {}), ("NONE", {"base_values": [0.5, -0.25]})]]),
-    ("TreeEnsemble", build_tree_ensemble, ("float", "double"), "gemm or traversal by cost", [
+    ("TreeEnsemble", build_tree_ensemble, ("float", "double"), "", [
         OpSample([Arg("T[8,2]", values=_integer_rows)], ["T"], {
             **_v5_attributes(np.float32 if dtype == "float" else np.float64),
             "post_transform": tr, "aggregate_function": agg}, opset=0, domain_opset=5,
