@@ -71,9 +71,6 @@ from the spec, not a function body) on its samples; ``docs/remedies.md`` lists t
   (counting from the end for a reverse direction) and runs the body unchanged; stacked
   outputs are reversed and moved to their ``scan_output_axes`` afterwards (a non-zero
   output axis needs the body output's rank).
-* ``ai.onnx.ml::ArrayFeatureExtractor(X, Y)``: ``Gather`` of ``Y`` (flattened) along the
-  last axis, ``(1, len)`` for a 1-D ``X``. ``ai.onnx.ml::Binarizer(X)`` (``threshold``):
-  ``X > threshold`` as 1 / 0 in ``X``'s type.
 
 * ``ai.onnx.contrib::FastGelu(X[, bias])`` (onnxruntime-extensions; CUDA-only there): the
   com-microsoft plugin's body of ``com.microsoft::FastGelu`` (the same formula over
@@ -110,7 +107,6 @@ MAXUNPOOL_OPSETS = (13, None)
 DROPOUT_OPSETS = (12, None)  # ratio and training_mode as inputs
 OPTIONAL_OPSETS = (15, None)
 SIGNAL_OPSETS = (17, None)  # STFT and MelWeightMatrix are new in opset 17
-ML_OPSETS = (1, None)
 SCAN_OPSETS = (11, None)
 RESIZE_OPSETS = (11, None)  # roi, scales and sizes as inputs
 GRID_SAMPLE_OPSETS = (16, None)
@@ -1616,36 +1612,6 @@ def build_tensor_scatter(ctx) -> FunctionProto | None:
                       _inputs(node, ["past_cache", "update", "write_indices"]), [y])
 
 
-# -- ai.onnx.ml -----------------------------------------------------------------------------
-
-
-def build_array_feature_extractor(ctx) -> FunctionProto | None:
-    """``Gather`` along the last axis; a 1-D ``X`` gives ``(1, len(Y))``."""
-    node = ctx.node
-    rank = _rank(ctx, node.input[0]) if node.input else None
-    if (len(node.input) != 2 or len(node.output) != 1 or node.attribute or rank is None
-            or rank < 1):
-        raise Declined("needs X of a known rank >= 1 and Y, no attributes, one output")
-    b = _Body(_opset(ctx))
-    y = b.op("Gather", "X", b.reshape(b.cast("Y", TensorProto.INT64), [-1]), axis=rank - 1)
-    if rank == 1:
-        y = b.unsqueeze(y, [0])
-    return b.function(DOMAIN, "array_feature_extractor", ["X", "Y"], [y])
-
-
-def build_binarizer(ctx) -> FunctionProto | None:
-    """``X > threshold`` as 1 / 0 in ``X``'s type."""
-    node = ctx.node
-    elem = _elem(ctx, 0)
-    if len(node.input) != 1 or len(node.output) != 1 or elem is None or not _known(
-            node, ["threshold"]):
-        raise Declined("needs X of a known element type, only threshold, one output")
-    b = _Body(_opset(ctx))
-    threshold = b.const(np.array(ctx.attribute("threshold", 0.0)), elem, hint="threshold")
-    y = b.cast(b.op("Greater", "X", threshold), elem)
-    return b.function(DOMAIN, "binarizer", ["X"], [y])
-
-
 # -- registration ---------------------------------------------------------------------------
 
 _F32 = ("float",)
@@ -1839,13 +1805,6 @@ def _samples() -> dict[str, list[OpSample]]:
                       Arg("int64[]", values=16000), Arg("float[]", values=50.0),
                       Arg("float[]", values=7600.0)], ["double"],
                      {"output_datatype": TensorProto.DOUBLE}, opset=17, name="double")],
-        "ArrayFeatureExtractor": [
-            OpSample(["T[3,4]", Arg("int64[2]", values=[1, 3])], opset=0, name="2d",
-                     dtypes=["float", "int64"]),
-            OpSample(["T[5]", Arg("int64[1,2]", values=[[4, 0]])], opset=0, name="1d",
-                     dtypes=["float"]),
-            OpSample(["T[2,3,4]", Arg("int64[3]", values=[0, 0, 2])], opset=17, name="3d",
-                     dtypes=["float"])],
         "Resize": _resize_samples(),
         "TensorScatter": [
             OpSample(["T[2,3,6,4]", "T[2,3,2,4]", Arg("int64[2]", values=indices)],
@@ -1971,9 +1930,6 @@ def _samples() -> dict[str, list[OpSample]]:
             OpSample(["T[1,2,4,5,5]", "T[3,2,2,2,3]", "T[3]"], attributes=dict(
                 pads=[0, 1, 1, 1, 0, 1], strides=[1, 2, 2]), opset=18, name="3d",
                      tolerance=(1e-5, 1e-5), dtypes=["float"])],
-        "Binarizer": [OpSample(["T[3,4,5]"], attributes={"threshold": 0.3}, opset=0,
-                               dtypes=["float", "double"]),
-                      OpSample(["T[6]"], opset=17, name="default", dtypes=["float"])],
     }
 
 
@@ -2021,9 +1977,6 @@ def register_decompositions(registry):
          ("float", "float16", "int32"), "linear, circular"),
         ("", "TfIdfVectorizer", build_tfidf_vectorizer, TFIDF_OPSETS, ("int32", "int64"),
          "integer pool"),
-        ("ai.onnx.ml", "ArrayFeatureExtractor", build_array_feature_extractor, ML_OPSETS,
-         ("float", "int64"), ""),
-        ("ai.onnx.ml", "Binarizer", build_binarizer, ML_OPSETS, ("float", "double"), ""),
     ]
     contrib = [(CONTRIB, "FastGelu", build_contrib_fast_gelu, CONTRIB_OPSETS,
                 ("float", "double"), "onnxruntime-extensions; the com.microsoft body"),

@@ -114,6 +114,8 @@ class OpSample:
         min_onnxruntime: ``(version, why)``: the oldest onnxruntime whose kernels (the
             oracle's, or those running the decomposition) compute this sample as the op
             defines it; below it the check is skipped, saying why.
+        domain_opset: the opset of the op's own domain the model imports (default 1), for
+            a domain other than ai.onnx (``ai.onnx.ml``'s ``TreeEnsemble`` is new in 5).
     """
 
     inputs: Sequence[Arg | str | None]
@@ -125,6 +127,7 @@ class OpSample:
     oracle: str | None = None
     name: str = ""
     min_onnxruntime: tuple[str, str] | None = None
+    domain_opset: int | None = None
 
     def __post_init__(self) -> None:
         if self.min_onnxruntime is not None and not (

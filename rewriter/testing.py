@@ -143,6 +143,8 @@ def run_name(sample: OpSample, dtype: str | None) -> str:
         name += f"-{sample.name}"
     if sample.opset is not None:
         name += f"@{sample.opset}"
+    if sample.domain_opset is not None:
+        name += f"-domain{sample.domain_opset}"
     return name
 
 
@@ -224,9 +226,10 @@ def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None,
         for n, e in zip([o for o in outputs if o], out_elems)], initializer=initializers)
     imports = [helper.make_opsetid("", opset)] if opset else []
     if entry.domain:
-        imports.append(helper.make_opsetid(entry.domain, 1))
+        imports.append(helper.make_opsetid(entry.domain, sample.domain_opset or 1))
     model = helper.make_model(graph, opset_imports=imports, producer_name="oracle_check")
-    model.ir_version = _ir_version(opset or MIN_OPSET)
+    model.ir_version = max(_ir_version(opset or MIN_OPSET),
+                           helper.find_min_ir_version_for(imports, ignore_unknown=True))
     declared = [helper.tensor_dtype_to_np_dtype(e).name for e in out_elems]
     sets, labels = [feeds], [TYPICAL]
     if regimes:

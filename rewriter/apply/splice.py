@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto
 
 from rewriter.apply.inline import (
     Names,
@@ -229,7 +229,24 @@ def _remedy_calls(model: ModelProto, findings: list[Finding], planner: Planner,
                 replaced_op(f),
             )
         chosen.append((f, name, choice))
-    return functions, chosen, kernels
+    outer = _outermost(chosen)
+    if len(outer) < len(chosen):
+        used = {name for _, name, _ in outer}
+        functions = {name: fn for name, fn in functions.items() if name in used}
+    return functions, outer, kernels
+
+
+def _outermost(chosen: list) -> list:
+    """``chosen`` without the calls inside a subgraph of another call: the outer node's body
+    takes its subgraphs with it (a Scan lowered to a Loop), so an inner call spliced in
+    the same round would be spliced into a graph that is gone; the next round finds it
+    again where the outer body put it."""
+    holders = [f.path + "/" for f, _, _ in chosen if f.path and any(
+        a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in f.node.attribute)]
+    if not holders:
+        return chosen
+    prefixes = tuple(holders)
+    return [c for c in chosen if not (c[0].path or "").startswith(prefixes)]
 
 
 def _take(chosen: list, functions: dict[str, FunctionProto], direct: dict[str, bool],

@@ -45,6 +45,10 @@ _STANDARD = ("", "ai.onnx.ml")
 
 MAX_DEPTH = 4
 
+# a body's metadata_props key whose value the rule's name in reports gains ("rule: note"):
+# a builder that picks among strategies says which, and why, per node
+RULE_NOTE = "rule_note"
+
 @dataclass
 class Candidate:
     """One remedy a plugin offers (or declines) for one finding."""
@@ -461,6 +465,9 @@ class Planner:
         defect = body_defect(fn, node, self._output_arity(finding))
         if defect:
             raise self._plugin_bug(entry, finding, defect)
+        note = next((p.value for p in fn.metadata_props if p.key == RULE_NOTE), "")
+        if note:  # the builder's word on this node (which strategy, and why)
+            rule = f"{rule}: {note}"
         if written_at != model_opset:
             rule = f"{rule} (written at opset {written_at}, converted to {model_opset})"
             try:
