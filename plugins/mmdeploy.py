@@ -56,9 +56,10 @@ Kernels (numpy, ``rewriter_custom_ops.mm_*`` / ``ov_*``, float32):
   with ``index``, the reference evaluator for all).
 * OpenVINO's ``DeformableConv2D`` (default and ``org.openvinotoolkit`` domains): its
   ``DeformableConvolution-8`` semantics (samples outside ``[0, H) x [0, W)`` are 0, the last
-  row/column extends to the border: not ``DeformConv``'s, so no decomposition) with
-  ``strides``, ``pads``, ``dilations``, ``group``, ``deformable_groups``; ``auto_pad``
-  other than ``NOTSET`` is declined.
+  row/column extends to the border) with ``strides``, ``pads``, ``dilations``, ``group``,
+  ``deformable_groups``; ``auto_pad`` other than ``NOTSET`` is declined. It is also
+  decomposed (:mod:`rewriter_plugins.openvino_deformable`: onnx-lowering's ``DeformConv``
+  body with OpenVINO's border rule, any opset from 7), checked against this kernel.
 * OpenVINO's ``ExperimentalDetectronDetectionOutput`` (``org.openvinotoolkit``): box
   refinement, per-class NMS and the per-image cut exactly as OpenVINO's CPU plugin (see
   ``rewriter_custom_ops.ov_detectron_detection_output``).
@@ -68,6 +69,7 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import FunctionProto, TensorProto, helper
+from rewriter_plugins import openvino_deformable
 
 from rewriter.plugin import Arg, Declined, FunctionBuilder, OpSample, hookimpl
 from rewriter.plugin import present as _present
@@ -777,6 +779,7 @@ def register_decompositions(registry):
         add("MMCVModulatedDeformConv2d", build_modulated_deform_conv_gather,
             DEFORM_GATHER_OPSETS,
             "mmdeploy:MMCVModulatedDeformConv2d -> Gather + MatMul (before DeformConv)")
+    openvino_deformable.register(registry)  # DeformableConv2D, checked against the kernel
     registry.add("mmdeploy", "TRTBatchedNMS", build_batched_nms, opsets=BATCHED_NMS_OPSETS,
                  dtypes=("float",),
                  description="mmdeploy:TRTBatchedNMS -> NonMaxSuppression + TopK",

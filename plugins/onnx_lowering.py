@@ -1133,10 +1133,18 @@ def _reflect(b: _Body, x: str, low: str, high: str) -> str:
 
 
 @declining
-def build_deform_conv(ctx) -> FunctionProto | None:
+def build_deform_conv(ctx, sampling: str = "zeros") -> FunctionProto | None:
     """2-D ``DeformConv``: each kernel tap sampled bilinearly (zero outside) at its shifted
     position, times the mask, then a grouped matrix product with the weights, as the
-    reference evaluator computes it."""
+    reference evaluator computes it.
+
+    For other plugins' ops of the same shape: ``sampling="openvino"`` reads the image as
+    OpenVINO's ``DeformableConvolution-8`` does (a point outside ``[0, H) x [0, W)`` is 0,
+    its far neighbours clamped to the last row/column). The body is written at any opset
+    from 7: below 12 without ``GreaterOrEqual``, below 11 (no ``Range``,
+    ``GatherElements``) for a declared batch size and output size, the columns gathered as
+    rows of the transposed input, below 9 without ``Where`` (a NaN offset there gives an
+    invalid index instead of a zero weight)."""
     node = ctx.node
     elem = _float_elem(ctx, 0)
     weight_shape = _shape(ctx, node.input[1]) if len(node.input) > 1 else None
@@ -1154,11 +1162,22 @@ def build_deform_conv(ctx) -> FunctionProto | None:
     pads = ctx.attribute("pads", [0, 0, 0, 0])
     group, offset_group = ctx.attribute("group", 1), ctx.attribute("offset_group", 1)
     b = _Body(_opset(ctx))
+    static = None  # below opset 11: the batch size and output size, declared
+    if b.opset < 11:
+        x_dims, off_dims = _shape(ctx, node.input[0]), _shape(ctx, node.input[2])
+        if not x_dims or not off_dims or None in (x_dims[0], *off_dims[2:4]):
+            raise Declined("below opset 11 the batch size and the offsets' spatial size must "
+                           "be declared (Range and GatherElements arrive in 11)")
+        static = (x_dims[0], off_dims[2], off_dims[3])
 
     def real(value):
         return b.const(np.array(value), elem)
 
-    zero_i, one_i = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+    def at_least(x: str, low: str) -> str:
+        if b.opset >= 12:
+            return b.op("GreaterOrEqual", x, low)
+        return b.op("Not", b.op("Less", x, low))
+
     x_shape, off_shape = b.op("Shape", "X"), b.op("Shape", "offset")
     n_1, height, width = (b.slice(x_shape, [i], [i + 1], [0]) for i in (0, 2, 3))
     out_hw = b.slice(off_shape, [2], [4], [0])
@@ -1167,9 +1186,13 @@ def build_deform_conv(ctx) -> FunctionProto | None:
     positions = []
     for axis, (stride, dilation, pad, k) in enumerate([(sh, dh, pads[0], kh),
                                                        (sw, dw, pads[1], kw)]):
-        out_len = b.op("Gather", out_hw, b.const(np.array(axis, np.int64)), axis=0)
-        base = b.op("Add", b.op("Mul", b.cast(b.op("Range", zero_i, out_len, one_i), elem),
-                                real(float(stride))), real(float(-pad)))       # (oH|oW)
+        if static is None:
+            out_len = b.op("Gather", out_hw, b.const(np.array(axis, np.int64)), axis=0)
+            steps = b.cast(b.op("Range", b.const(np.array(0, np.int64)), out_len,
+                                b.const(np.array(1, np.int64))), elem)
+        else:
+            steps = b.const(np.arange(static[1 + axis]), elem)
+        base = b.op("Add", b.op("Mul", steps, real(float(stride))), real(float(-pad)))
         tap = b.const(np.arange(k, dtype=np.float64) * dilation, elem)         # (kh|kw)
         base_shape = [1, 1, 1, 1, -1, 1] if axis == 0 else [1, 1, 1, 1, 1, -1]
         tap_shape = [1, 1, -1, 1, 1, 1] if axis == 0 else [1, 1, 1, -1, 1, 1]
@@ -1180,27 +1203,52 @@ def build_deform_conv(ctx) -> FunctionProto | None:
     h0, w0 = b.op("Floor", h), b.op("Floor", w)
     fh, fw = b.op("Sub", h, h0), b.op("Sub", w, w0)
     height_f, width_f = b.cast(b.scalar(height), elem), b.cast(b.scalar(width), elem)
+    inside = None  # openvino: the point itself must lie in the image
+    if sampling == "openvino":
+        inside = b.op("And", b.op("And", at_least(h, real(0.0)), b.op("Less", h, height_f)),
+                      b.op("And", at_least(w, real(0.0)), b.op("Less", w, width_f)))
     channels = b.op("Div", b.slice(x_shape, [1], [2], [0]), b.ints([offset_group]))
     flat_x = b.op("Reshape", "X", b.op("Concat", n_1, b.ints([offset_group]), channels,
                                        b.ints([-1]), axis=0))           # (N, G, C/G, H*W)
+    if static is not None:  # rows (n, g, pixel) of C/G values, and each (n, g)'s first row
+        rows = b.op("Reshape", b.op("Transpose", flat_x, perm=[0, 1, 3, 2]),
+                    b.op("Concat", b.ints([-1]), channels, axis=0))
+        first_row = b.op("Mul", b.const(np.arange(static[0] * offset_group).reshape(
+            static[0], offset_group, 1)), b.op("Mul", height, width))      # (N, G, 1)
     total = None
     for dy, wy in ((0, b.op("Sub", real(1.0), fh)), (1, fh)):
         for dx, wx in ((0, b.op("Sub", real(1.0), fw)), (1, fw)):
             yy = b.op("Add", h0, real(float(dy)))
             xx = b.op("Add", w0, real(float(dx)))
-            valid = b.op("And", b.op("And", b.op("GreaterOrEqual", yy, real(0.0)),
-                                     b.op("Less", yy, height_f)),
-                         b.op("And", b.op("GreaterOrEqual", xx, real(0.0)),
-                              b.op("Less", xx, width_f)))
+            if inside is not None:  # the far neighbour of the last row/column is itself
+                valid = inside
+                if dy:
+                    yy = b.op("Sub", yy, b.cast(at_least(yy, height_f), elem))
+                if dx:
+                    xx = b.op("Sub", xx, b.cast(at_least(xx, width_f), elem))
+            else:
+                valid = b.op("And", b.op("And", at_least(yy, real(0.0)),
+                                         b.op("Less", yy, height_f)),
+                             b.op("And", at_least(xx, real(0.0)),
+                                  b.op("Less", xx, width_f)))
             weight = b.op("Mul", b.op("Mul", wy, wx), b.cast(valid, elem))
-            yy = b.op("Where", valid, yy, real(0.0))
-            xx = b.op("Where", valid, xx, real(0.0))
+            if b.opset >= 9:
+                yy = b.op("Where", valid, yy, real(0.0))
+                xx = b.op("Where", valid, xx, real(0.0))
+            else:
+                yy, xx = (b.op("Mul", v, b.cast(valid, elem)) for v in (yy, xx))
             index = b.cast(b.op("Add", b.op("Mul", yy, width_f), xx), TensorProto.INT64)
-            index = b.op("Reshape", index, b.op("Concat", n_1, b.ints([offset_group, 1, -1]),
-                                                axis=0))              # (N, G, 1, K*P)
-            index = b.op("Expand", index, b.op("Concat", n_1, b.ints([offset_group]),
-                                               channels, b.ints([1]), axis=0))
-            sampled = b.op("GatherElements", flat_x, index, axis=3)   # (N, G, C/G, K*P)
+            if static is None:
+                index = b.op("Reshape", index, b.op("Concat", n_1, b.ints(
+                    [offset_group, 1, -1]), axis=0))                  # (N, G, 1, K*P)
+                index = b.op("Expand", index, b.op("Concat", n_1, b.ints([offset_group]),
+                                                   channels, b.ints([1]), axis=0))
+                sampled = b.op("GatherElements", flat_x, index, axis=3)  # (N, G, C/G, K*P)
+            else:
+                index = b.op("Add", b.reshape(index, [static[0], offset_group, -1]),
+                             first_row)                                # (N, G, K*P)
+                sampled = b.op("Transpose", b.op("Gather", rows, index, axis=0),
+                               perm=[0, 1, 3, 2])                      # (N, G, C/G, K*P)
             weight = b.op("Reshape", weight, b.op("Concat", n_1, b.ints([offset_group, 1, -1]),
                                                   axis=0))
             term = b.op("Mul", sampled, weight)

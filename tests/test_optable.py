@@ -83,4 +83,6 @@ def test_every_built_in_op_names_its_oracle(plugins):
     assert rows[("", "BitCast")].oracle == "reference evaluator"
     assert rows[("ai.onnx.contrib", "StringUpper")].oracle == (
         "the extensions native kernel itself")
-    assert rows[("org.openvinotoolkit", "DeformableConv2D")].oracle == "the kernel itself"
+    assert rows[("org.openvinotoolkit", "ExperimentalDetectronDetectionOutput")].oracle == (
+        "the kernel itself")
+    assert rows[("org.openvinotoolkit", "DeformableConv2D")].oracle == "plugin kernel"

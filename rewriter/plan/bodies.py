@@ -53,6 +53,8 @@ SPLIT_NUM_OUTPUTS = 18
 CLIP_INPUTS = 11
 SLICE_INPUTS = 10
 CASTLIKE = 15
+CONSTANT_ANY_TYPE = 9  # Constant-1 holds float16, float and double tensors only
+_CONSTANT_1_TYPES = (TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
 
 
 class Declined(Exception):
@@ -144,7 +146,9 @@ class FunctionBuilder:
     def const(self, value, dtype: Any = None, hint: str = "const") -> str:
         """A ``Constant`` (named from ``hint``). ``dtype``: a numpy dtype, or an ONNX element
         type (an int such as ``TensorProto.BFLOAT16``); default :attr:`default_dtype`, else
-        the value's own."""
+        the value's own. Below opset 9 (``Constant-1`` holds float types only) another type
+        is a double ``Constant`` and a ``Cast``: exact for integers up to 2^53, beyond that
+        :class:`Declined`."""
         if dtype is None:
             dtype = self.default_dtype
         name = self.fresh(hint)
@@ -152,6 +156,16 @@ class FunctionBuilder:
             tensor = typed_tensor(value, dtype, name)
         else:
             tensor = numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+        if self.opset < CONSTANT_ANY_TYPE and tensor.data_type not in _CONSTANT_1_TYPES:
+            array = numpy_helper.to_array(tensor)
+            doubles = array.astype(np.float64)
+            if array.dtype.kind not in "biuf" or not np.array_equal(
+                    doubles.astype(array.dtype), array):
+                raise Declined(f"a {array.dtype} constant below opset {CONSTANT_ANY_TYPE} "
+                               "(Constant-1 holds float types only) that double cannot hold")
+            source = self.op("Constant", outputs=[self.fresh(hint)],
+                             value=numpy_helper.from_array(doubles))
+            return self.op("Cast", source, outputs=[name], to=tensor.data_type)
         return self.op("Constant", outputs=[name], value=tensor)
 
     def ints(self, values: Sequence[int]) -> str:
