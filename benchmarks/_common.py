@@ -35,6 +35,37 @@ def feeds_of(model, data_sets) -> list[dict]:
     return [dict(zip(names, (_as_array(v) for v in inputs))) for inputs, _ in data_sets]
 
 
+def write_case(case, folder) -> Path:
+    """The case as the ONNX repository lays a node case out: ``folder/model.onnx`` and a
+    ``test_data_set_K`` folder of ``input_I.pb`` / ``output_I.pb`` per data set (what a
+    user checking the model finds beside it, and what the tool reads as its test data);
+    the model's path."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model_path = folder / "model.onnx"
+    onnx.save(case.model, model_path)
+    initializers = {t.name for t in case.model.graph.initializer}
+    inputs = [i.name for i in case.model.graph.input if i.name not in initializers]
+    outputs = [o.name for o in case.model.graph.output]
+    for k, (ins, outs) in enumerate(case.data_sets or []):
+        data = folder / f"test_data_set_{k}"
+        data.mkdir(exist_ok=True)
+        for kind, names, values in (("input", inputs, ins), ("output", outputs, outs)):
+            for i, (name, value) in enumerate(zip(names, values)):
+                value = _as_array(value)
+                if isinstance(value, np.generic):
+                    value = np.asarray(value)
+                if not isinstance(value, np.ndarray):
+                    continue  # sequences and optionals: not written (kept tensors only)
+                tensor = numpy_helper.from_array(value, name)
+                (data / f"{kind}_{i}.pb").write_bytes(tensor.SerializeToString())
+    return model_path
+
+
 def load_plugins():
     from rewriter.manager import load_plugins
 
@@ -126,6 +157,10 @@ class Rescue:
     wrong: list[str] = field(default_factory=list)  # runs, outputs differ from the expected
     rewritten_running: list[str] = field(default_factory=list)  # changed, outputs still ok
     changed: dict[str, list[str]] = field(default_factory=dict)  # reason -> regressions
+    # results the rewrite called verified that do not run on the target with the case's
+    # expected outputs (its own inputs): false verdicts, which must stay empty
+    false_verdicts: list[str] = field(default_factory=list)
+    verdicts: dict[str, int] = field(default_factory=dict)  # the rewrite's verdict -> cases
     seconds: float = 0.0
 
     @property
@@ -153,6 +188,7 @@ class Rescue:
             "running_rewritten_still_matching": self.rewritten_running,
             "wrong_outputs": self.wrong, "rescued_cases": self.rescued,
             "failed": self.failed, "changed": self.changed, "refused_why": self.refused_why,
+            "verdicts": self.verdicts, "false_verdicts": self.false_verdicts,
             "seconds": self.seconds,
         }
 
@@ -193,7 +229,11 @@ def measure_rescue(target: str, cases=None, *, verify: bool = True, progress=Non
                 if model is None:
                     note(out.failed, report, case.name)
                     continue
+                out.verdicts[report.verdict or "none"] = \
+                    out.verdicts.get(report.verdict or "none", 0) + 1
                 problem = verification_problem(report)
+                if report.verdict == "verified" and runner.actual(model, case).problem:
+                    out.false_verdicts.append(case.name)
                 if problem is None and not report.applied:
                     problem = f"nothing to rewrite: check finds no problem, but {target} " \
                               f"fails: {_short(before.problem or '', 120)}"
@@ -213,6 +253,8 @@ def measure_rescue(target: str, cases=None, *, verify: bool = True, progress=Non
             if not report.applied and _same_nodes(model, case.model):
                 continue
             after = runner.actual(model, case)
+            if report.verdict == "verified" and after.problem is not None:
+                out.false_verdicts.append(case.name)
             if after.problem is None:
                 out.rewritten_running.append(case.name)
             else:
@@ -256,6 +298,9 @@ def refused_sample(target: str, cases, size: int, seed: int = 0) -> list:
 def print_rescue(result: Rescue, runtime: str, target: str) -> None:
     failing = sum(len(v) for v in result.failed.values())
     print(f"cases: {result.total}   ({result.seconds:.1f}s)")
+    print(f"rewrite's verdicts: {result.verdicts}; false verdicts (verified, yet the result "
+          f"fails the case's own inputs on {runtime}): {len(result.false_verdicts)} "
+          f"{result.false_verdicts}")
     print(f"{runtime} refuses {len(result.refused)} (fails to load or run them); "
           f"runs {len(result.running) + len(result.wrong)}, of which {len(result.wrong)} "
           "with outputs that differ from the expected ones (not attempted)")
@@ -435,6 +480,8 @@ class Detection:
     disagreements: list[dict]
     seconds: float
     check_seconds: float
+    # cases check found the runtime computing other numbers than the oracle (it runs them)
+    computes_differently: list[str] = field(default_factory=list)
 
     @property
     def agreement(self) -> int:
@@ -457,6 +504,7 @@ def measure_detection(target: str, cases=None, *, runtime: str | None = None,
     route = UserRoute(runtime or target.split(":")[0])
     matrix: dict[str, int] = {}
     disagreements = []
+    differs: list[str] = []
     start = time.perf_counter()
     check_seconds = 0.0
     try:
@@ -466,14 +514,19 @@ def measure_detection(target: str, cases=None, *, runtime: str | None = None,
             t0 = time.perf_counter()
             (result,) = check(case.model, [target], plugins=plugins).results
             check_seconds += time.perf_counter() - t0
-            predicted = "fails" if result.findings else "runs"
+            # a computes-differently finding says the runtime runs the model (with other
+            # numbers than the oracle's): a verdict about numbers, counted apart
+            refusals = [f for f in result.findings if f.reason != "computes-differently"]
+            predicted = "fails" if refusals else "runs"
+            if len(refusals) < len(result.findings):
+                differs.append(case.name)
             feeds = feeds_of(case.model, case.data_sets[:1]) or [{}]
             refusal = route.refusal(case.model, feeds[0])
             actual = "fails" if refusal else "runs"
             key = f"{predicted}/{actual}"
             matrix[key] = matrix.get(key, 0) + 1
             if predicted != actual:
-                f = result.findings[0] if result.findings else None
+                f = refusals[0] if refusals else None
                 disagreements.append({
                     "case": case.name, "predicted": predicted, "actual": actual,
                     "check": (f"{f.op_label or 'model'}: {f.reason}: {f.detail}" if f
@@ -483,7 +536,7 @@ def measure_detection(target: str, cases=None, *, runtime: str | None = None,
     finally:
         route.close()
     return Detection(target, len(cases), matrix, disagreements,
-                     time.perf_counter() - start, check_seconds)
+                     time.perf_counter() - start, check_seconds, differs)
 
 
 def print_detection(result: Detection) -> None:
@@ -498,6 +551,8 @@ def print_detection(result: Detection) -> None:
     for p in ("runs", "fails"):
         print(f"{'predicts ' + p:>16} {result.matrix.get(p + '/runs', 0):>8} "
               f"{result.matrix.get(p + '/fails', 0):>8}")
+    print(f"computes differently (a finding about numbers, counted as runs): "
+          f"{len(result.computes_differently)} {sorted(result.computes_differently)}")
     print(f"\ndisagreements: {len(result.disagreements)}")
     for d in result.disagreements:
         print(f"- {d['case']}: check says {d['predicted']}, {runtime} {d['actual']}")

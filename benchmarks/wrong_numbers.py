@@ -8,9 +8,13 @@ expected ones beyond its tolerances, with the ops of each case's graph and their
 types (in a one-node case, the diverging op). ``--target`` is ``openvino``, ``tract`` or
 ``reference`` (the ONNX reference evaluator).
 
-``--rescue`` then asks, for each wrong case, what the tool does about it: whether ``check
---target T`` (with its confirmation) reports a finding, and whether ``rewrite --target T``
-gives a model the target runs with the expected outputs (rescued).
+``--rescue`` then asks, for each wrong case, what the tool does about it, as a user would:
+the case written as the ONNX repository lays it out (``model.onnx`` beside its
+``test_data_set_0``), ``check --target T MODEL`` with its defaults (the confirmation, which
+compares the target's numbers with the oracle's on the regimes and the test data: a
+``computes-differently`` finding), and ``rewrite --target T MODEL -o OUT`` with its defaults
+(verification on): rescued when the result runs on the target with the case's expected
+outputs. A result the rewrite calls verified that does not is a false verdict.
 
 ``--only NAME`` (repeatable) restricts the run to some cases; ``--json`` prints JSON.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -27,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import TargetRunner, all_cases, load_plugins, select  # noqa: E402
-from conformance import _short, rewrite_case, verification_problem  # noqa: E402
+from _common import TargetRunner, all_cases, load_plugins, select, write_case  # noqa: E402
+from conformance import _short  # noqa: E402
 
 TARGETS = ("openvino", "tract", "reference")
 
@@ -45,6 +50,8 @@ class Wrong:
     finding: str | None = None  # what check reports (--rescue), None: nothing
     rescued: bool | None = None  # --rescue: the rewrite runs with the expected outputs
     rescue_problem: str | None = None  # why not
+    verdict: str | None = None  # --rescue: the rewrite's own verdict
+    has_remedy: bool | None = None  # --rescue: some plugin offers a remedy for the finding
 
 
 @dataclass
@@ -64,7 +71,11 @@ class Result:
         data["by_op"] = dict(Counter(w.op.split("(")[0].strip() for w in wrong).most_common())
         if any(w.rescued is not None for w in wrong):
             data["with_finding"] = sum(w.finding is not None for w in wrong)
+            data["with_remedy"] = sum(bool(w.has_remedy) for w in wrong)
             data["rescued"] = sum(bool(w.rescued) for w in wrong)
+            data["rescued_with_remedy"] = sum(bool(w.rescued) for w in wrong if w.has_remedy)
+            data["false_verdicts"] = [w.name for w in wrong
+                                      if w.verdict == "verified" and not w.rescued]
         return data
 
 
@@ -112,15 +123,38 @@ def _op_labels(model) -> list[str]:
     return labels
 
 
-def _finding(model, target: str, plugins) -> str | None:
-    """What ``check --target`` reports on ``model`` (with its confirmation), or None."""
+def _finding(path, target: str, plugins) -> tuple[str | None, bool]:
+    """What ``check --target`` reports on the model file (with its confirmation), or None;
+    and whether the remedy check plans for it is one (not "none: ...")."""
     from rewriter.api import check
 
-    (result,) = check(model, [target], plugins=plugins).results
+    (result,) = check(str(path), [target], plugins=plugins).results
     if not result.findings:
-        return None
+        return None, False
     f = result.findings[0]
-    return _short(f"{f.op_label}: {f.reason}: {f.detail}", 200)
+    planned = any(not v.startswith("none") for v in result.plan.values())
+    return _short(f"{f.op_label}: {f.reason}: {f.detail}", 200), planned
+
+
+def _rewrite(path, target: str, plugins):
+    """``rewrite --target`` of the model file as users run it (defaults: confirmation and
+    verification on; whatever the verdict, the result is kept to be judged here): (model,
+    report) or (None, why)."""
+    from rewriter.api import rewrite
+    from rewriter.errors import RewriterError
+
+    try:
+        result = rewrite(str(path), [target], plugins=plugins,
+                         output=path.with_name("rewritten.onnx"),
+                         allow_unverified=True, keep_failed=True)
+    except RewriterError as e:
+        return None, _short(str(e), 300)
+    except Exception as e:  # noqa: BLE001 - the engine's crash is a result here
+        return None, f"rewrite raised {type(e).__name__}: {_short(str(e))}"
+    import onnx
+
+    written = result.report.written and onnx.load(str(path.with_name("rewritten.onnx")))
+    return (written or None), result.report
 
 
 def measure(target: str, cases, *, rescue: bool = False, progress=None) -> Result:
@@ -145,11 +179,15 @@ def measure(target: str, cases, *, rescue: bool = False, progress=None) -> Resul
             wrong = Wrong(case.name, _diverging_op(case, labels, by_name), labels,
                           actual.problem, random)
             if rescue and not random:
-                wrong.finding = _finding(case.model, target, plugins)
-                model, report = rewrite_case(case.model, plugins, target)
-                problem = report if model is None else verification_problem(report)
-                if problem is None and not report.applied:
-                    problem = "nothing rewritten"
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = write_case(case, Path(tmp) / case.name)
+                    wrong.finding, wrong.has_remedy = _finding(path, target, plugins)
+                    model, report = _rewrite(path, target, plugins)
+                problem = report if model is None else None
+                if model is not None:
+                    wrong.verdict = report.verdict
+                    if not report.applied:
+                        problem = f"nothing rewritten ({report.verdict_reason})"
                 if problem is None:
                     problem = runner.actual(model, case).problem
                 wrong.rescued, wrong.rescue_problem = problem is None, problem
@@ -170,11 +208,14 @@ def print_result(result: Result) -> None:
         print(f"      {w.problem}")
         if w.rescued is not None:
             print(f"      check: {w.finding or 'no finding'}")
-            print(f"      rewrite: {'rescued' if w.rescued else w.rescue_problem}")
+            print(f"      rewrite ({w.verdict or 'not written'}): "
+                  f"{'rescued' if w.rescued else w.rescue_problem}")
     print("by op: " + ", ".join(f"{op} {n}" for op, n in data["by_op"].items()))
     if "rescued" in data:
-        print(f"with a finding: {data['with_finding']} of {data['wrong_count']}; rescued: "
-              f"{data['rescued']}")
+        print(f"with a finding: {data['with_finding']} of {data['wrong_count']}; with a "
+              f"remedy: {data['with_remedy']}; rescued: {data['rescued']} "
+              f"({data['rescued_with_remedy']} of those with a remedy); false verdicts: "
+              f"{len(data['false_verdicts'])} {data['false_verdicts']}")
 
 
 def main(argv=None) -> int:

@@ -132,25 +132,6 @@ def _elem(ctx, *indices: int) -> int | None:
     return None
 
 
-def _shape(ctx, name: str) -> list | None:
-    """The declared shape of ``name`` (ints, or None per unknown dim), or None."""
-    if not name:
-        return None
-    constant = ctx.constant(name)
-    if constant is not None:
-        return list(constant.shape)
-    declared = (ctx.declared or {}).get(name)
-    if declared is None or not declared.HasField("tensor_type"):
-        return None
-    tensor_type = declared.tensor_type
-    if not tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
-
-
-def _rank(ctx, name: str) -> int | None:
-    shape = _shape(ctx, name)
-    return None if shape is None else len(shape)
 
 
 def _unknown_attributes(node: NodeProto, known: set[str]) -> bool:
@@ -314,10 +295,10 @@ def attention_mask_declines(ctx, mask: int) -> bool:
     node = ctx.node
     if not _present(node.input, mask):
         return False
-    shape = _shape(ctx, node.input[mask])
+    shape = ctx.shape(node.input[mask])
     if shape is None:
         return False
-    batch_dim = (_shape(ctx, node.input[0]) or [None])[0]
+    batch_dim = (ctx.shape(node.input[0]) or [None])[0]
     return len(shape) not in (1, 2, 3, 4) or bool(
         len(shape) == 1 and shape[0] and batch_dim and shape[0] not in (batch_dim,
                                                                         2 * batch_dim))
@@ -344,7 +325,7 @@ def attention_from_qkv(ctx, b: _Body, qkv: str, sizes: list[int] | None, inputs:
     s_len, t_len = b.dim(qh, 2), b.dim(kh, 2)
     biases = []
     if has_mask:
-        biases.append(_mask_bias(b, "mask_index", _rank(ctx, node.input[mask]), s_len, t_len,
+        biases.append(_mask_bias(b, "mask_index", ctx.rank(node.input[mask]), s_len, t_len,
                                  b.dim(inputs[0], 0)))
     if ctx.attribute("unidirectional", 0):
         biases.append(_causal_bias(b, s_len, t_len))
@@ -387,9 +368,9 @@ def _mha_form(ctx) -> str | None:
     (B, N, L, H)); None for anything else. An unknown rank is read as the form the present
     inputs allow (3-D where all three are given)."""
     node = ctx.node
-    q_rank = _rank(ctx, node.input[0])
-    k_rank = _rank(ctx, node.input[1]) if _present(node.input, 1) else None
-    v_rank = _rank(ctx, node.input[2]) if _present(node.input, 2) else None
+    q_rank = ctx.rank(node.input[0])
+    k_rank = ctx.rank(node.input[1]) if _present(node.input, 1) else None
+    v_rank = ctx.rank(node.input[2]) if _present(node.input, 2) else None
     if not _present(node.input, 1):
         return "packed-qkv" if not _present(node.input, 2) and q_rank in (None, 5) else None
     if q_rank not in (None, 3):
@@ -449,7 +430,7 @@ def build_multi_head_attention(ctx) -> FunctionProto | None:
     s_len, t_len = b.dim(qh, 2), b.dim(kh, 2)
     biases = []
     if _present(node.input, 4):
-        biases.append(_mask_bias(b, "key_padding_mask", _rank(ctx, node.input[4]), s_len,
+        biases.append(_mask_bias(b, "key_padding_mask", ctx.rank(node.input[4]), s_len,
                                  t_len, b.dim(qh, 0)))
     if ctx.attribute("unidirectional", 0):
         biases.append(_causal_bias(b, s_len, t_len))
@@ -558,7 +539,7 @@ def build_rotary_embedding(ctx) -> FunctionProto | None:
             return builder.op("Transpose", y, perm=[0, 2, 1, 3])
         return builder.op("Reshape", y, builder.ints([0, 0, -1]))
 
-    rank = _rank(ctx, node.input[0])
+    rank = ctx.rank(node.input[0])
     if rank in (3, 4):
         out = make(b, "input", rank)
     elif rank is None:
@@ -929,9 +910,9 @@ def build_decoder_masked_mha(ctx) -> FunctionProto | None:
                        "past_value and past_sequence_length given; no attention_bias with "
                        "beams; present_key and present_value both or neither")
     for i in (0, 1, 2):
-        if _present(node.input, i) and _rank(ctx, node.input[i]) not in (None, 3):
+        if _present(node.input, i) and ctx.rank(node.input[i]) not in (None, 3):
             raise Declined("query, key and value must be 3-D")
-    mask_rank = _rank(ctx, node.input[3]) if _present(node.input, 3) else None
+    mask_rank = ctx.rank(node.input[3]) if _present(node.input, 3) else None
     if mask_rank not in (None, 2):
         raise Declined("the mask must be 2-D")
     b = _Body(ctx.opset, elem)

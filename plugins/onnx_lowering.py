@@ -169,25 +169,6 @@ def _float_elem(ctx, index: int = 0) -> int | None:
     return _FLOATS.get(types[index]) if index < len(types) else None
 
 
-def _shape(ctx, name: str) -> list | None:
-    """The declared (or constant) shape of ``name``: ints, None for unknown dims."""
-    if not name:
-        return None
-    constant = ctx.constant(name)
-    if constant is not None:
-        return list(constant.shape)
-    declared = (ctx.declared or {}).get(name)
-    if declared is None or not declared.HasField("tensor_type"):
-        return None
-    tensor_type = declared.tensor_type
-    if not tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
-
-
-def _rank(ctx, name: str) -> int | None:
-    shape = _shape(ctx, name)
-    return None if shape is None else len(shape)
 
 
 def _known(node, attributes: Sequence[str]) -> bool:
@@ -313,7 +294,7 @@ def build_det(ctx) -> FunctionProto | None:
     """``Det`` by Gaussian elimination with partial pivoting, unrolled for a static n."""
     node = ctx.node
     elem = _float_elem(ctx, 0)
-    shape = _shape(ctx, node.input[0]) if node.input else None
+    shape = ctx.shape(node.input[0]) if node.input else None
     if (elem is None or len(node.input) != 1 or len(node.output) != 1 or node.attribute
             or shape is None or len(shape) < 2):
         raise Declined("needs one input of a known float type with a declared shape of rank 2 or "
@@ -466,7 +447,7 @@ def build_reduce_axes(ctx) -> FunctionProto | None:
         raise Declined("keepdims = 1 keeps the rank already")
     if ctx.constant(node.input[1]) is not None:
         raise Declined("constant axes: the op as it is")
-    rank, axes_shape = _rank(ctx, node.input[0]), _shape(ctx, node.input[1])
+    rank, axes_shape = ctx.rank(node.input[0]), ctx.shape(node.input[1])
     if rank is None or axes_shape is None or len(axes_shape) != 1 or not axes_shape[0]:
         raise Declined("needs data of a declared rank and axes of a declared non-zero length")
     count = axes_shape[0]
@@ -497,7 +478,7 @@ def build_pad_wrap(ctx) -> FunctionProto | None:
     node = ctx.node
     mode = ctx.attribute("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    rank = _rank(ctx, node.input[0]) if node.input else None
+    rank = ctx.rank(node.input[0]) if node.input else None
     if (mode != "wrap" or rank is None or not _present(node.input, 1) or len(node.output) != 1
             or len(node.input) > 4 or not _known(node, ["mode"])):
         raise Declined("needs mode wrap, data of a declared rank, pads given, one output")
@@ -628,7 +609,7 @@ def build_stft(ctx) -> FunctionProto | None:
     """``STFT`` as gathered frames times a DFT matrix."""
     node = ctx.node
     elem = _float_elem(ctx, 0)
-    rank = _rank(ctx, node.input[0]) if node.input else None
+    rank = ctx.rank(node.input[0]) if node.input else None
     if (elem is None or len(node.input) > 4 or not all(_present(node.input, i) for i in (0, 1))
             or not (_present(node.input, 2) or _present(node.input, 3))
             or len(node.output) != 1 or not _known(node, ["onesided"]) or rank not in (None, 3)):
@@ -853,12 +834,12 @@ def _text(value, default: str) -> str:
 
 def _resize_rank(ctx) -> int | None:
     node = ctx.node
-    rank = _rank(ctx, node.input[0])
+    rank = ctx.rank(node.input[0])
     if rank is not None:
         return rank
     for i in (3, 2):
         if _present(node.input, i):
-            shape = _shape(ctx, node.input[i])
+            shape = ctx.shape(node.input[i])
             if shape and shape[0]:
                 return shape[0]
     return None
@@ -894,7 +875,7 @@ def build_resize(ctx) -> FunctionProto | None:
             raise Declined("the input's rank is not known")
         axes = list(range(rank))
     elif rank is None:
-        rank = _rank(ctx, node.input[0])
+        rank = ctx.rank(node.input[0])
         if rank is None:
             raise Declined("the input's rank is not known")
     axes = [a % rank for a in axes]
@@ -1025,7 +1006,7 @@ def build_grid_sample(ctx) -> FunctionProto | None:
     mode = {"bilinear": "linear"}.get(mode, mode)  # GridSample-16's names
     padding = _text(ctx.attribute("padding_mode"), "zeros")
     elem, grid_elem = _float_elem(ctx, 0), _float_elem(ctx, 1)
-    rank = _rank(ctx, node.input[0]) if node.input else None
+    rank = ctx.rank(node.input[0]) if node.input else None
     if (mode not in ("linear", "nearest") or padding not in ("zeros", "border", "reflection")
             or elem is None or grid_elem is None or rank is None or rank < 3
             or len(node.input) != 2 or len(node.output) != 1
@@ -1147,11 +1128,11 @@ def build_deform_conv(ctx, sampling: str = "zeros") -> FunctionProto | None:
     invalid index instead of a zero weight)."""
     node = ctx.node
     elem = _float_elem(ctx, 0)
-    weight_shape = _shape(ctx, node.input[1]) if len(node.input) > 1 else None
+    weight_shape = ctx.shape(node.input[1]) if len(node.input) > 1 else None
     kernel = ctx.attribute("kernel_shape") or (weight_shape[2:] if weight_shape else None)
     if (elem is None or not kernel or len(kernel) != 2 or None in kernel
             or len(node.input) > 5 or not all(_present(node.input, i) for i in range(3))
-            or len(node.output) != 1 or _rank(ctx, node.input[0]) not in (None, 4)
+            or len(node.output) != 1 or ctx.rank(node.input[0]) not in (None, 4)
             or not _known(node, ["dilations", "group", "kernel_shape", "offset_group", "pads",
                                  "strides"])):
         raise Declined("needs a known float type, a 2-D kernel known, X, W and offset given "
@@ -1164,7 +1145,7 @@ def build_deform_conv(ctx, sampling: str = "zeros") -> FunctionProto | None:
     b = _Body(_opset(ctx))
     static = None  # below opset 11: the batch size and output size, declared
     if b.opset < 11:
-        x_dims, off_dims = _shape(ctx, node.input[0]), _shape(ctx, node.input[2])
+        x_dims, off_dims = ctx.shape(node.input[0]), ctx.shape(node.input[2])
         if not x_dims or not off_dims or None in (x_dims[0], *off_dims[2:4]):
             raise Declined("below opset 11 the batch size and the offsets' spatial size must "
                            "be declared (Range and GatherElements arrive in 11)")
@@ -1290,7 +1271,7 @@ def build_cast_from_float4(ctx) -> FunctionProto | None:
                        "to / saturate / round_mode")
     if to not in _FLOAT4_TARGETS:
         raise Declined("casts to float or float16 only")
-    shape = _shape(ctx, node.input[0])
+    shape = ctx.shape(node.input[0])
     if shape is None or len(shape) < 2 or None in shape:
         raise Declined("needs a declared static shape of rank 2 or more (onnxruntime takes "
                        "no Shape of float4e2m1; GatherBlockQuantized reads rank 2 or more)")
@@ -1351,7 +1332,7 @@ def build_conv_run_time_weights(ctx) -> FunctionProto | None:
     dynamic shape)."""
     node = ctx.node
     elem = _float_elem(ctx, 0)
-    weight_shape = _shape(ctx, node.input[1]) if len(node.input) > 1 else None
+    weight_shape = ctx.shape(node.input[1]) if len(node.input) > 1 else None
     kernel = ctx.attribute("kernel_shape") or (weight_shape[2:] if weight_shape else None)
     if (elem is None or not kernel or None in kernel or len(node.input) not in (2, 3)
             or not all(_present(node.input, i) for i in range(len(node.input)))
@@ -1416,7 +1397,7 @@ def build_quantize_linear(ctx) -> FunctionProto | None:
     rounds to nearest even and saturates)."""
     node = ctx.node
     block, axis = ctx.attribute("block_size", 0), ctx.attribute("axis", 1)
-    rank = _rank(ctx, node.input[0]) if node.input else None
+    rank = ctx.rank(node.input[0]) if node.input else None
     x_type, scale_type = _float_elem(ctx, 0), _float_elem(ctx, 1)
     if _present(node.input, 2):
         out_type = _elem(ctx, 2)
@@ -1578,7 +1559,7 @@ def build_tfidf_vectorizer(ctx) -> FunctionProto | None:
     if elem not in (TensorProto.INT32, TensorProto.INT64):
         raise Declined("needs int32 or int64 items")
     dtype = np.int32 if elem == TensorProto.INT32 else np.int64
-    rank = _rank(ctx, node.input[0])
+    rank = ctx.rank(node.input[0])
     if rank not in (1, 2):
         raise Declined("needs X of a declared rank 1 or 2")
     b = _Body(_opset(ctx))  # (axes counted from the start: opset 9 takes no negative axes)
@@ -1628,7 +1609,7 @@ def build_tensor_scatter(ctx) -> FunctionProto | None:
         raise Declined("needs past_cache and update, one output")
     mode = ctx.attribute("mode", "linear")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    rank = _rank(ctx, node.input[0])
+    rank = ctx.rank(node.input[0])
     if mode not in ("linear", "circular") or rank is None or rank < 2:
         raise Declined("needs mode linear or circular and a cache of a declared rank >= 2")
     axis = ctx.attribute("axis", -2) % rank

@@ -10,10 +10,11 @@ versions, written with other standard ops where the result is the same bit for b
   ``|x|``, the mantissa as ``(|x| / 2^e - 1) 2^m`` (exact), subnormals, infinities and the
   sign of -0.0 included; NaN becomes the canonical quiet NaN (its payload cannot be read
   arithmetically), and an integer holding a NaN pattern gives a NaN. The 16- and 32-bit
-  forms compute in int32 with bit masks (``BitwiseAnd``/``BitwiseOr``), never past int32's
-  range nor through an integer ``Div``: OpenVINO's CPU plugin computes int64 in int32 and
-  int32 ``Div`` in float (measured: a uint32 of 2^31 - 1 came back -1, an int32 -2.5 as
-  2.4999998). The 64-bit forms (double) compute in int64 and double, which OpenVINO's CPU
+  forms compute in int32 with bit masks (``BitwiseAnd``; the sign bit set by adding
+  ``-2^(w-1)``), never past int32's range nor through an integer ``Div`` (for a target
+  ceiling below opset 18, which has no Bitwise ops, in int64 arithmetic instead):
+  OpenVINO's CPU plugin computes int64 in int32 and int32 ``Div`` in float (measured: a
+  uint32 of 2^31 - 1 came back -1, an int32 -2.5 as 2.4999998). The 64-bit forms (double) compute in int64 and double, which OpenVINO's CPU
   plugin does not hold (``openvino_target``'s inexact forms keep them off it). Other pairs
   (bfloat16, 4-bit types) are declined.
 * ``DequantizeLinear(x, x_scale[, x_zero_point])`` at opsets 10-18 (the reference evaluator
@@ -89,7 +90,7 @@ def build_bitcast(ctx) -> FunctionProto | None:
     elif source in _FLOAT_FORMATS and to in _FLOAT_FORMATS[source][2]:
         y = _float_to_bits(b, "x", source, to)
     elif to in _FLOAT_FORMATS and source in _FLOAT_FORMATS[to][2]:
-        y = _bits_to_float(b, "x", source, to)
+        y = _bits_to_float(b, "x", source, to, ctx.ceiling)
     else:
         raise Declined("only bool to a byte, same-width integers, and an IEEE float and the "
                        "integer of its width")
@@ -168,16 +169,18 @@ def _float_to_bits(b: FunctionBuilder, x: str, source: int, to: int) -> str:
         bits = b.op("Where", negative, b.op("Add", rest, _i64(b, -2 ** 63)), rest)
         return b.cast(bits, to) if to != T.INT64 else bits  # uint64: Cast keeps the bits
     # 16 and 32 bits in int32, no value past its range (OpenVINO's CPU plugin computes
-    # int64 in int32): the fields (< 2^(w-1)), then the sign bit set by BitwiseOr
+    # int64 in int32): the fields (< 2^(w-1)), then the sign bit
     rest = b.op("Add", b.op("Mul", b.cast(field, T.INT32), _i32(b, 2 ** mantissa_bits)),
                 b.cast(mantissa, T.INT32))
     if width == 16 and to == T.UINT16:  # the unsigned value, in range
         return b.cast(b.op("Where", negative, b.op("Add", rest, _i32(b, 2 ** 15)), rest), to)
-    bits = b.op("Where", negative, b.op("BitwiseOr", rest, _i32(b, -2 ** (width - 1))), rest)
+    # the sign bit set: rest - 2^31 stays in int32's range (rest < 2^31), as BitwiseOr would
+    bits = b.op("Where", negative, b.op("Add", rest, _i32(b, -2 ** (width - 1))), rest)
     return b.cast(bits, to) if to != T.INT32 else bits  # to uint32: Cast keeps the bits
 
 
-def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int) -> str:
+def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int,
+                   ceiling: int | None = None) -> str:
     """The float whose bits an integer holds: ``(1 + mantissa 2^-m) 2^(field - bias)``,
     subnormals ``mantissa 2^(1 - bias - m)``, infinities and NaN for the all-ones field."""
     exponent_bits, mantissa_bits, _ints, work = _FLOAT_FORMATS[to]
@@ -195,7 +198,8 @@ def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int) -> str:
         rest = b.op("Where", negative, b.op("Sub", u, _i64(b, -2 ** 63)), u)
         field = b.op("Div", rest, _i64(b, 2 ** mantissa_bits))
         mantissa = b.op("Sub", rest, b.op("Mul", field, _i64(b, 2 ** mantissa_bits)))
-    else:  # in int32, by bit masks (OpenVINO computes int64 in int32, int32 Div in float)
+    elif ceiling is None or ceiling >= 18:  # in int32 by bit masks (OpenVINO computes
+        # int64 in int32, int32 Div in float, and int32 Sub of large values not exactly)
         # the value in int32 (a uint32's bits kept by Cast), the sign bit tested by a mask
         # (OpenVINO holds an int16 in int32: a Cast from uint16 to int16 kept 32768)
         s = b.cast(x, T.INT32) if source != T.INT32 else x
@@ -206,6 +210,16 @@ def _bits_to_float(b: FunctionBuilder, x: str, source: int, to: int) -> str:
         scaled = b.cast(b.op("Sub", rest, mantissa), work)  # field * 2^m, exact in float
         field = b.cast(b.op("Mul", scaled, real(float(2.0 ** -mantissa_bits))), T.INT64)
         mantissa = b.cast(mantissa, T.INT64)
+    else:  # for a ceiling below opset 18 (no Bitwise ops): int64 arithmetic, exact on the
+        # runtimes of such ceilings (onnxruntime, the reference evaluator)
+        u = b.cast(x, T.INT64)
+        if source in (T.INT16, T.INT32):  # the unsigned value of the bits
+            u = b.op("Where", b.op("Less", u, _i64(b, 0)),
+                     b.op("Add", u, _i64(b, 2 ** width)), u)
+        negative = b.op("GreaterOrEqual", u, _i64(b, 2 ** (width - 1)))
+        rest = b.op("Where", negative, b.op("Sub", u, _i64(b, 2 ** (width - 1))), u)
+        field = b.op("Div", rest, _i64(b, 2 ** mantissa_bits))
+        mantissa = b.op("Sub", rest, b.op("Mul", field, _i64(b, 2 ** mantissa_bits)))
     fraction = b.op("Mul", b.cast(mantissa, work), real(float(2.0 ** -mantissa_bits)))
     # 2^(field - bias) from the table (index clamped for the all-zero and all-ones fields)
     index = b.op("Sub", field, _i64(b, bias + low))

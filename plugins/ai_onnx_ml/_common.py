@@ -75,26 +75,10 @@ def input_elem(ctx, index: int = 0) -> int | None:
     return None
 
 
-def input_shape(ctx, name: str) -> list | None:
-    """The declared (or constant) shape of ``name``: ints, None for unknown dims."""
-    if not name:
-        return None
-    constant = ctx.constant(name)
-    if constant is not None:
-        return list(constant.shape)
-    declared = (ctx.declared or {}).get(name)
-    if declared is None or not declared.HasField("tensor_type"):
-        return None
-    tensor_type = declared.tensor_type
-    if not tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
-
 
 def input_rank(ctx, index: int = 0) -> int | None:
     node = ctx.node
-    shape = input_shape(ctx, node.input[index]) if len(node.input) > index else None
-    return None if shape is None else len(shape)
+    return ctx.rank(node.input[index]) if len(node.input) > index else None
 
 
 def features_rank(ctx, op: str) -> int:

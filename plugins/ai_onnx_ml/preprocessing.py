@@ -34,7 +34,6 @@ from ._common import (
     features_rank,
     input_elem,
     input_rank,
-    input_shape,
     one_output,
     only_attributes,
     text,
@@ -53,7 +52,7 @@ def build_scaler(ctx) -> FunctionProto:
     offset = list(ctx.attribute("offset", []) or [])
     if not scale or len(scale) != len(offset):
         raise Declined("scale and offset must be given with the same length")
-    width = (input_shape(ctx, node.input[0]) or [None])[-1]
+    width = (ctx.shape(node.input[0]) or [None])[-1]
     if len(scale) != 1 and width is not None and width != len(scale):
         raise Declined(f"scale has {len(scale)} values for {width} features")
     b = Body(body_opset(ctx))
@@ -121,7 +120,7 @@ def build_imputer(ctx) -> FunctionProto:
         raise Declined("X must be float or int64")
     if not values:
         raise Declined("no imputed values for X's type")
-    width = (input_shape(ctx, node.input[0]) or [None])[-1]
+    width = (ctx.shape(node.input[0]) or [None])[-1]
     if len(values) != 1 and width is not None and width != len(values):
         raise Declined(f"{len(values)} imputed values for {width} features")
     b = Body(body_opset(ctx))
@@ -157,7 +156,7 @@ def build_feature_vectorizer(ctx) -> FunctionProto:
     b = Body(body_opset(ctx))
     parts, names = [], []
     for i, (name, dim) in enumerate(zip(node.input, dims)):
-        shape = input_shape(ctx, name)
+        shape = ctx.shape(name)
         if shape is None or len(shape) not in (1, 2) or shape[-1] is None:
             raise Declined(f"input {i} needs a rank of 1 or 2 and a known last dimension")
         elem = input_elem(ctx, i)

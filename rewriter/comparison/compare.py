@@ -1113,7 +1113,8 @@ def as_declared_floats(output_sets, model) -> tuple[list[dict], list[str]]:
 def with_missing_imports(original, rewritten):
     """The original with an opset import for every domain its graphs use but do not import
     (exporters forget them; onnxruntime fills them in, the reference evaluator refuses),
-    at the version the rewritten model imports, else the newest (ai.onnx) or 1; the same
+    at the version the rewritten model imports, else the newest (ai.onnx) or 1, and for
+    every domain a local function uses and does not import (the save's repair); the same
     LoadedModel when nothing is missing."""
     import dataclasses
 
@@ -1126,7 +1127,10 @@ def with_missing_imports(original, rewritten):
     used = {normalize_domain(n.domain) for scope in iter_scopes(model)
             if scope.graph is not None for n in scope.nodes}
     missing = sorted(used - imported)
-    if not missing:
+    from rewriter.io.model import missing_imports
+
+    in_functions = [(d, f) for d, f in missing_imports(model) if f is not None]
+    if not missing and not in_functions:
         return original
     versions = {normalize_domain(i.domain): i.version for i in rewritten.opset_import}
     copy = ModelProto()
@@ -1136,6 +1140,10 @@ def with_missing_imports(original, rewritten):
         entry.domain = domain
         entry.version = versions.get(domain) or (defs.onnx_opset_version() if domain == ""
                                                  else 1)
+    if in_functions:  # a function using a domain it does not import: the same repair there
+        from rewriter.io.model import add_imports
+
+        add_imports(copy, missing_imports(copy))
     return dataclasses.replace(original, model=copy)
 
 

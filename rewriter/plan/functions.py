@@ -64,6 +64,10 @@ class DecompositionContext:
     input_types: list[str | None]
     declared: Mapping[str, TypeProto] = field(default_factory=dict)
     constants: Mapping[str, Any] = field(default_factory=dict)  # name -> TensorProto
+    # the highest ai.onnx opset every target runs (an opset:N target, an older runtime),
+    # when one has a ceiling below ``opset``: the body is lowered to it afterwards, so a
+    # builder may prefer a form whose ops exist there (None: no such ceiling)
+    ceiling: int | None = None
 
     def constant(self, name: str) -> np.ndarray | None:
         """The value of a node input that is an initializer or Constant output, else None."""
@@ -73,6 +77,28 @@ class DecompositionContext:
         if tensor is None or tensor.data_location == tensor.EXTERNAL:
             return None
         return numpy_helper.to_array(tensor)
+
+    def shape(self, name: str) -> list[int | None] | None:
+        """The shape of value ``name`` (an initializer's or Constant's, else the declared
+        one): ints, None for a dimension not known; None when the rank is not known."""
+        if not name:
+            return None
+        value = self.constant(name)
+        if value is not None:
+            return list(value.shape)
+        declared = (self.declared or {}).get(name)
+        if declared is None or not declared.HasField("tensor_type"):
+            return None
+        tensor_type = declared.tensor_type
+        if not tensor_type.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else None
+                for d in tensor_type.shape.dim]
+
+    def rank(self, name: str) -> int | None:
+        """The rank of value ``name`` (see :meth:`shape`), or None."""
+        shape = self.shape(name)
+        return None if shape is None else len(shape)
 
     def attribute(self, name: str, default: Any = None) -> Any:
         from onnx import helper

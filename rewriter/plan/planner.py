@@ -451,7 +451,7 @@ class Planner:
         build_opsets = opsets if written_at == model_opset else {**opsets, "": written_at}
         ctx = DecompositionContext(node, written_at, build_opsets, list(finding.input_types),
                                    declared=declared if declared is not None else {},
-                                   constants=constants)
+                                   constants=constants, ceiling=self._ceiling(written_at))
         try:
             fn = build_function(entry.builder, ctx)
         except Declined as e:
@@ -499,6 +499,13 @@ class Planner:
             RemedyKind.DECOMPOSITION, entry.plugin, rule, True, "", fn, nested=inner,
             output_types=tuple(types.get(o) for o in fn.output), proven=proven,
         )
+
+    def _ceiling(self, opset: int) -> int | None:
+        """The lowest ai.onnx ceiling of the targets, when below ``opset``, else None."""
+        ceilings = [t.max_opsets[""] for t in self.targets
+                    if t.max_opsets and t.max_opsets.get("") is not None]
+        low = min(ceilings, default=None)
+        return low if low is not None and low < opset else None
 
     def _plugin_bug(self, entry: DecompositionEntry, finding: Finding, what: str
                     ) -> PluginError:
