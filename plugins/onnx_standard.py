@@ -15,8 +15,9 @@ versions, written with other standard ops where the result is the same bit for b
   ceiling below opset 18, which has no Bitwise ops, in int64 arithmetic instead):
   OpenVINO's CPU plugin computes int64 in int32 and int32 ``Div`` in float (measured: a
   uint32 of 2^31 - 1 came back -1, an int32 -2.5 as 2.4999998). The 64-bit forms (double)
-  compute in int64 and double, which OpenVINO's CPU plugin does not hold (``openvino_target``'s inexact forms keep them off it). Other pairs
-  (bfloat16, 4-bit types) are declined.
+  compute in int64 and double, which OpenVINO's CPU plugin does not hold
+  (``openvino_target``'s inexact forms keep them off it). Other pairs (bfloat16, 4-bit
+  types) are declined.
 * ``DequantizeLinear(x, x_scale[, x_zero_point])`` at opsets 10-18 (the reference evaluator
   of onnx 1.23 implements it from version 19 only): ``y = (Cast(x) - Cast(x_zero_point)) *
   x_scale`` in float, exact for the 8-bit and int32 inputs of these versions (int32 has no
