@@ -838,12 +838,19 @@ def compare(
                     # a crash, hang or exhaustion with every regime: the required sets alone
                     again = original_on([feeds[i] for i in plan.required])
                     if again.ok:
-                        first = plan.first
-                        _skip_regimes(report.regimes, lambda r, first=first: r.name != first,
+                        # then each other regime alone: only those that crash it go
+                        first, crashed = plan.first, set()
+                        for regime in report.regimes:
+                            if regime.ran and regime.name != first:
+                                alone = original_on(regime.sets)
+                                if not alone.ok and alone.kind != "error":
+                                    crashed.add(regime.name)
+                        _skip_regimes(report.regimes, lambda r: r.name in crashed,
                                       f"the original's run with them {_failure(result)} on "
                                       f"{candidate.label}")
                         feeds, plan = _replan(report.regimes, plan)
-                        result = again
+                        result = again if len(plan.required) == len(feeds) else \
+                            original_on(feeds)
                 result = _required_ran(result, plan)
                 report.oracle_attempts.append(
                     {"target": candidate.label, "status": result.kind, "error": result.error})
