@@ -845,7 +845,7 @@ def compare(
                                 alone = original_on(regime.sets)
                                 if not alone.ok and alone.kind != "error":
                                     crashed.add(regime.name)
-                        _skip_regimes(report.regimes, lambda r: r.name in crashed,
+                        _skip_regimes(report.regimes, lambda r, crashed=crashed: r.name in crashed,
                                       f"the original's run with them {_failure(result)} on "
                                       f"{candidate.label}")
                         feeds, plan = _replan(report.regimes, plan)
