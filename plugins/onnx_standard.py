@@ -508,6 +508,15 @@ def register_decompositions(registry):
                  description="onnx-standard:DequantizeLinear (versions 10 and 13, in Cast/Sub/"
                              "Mul)",
                  oracle="onnxruntime", samples=_dequantize_samples())
+    from rewriter_plugins.onnx_standard_shifts import bitshift_samples, build_bitshift
+
+    registry.add("", "BitShift", build_bitshift, opsets=(12, None),
+                 dtypes=("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32",
+                         "int64"),
+                 description="onnx-standard:BitShift with its out-of-range shifts made "
+                             "explicit (the spec's fill where Y < 0 or Y >= the width)",
+                 oracle="reference",  # the reference evaluator's own BitShift (numpy)
+                 samples=bitshift_samples(), keeps_op=True)
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
                  dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                          "float16", "float", "double", "int64", "uint64"),

@@ -164,6 +164,9 @@ class DecompositionEntry:
     exact: bool = True  # False: an approximation of the op (the description says how)
     oracle: str | None = None  # a key of ORACLES or "module:attr" (None: none declared)
     samples: tuple[OpSample, ...] = ()  # what the oracle test runs ("spec": the cases)
+    # the body keeps the op in a safe form (BitShift by in-range counts only): for a node a
+    # runtime computes differently, not for a runtime lacking the op
+    keeps_op: bool = False
 
     def covers(self, opset: int | None) -> bool:
         """Whether the decomposition applies at ``opset`` of the ai.onnx domain (``None``:
@@ -320,6 +323,7 @@ class DecompositionRegistry(_Bound):
         exact: bool = True,
         oracle: str | None = None,
         samples: Sequence[OpSample] = (),
+        keeps_op: bool = False,
     ) -> None:
         """Offer ``builder`` as the decomposition of ``(domain, op_type)`` at ai.onnx opsets
         ``opsets``. ``dtypes`` lists the element types it is tested for (``"float"``,
@@ -329,7 +333,9 @@ class DecompositionRegistry(_Bound):
         ``oracle`` names what checks the decomposition independently (a key of
         :data:`ORACLES`, or a ``"module:attr"`` numpy function ``f(*arrays, **attributes)``
         written from the op's documentation) and ``samples`` the one-node models it is
-        checked on, at every dtype of ``dtypes`` (``"spec"`` brings its own cases)."""
+        checked on, at every dtype of ``dtypes`` (``"spec"`` brings its own cases).
+        ``keeps_op``: the body uses the op itself in a safe form (for a runtime that
+        computes some of its forms differently: a ``computes-differently`` finding)."""
         if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
             raise self._fail(f"decomposition key must be (domain, op_type) strings, got "
                              f"({domain!r}, {op_type!r})")
@@ -364,7 +370,8 @@ class DecompositionRegistry(_Bound):
                 )
         self._registry.decompositions.append(
             DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin,
-                               tuple(dtypes), bool(exact), oracle, tuple(samples))
+                               tuple(dtypes), bool(exact), oracle, tuple(samples),
+                               bool(keeps_op))
         )
 
 

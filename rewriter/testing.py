@@ -63,10 +63,14 @@ TOLERANCE = {"float": (1e-4, 1e-5), "double": (1e-7, 1e-9), "float16": (1e-2, 1e
 class Lacking(Target):
     """A runtime that runs everything but one op (``DOMAIN::OP``, ``ai.onnx::Celu``), so a
     rewrite must remedy exactly that op; ``DOMAIN::OP@TYPE`` lacks it only where an input is
-    of element type TYPE (a remedy that computes the op in a wider type)."""
+    of element type TYPE (a remedy that computes the op in a wider type);
+    ``DOMAIN::OP->NAME`` only the node making the value NAME (a remedy that keeps the op in
+    a safe form, e.g. BitShift by in-range counts only: the body's own nodes make other
+    values)."""
 
     def __init__(self, argument: str | None) -> None:
-        spec, _, elem = (argument or "").partition("@")
+        argument, _, self.output = (argument or "").partition("->")
+        spec, _, elem = argument.partition("@")
         domain, sep, op_type = spec.rpartition("::")
         if not sep or not op_type:
             raise ValueError(f"target {LACKING}:{argument}: want {LACKING}:DOMAIN::OP[@TYPE]")
@@ -77,7 +81,8 @@ class Lacking(Target):
     def check_node(self, query: NodeQuery) -> Finding | None:
         if query.domain == self.domain and query.node.op_type == self.op_type and (
                 self.input_type is None
-                or self.input_type in {query.types.get(n) for n in query.inputs}):
+                or self.input_type in {query.types.get(n) for n in query.inputs}) and (
+                not self.output or self.output in query.outputs):
             return self.finding(query, "no-kernel", "the op under check is lacking by request")
         return None
 
@@ -672,16 +677,22 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
 
     typed = False
     plugins = _alone(plugins, entry)
+    made = ""  # the value the checked node makes, when only that node is lacking
     try:
         result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
                          verify=False)
     except UnfixableError:
-        if not check.dtype:
+        if entry.keeps_op:  # a body keeping the op in a safe form: that node alone lacks it
+            made = next(o for o in check.model.graph.node[0].output if o)
+            result = rewrite(check.model, [f"{LACKING}:{op}->{made}"], plugins=plugins,
+                             confirm=False, verify=False)
+        elif not check.dtype:
             raise
-        # a remedy computing the op in a wider type keeps the op: lacking at this type only
-        typed = True
-        result = rewrite(check.model, [f"{LACKING}:{op}@{check.dtype}"], plugins=plugins,
-                         confirm=False, verify=False)
+        else:
+            # a remedy computing the op in a wider type keeps the op: lacking at this type
+            typed = True
+            result = rewrite(check.model, [f"{LACKING}:{op}@{check.dtype}"], plugins=plugins,
+                             confirm=False, verify=False)
     applied = {(kind, plugin) for (kind, plugin, _rule, label_), _n in
                result.report.applied.items() if label_.startswith(op + "(") or label_ == op}
     if ("decomposition", entry.plugin) not in applied:
@@ -689,7 +700,8 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
                              f"decomposition of plugin {entry.plugin!r}")
     model = result.model
     left = [n.name or n.op_type for d, n in _nodes(model)
-            if d == entry.domain and n.op_type == entry.op_type] if not typed else [
+            if d == entry.domain and n.op_type == entry.op_type
+            and (not made or made in n.output)] if not typed else [
         f.node_name or f.op_type for f in result.report.remaining]
     if left:
         raise AssertionError(f"{check.label}: {op} nodes remain after the rewrite: {left}")
