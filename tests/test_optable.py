@@ -86,3 +86,23 @@ def test_every_built_in_op_names_its_oracle(plugins):
     assert rows[("org.openvinotoolkit", "ExperimentalDetectronDetectionOutput")].oracle == (
         "the kernel itself")
     assert rows[("org.openvinotoolkit", "DeformableConv2D")].oracle == "plugin kernel"
+
+
+def test_every_remedy_names_the_module_and_function_of_its_code():
+    """``ops --json``: a contributor goes from an op's name to its code in one step."""
+    import importlib
+    import json
+
+    done = _ops("--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert rows and all(r["code"] for r in rows), [r["op_type"] for r in rows if not r["code"]]
+    for r in rows:
+        for where in r["code"]:
+            if where.startswith("native kernel of "):
+                continue
+            module, _, name = where.partition(":")
+            obj = importlib.import_module(module)
+            for part in name.split(" (")[0].split("."):
+                obj = getattr(obj, part)  # the named function exists there
+            assert obj is not None, where

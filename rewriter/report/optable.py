@@ -26,6 +26,9 @@ class OperatorRow:
     dtypes: list[str] = field(default_factory=list)
     accuracy: set[str] = field(default_factory=set)
     oracles: list[str] = field(default_factory=list)  # what checks the remedies
+    # where each remedy's code is: "module:function" of a decomposition's builder or a
+    # kernel (a contributor goes from the op's name to its code in one step)
+    code: list[str] = field(default_factory=list)
 
     @property
     def oracle(self) -> str:
@@ -43,6 +46,7 @@ class OperatorRow:
             "decompositions": self.decompositions, "kernels": self.kernels,
             "opsets": self.opsets, "dtypes": self.dtypes,
             "accuracy": " / ".join(sorted(self.accuracy)) or "-", "oracle": self.oracle,
+            "code": self.code,
         }
 
 
@@ -64,6 +68,26 @@ def _kernel_dtypes(reference: str) -> list[str]:
             if t not in types:
                 types.append(t)
     return types
+
+
+def code_location(builder: Any, plugin_module: str | None = None) -> str:
+    """``module:function`` of a remedy's code: a ``"module:attr"`` reference as it is; a
+    function (or an onnxscript function's Python function) by its module and qualified
+    name; a ``FunctionProto`` by the registering plugin's module and the function's name."""
+    from onnx import FunctionProto
+
+    if isinstance(builder, str):
+        return builder
+    if isinstance(builder, FunctionProto):
+        return f"{plugin_module or '?'}:{builder.name} (a FunctionProto)"
+    function = getattr(builder, "function", None)  # onnxscript's OnnxFunction
+    target = function if callable(function) else builder
+    module = getattr(target, "__module__", None) or plugin_module or "?"
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or \
+        type(target).__name__
+    if ".<locals>." in name:  # a builder a function makes: that function
+        return f"{module}:{name.split('.<locals>.')[0]} (the builder it makes)"
+    return f"{module}:{name}"
 
 
 def oracle_labels(entry: DecompositionEntry) -> list[str]:
@@ -99,9 +123,14 @@ def operator_rows(registry: Registry) -> list[OperatorRow]:
         add_types(r, d.dtypes)
         r.accuracy.add("exact" if d.exact else "approximate")
         r.oracles += [o for o in oracle_labels(d) if o not in r.oracles]
+        where = code_location(d.builder, _plugin_module(registry, d.plugin))
+        if where not in r.code:
+            r.code.append(where)
     for (domain, op_type), k in registry.kernels.items():
         r = row(domain, op_type)
         r.kernels.append(f"{k.plugin} (python)")
+        if k.reference not in r.code:
+            r.code.append(k.reference)
         add_types(r, _kernel_dtypes(k.reference))
         r.accuracy.add("exact")
         if not r.decompositions:  # a kernel written from the op's documentation
@@ -109,10 +138,16 @@ def operator_rows(registry: Registry) -> list[OperatorRow]:
     for (domain, op_type), n in registry.natives.items():
         r = row(domain, op_type)
         r.kernels.append(f"{n.plugin} (native {n.library})")
+        r.code.append(f"native kernel of {n.library} (registered by plugin {n.plugin})")
         r.accuracy.add("exact")
         if not r.decompositions and not r.oracles:
             r.oracles.append(f"the {n.library} native kernel itself")
     return [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1].lower()))]
+
+
+def _plugin_module(registry: Registry, plugin: str) -> str | None:
+    info = registry.plugins.get(plugin)
+    return getattr(info, "module", None) if info is not None else None
 
 
 def to_markdown(rows: list[OperatorRow]) -> str:

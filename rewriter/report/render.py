@@ -328,6 +328,9 @@ def print_operators(rows: list[dict[str, Any]], stream=None) -> None:
         if r["dtypes"]:
             for line in wrap("dtypes: " + ", ".join(r["dtypes"]), indent=6, first=4):
                 say(line)
+        if r.get("code"):
+            for line in wrap("code: " + ", ".join(r["code"]), indent=6, first=4):
+                say(line)
 
 
 def dumps(data: Any) -> str:
