@@ -83,6 +83,9 @@ class Lacking(Target):
                 self.input_type is None
                 or self.input_type in {query.types.get(n) for n in query.inputs}) and (
                 not self.output or self.output in query.outputs):
+            if self.output:  # that node computes differently, as a runtime's finding says
+                return self.finding(query, "computes-differently",
+                                    "the node under check computes differently by request")
             return self.finding(query, "no-kernel", "the op under check is lacking by request")
         return None
 

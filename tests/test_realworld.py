@@ -49,7 +49,12 @@ VERDICTS: dict[str, dict[str, str]] = {
     },
     # MatMulNBits (int4, block 32), FastGelu, SkipLayerNormalization
     "gpt2-torchscript-ort-opt-int4": {
-        "onnxruntime": "unchanged", "openvino": "unchanged", "reference": "verified",
+        "onnxruntime": "unchanged",
+        # OpenVINO's CPU plugin computes the compressed-weight MatMul below float32 by
+        # default (logits 2.4e-3 off, max |logit| 0.52; with INFERENCE_PRECISION_HINT=f32
+        # 9e-8): `check` finds it (computes-differently), and the decomposition's MatMul is
+        # fused back the same way, so the rewrite agrees with neither runtime: unverified
+        "openvino": "unverified", "reference": "verified",
         "opset:17": "verified", "opset:13": "verified",
     },
     # dynamo (opset 20) + onnxscript's fusions on BERT: Attention, BiasGelu, SkipLayerNorm

@@ -398,6 +398,13 @@ class Planner:
         out: list[Candidate] = []
         older: list[tuple[DecompositionEntry, int, int]] = []  # (entry, opset, index in out)
         for entry in entries:
+            if entry.keeps_op and finding.reason != "computes-differently":
+                out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin,
+                                     entry.description or entry.op_type, False,
+                                     "its body keeps the op (a safe form for a runtime that "
+                                     "computes it differently); the target refuses the op "
+                                     f"itself ({finding.reason})"))
+                continue
             if not entry.covers(model_opset):
                 lo, hi = entry.opsets
                 out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin,
