@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conformance import (  # noqa: E402
@@ -33,6 +35,38 @@ def feeds_of(model, data_sets) -> list[dict]:
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
     return [dict(zip(names, (_as_array(v) for v in inputs))) for inputs, _ in data_sets]
+
+
+# integer element types by ONNX name: (lowest, highest)
+_INTEGER_RANGES = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
+
+
+def spec_undefined(model, feeds: dict) -> np.ndarray | None:
+    """For a one-node ``Cast``/``CastLike`` from a float to an integer type, the elements of
+    its output whose value the spec leaves undefined (Cast: "floating point to fixed point:
+    undefined if OOR", NaN and infinities included); None for any other case. The expected
+    outputs of such cases hold one implementation's choice, which no runtime is wrong to
+    differ from."""
+    from onnx import helper
+
+    nodes = list(model.graph.node)
+    if len(nodes) != 1 or nodes[0].op_type not in ("Cast", "CastLike") or not nodes[0].input:
+        return None
+    x = feeds.get(nodes[0].input[0])
+    output = model.graph.output[0].type.tensor_type.elem_type if model.graph.output else 0
+    name = helper.tensor_dtype_to_np_dtype(output).name if output else ""
+    if x is None or np.asarray(x).dtype.kind != "f":
+        return None
+    if name in _INTEGER_RANGES:
+        low, high = _INTEGER_RANGES[name]
+    elif np.dtype(name).kind in "iu":
+        info = np.iinfo(np.dtype(name))
+        low, high = info.min, info.max
+    else:
+        return None
+    values = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return ~np.isfinite(values) | (np.trunc(values) < low) | (np.trunc(values) > high)
 
 
 def write_case(case, folder) -> Path:
@@ -129,8 +163,13 @@ class TargetRunner:
             if len(expected) != len(actual):
                 return Actual(True, True, f"{len(actual)} outputs, expected {len(expected)}",
                               result.outputs)
+            undefined = spec_undefined(model, feeds_of(model, [case.data_sets[i]])[0])
             for j, (e, a) in enumerate(zip(expected, actual)):
-                problem = compare_outputs(_as_array(e), a, case.rtol, case.atol, f" {j}")
+                e = _as_array(e)
+                if j == 0 and undefined is not None and a is not None and (
+                        np.shape(a) == undefined.shape == np.shape(e)):
+                    e, a = np.asarray(e)[~undefined], np.asarray(a)[~undefined]
+                problem = compare_outputs(e, a, case.rtol, case.atol, f" {j}")
                 if problem:
                     where = f" (data set {i})" if len(case.data_sets) > 1 else ""
                     return Actual(True, True, f"mismatch{where}: {_short(problem, 200)}",
