@@ -454,6 +454,32 @@ def _blames_subgraph(node, detail: str) -> bool:
         re.search(rf"\b{re.escape(op)}\b", detail) for op in ops)
 
 
+_VALUE_INFO = re.compile(r"Unsupported value_info type: (\S+)")
+
+
+def _boundary_finding(target: str, model, message: str) -> Finding | None:
+    """OpenVINO's refusal of a graph input or output that is not a tensor ("Unsupported
+    value_info type: NAME": a map, a sequence, an optional) as a finding on the model naming
+    the value and its type: no rewrite of the nodes changes the model's interface."""
+    from rewriter.plugin import type_string
+
+    named = _VALUE_INFO.search(message)
+    if named is None:
+        return None
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for v in values:
+            if v.name == named.group(1) and v.type.WhichOneof("value") != "tensor_type":
+                what = type_string(v.type) or v.type.WhichOneof("value") or "untyped"
+                verb = "take" if kind == "input" else "return"
+                return Finding(
+                    target=target, path="model", domain="", op_type="", version=None,
+                    reason="type-binding",
+                    detail=f"{kind} {v.name!r} is {what}, not a tensor: OpenVINO cannot "
+                    f"{verb} it (its ONNX frontend: Unsupported value_info type); "
+                    "--adapt-interface (planned) is to rewrite that boundary to tensors")
+    return None
+
+
 # -- the target -------------------------------------------------------------------------------
 
 class OpenVINOTarget(Target):
@@ -479,6 +505,7 @@ class OpenVINOTarget(Target):
         self._blamed: dict[str, tuple[str, str]] = {}
         self._blamed_ops: dict[str, tuple[str, str]] = {}
         self._unplaced: Finding | None = None  # a refusal of it that names no node
+        self._boundary: str | None = None  # a graph input or output it refuses (a map...)
         self._ov_shapes: dict | None = {}  # name -> dims from OpenVINO's partial conversion
         self._model = None  # the model last checked, until its OpenVINO shapes are read
         self._dynamic_inputs = True  # some input of the model last checked has a dynamic shape
@@ -503,6 +530,7 @@ class OpenVINOTarget(Target):
         self._dynamic_inputs = _has_dynamic_input(model)
         self._blamed, self._blamed_ops = {}, {}
         self._unplaced = None
+        self._boundary = None  # the graph input or output OpenVINO refuses (a map...)
         verdict = self._whole_model_verdict(model)
         self._model_compiles = verdict is None
         if not self._model_compiles and len(model.graph.node) <= _SHAPE_INFERENCE_MAX_NODES:
@@ -543,6 +571,10 @@ class OpenVINOTarget(Target):
         that they carry their nodes); a finding on the model when it names neither."""
         from rewriter.plugin import iter_nodes, refused_node
 
+        boundary = _boundary_finding(self.name, model, verdict[1])
+        if boundary is not None:
+            self._boundary = _VALUE_INFO.search(verdict[1]).group(1)
+            return [boundary]
         site = refused_node(model, verdict[1])
         if site is not None:
             self._blamed[site.path] = verdict
@@ -605,6 +637,10 @@ class OpenVINOTarget(Target):
                 verdict = None  # a type we guessed may be what OpenVINO objects to
             _VERDICTS[full_key] = verdict
         verdict = _VERDICTS[full_key]
+        if verdict is not None and self._boundary and not in_body:
+            named = _VALUE_INFO.search(verdict[1])
+            if named and named.group(1) == self._boundary:
+                return None  # the model's finding names that input or output
         if verdict is None or _blames_subgraph(node, verdict[1]):
             # an If/Loop/Scan body's node is checked (and reported) on its own; a node the
             # whole model's refusal names is found, whatever its probe says

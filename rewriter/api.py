@@ -224,7 +224,13 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
         if chosen is not None:
             text = f"{chosen['kind']} {chosen['rule']} [{chosen['plugin']}]"
         else:
-            whys = [c["why"] for c in item["candidates"] if c["why"]]
+            # as rewrite says it (planner.why_not): the reason of a pass the finding is
+            # about first; for the model itself, not another pass's boilerplate
+            found = item["finding"]
+            whys = ([c["why"] for c in item["candidates"] if c["why"] and c.get("relevant")]
+                    or (["no plugin's remedy applies to the model as a whole (the finding "
+                         "says why)"] if not found["op_type"] else [])
+                    or [c["why"] for c in item["candidates"] if c["why"]])
             text = "none: " + (whys[0] if whys else "no plugin offers one")
         for path in item["paths"]:
             plan[plan_key(path, item["finding"]["op_type"])] = text

@@ -27,9 +27,6 @@ with warnings.catch_warnings():
 TARGETS = ("openvino", "tract", "reference", "onnxruntime-without-ml")
 # runtimes that take no string tensor: the cases with a string input are refused there
 NO_STRINGS = {"openvino", "tract"}
-TRACT_STRING_FEEDS = ("tract's runner cannot feed a string input (rewriter_plugins.tract_target "
-                      "adds a numpy dtype to a str: 'can only concatenate str'), so the "
-                      "refusal does not name the type yet")
 
 
 def _string_interface(model: onnx.ModelProto) -> bool:
@@ -78,8 +75,6 @@ def test_node_case_is_rescued(name, case, without_ml):
     inputs, expected = test_case.data_sets[0]
     feeds = {i.name: v for i, v in zip(model.graph.input, inputs)}
     if name in NO_STRINGS and _string_interface(model):
-        if name == "tract":
-            pytest.xfail(TRACT_STRING_FEEDS)
         with pytest.raises(RewriterError) as refused:
             result = rewrite(model, [target], confirm=True, verify=True)
             raise RewriterError(result.report.verdict_reason)

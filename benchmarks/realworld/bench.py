@@ -34,6 +34,7 @@ class Row:
     remedies: list[str] = field(default_factory=list)  # what the rewrite applied
     ops_left: list[str] = field(default_factory=list)  # ops without a remedy, or refused
     seconds: float = 0.0
+    rules: list[str] = field(default_factory=list)  # the rules applied (with their notes)
 
 
 def short(message: str, limit: int = 600) -> str:
@@ -53,7 +54,7 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
     from rewriter.errors import UnfixableError
 
     row = Row(name, target, "error")
-    out = workdir / f"{target.replace(':', '_')}.onnx"
+    out = workdir / (re.sub(r"[^\w.=-]", "_", target) + ".onnx")  # (ops=FILE: a path)
     out.unlink(missing_ok=True)
     started = time.perf_counter()
     options = {"inputs": str(inputs), "timeout": timeout}
@@ -71,6 +72,7 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
         report = result.report
         row.verdict, row.reason = report.verdict, short(report.verdict_reason)
         row.remedies = sorted({f"{op} ({kind})" for (kind, _p, _r, op) in report.applied})
+        row.rules = sorted({rule for (_k, _p, rule, _op) in report.applied})
         if report.comparison is not None:
             row.oracle = str(report.comparison.oracle or "")
         if report.remaining:  # the target refused the result: findings left

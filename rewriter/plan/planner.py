@@ -142,6 +142,11 @@ class Planner:
                 plan = self.plan(finding, constants, declared)
                 if plan.choice is not None and plan.choice.kind == RemedyKind.DECOMPOSITION:
                     return plan.candidates
+            # a pass about this kind of node speaks for it (the runtime's loader may refuse
+            # a node for its interface, e.g. DictVectorizer's map input on tract)
+            claimed = [c for c in self._pass_candidates(finding) if c.relevant]
+            if claimed:
+                return claimed
             return [Candidate(RemedyKind.DECOMPOSITION, "-", "-", False,
                               f"the node itself is invalid ({finding.detail}); fix the export")]
         plan = self.plan(finding, constants, declared)
@@ -838,6 +843,8 @@ def why_not(finding: Finding, candidates: list[Candidate]) -> str:
                  if c.why and c.plugin != "-" and c.kind != RemedyKind.PASS]
                 or [said(c) for c in candidates if c.why])
     own = [said(c) for c in candidates if c.why and c.relevant]
+    if not finding.op_type:  # the model itself: what the target says beats any pass's
+        return (own or [finding.detail])[0]  # boilerplate for a finding not of its kind
     return (own or declined or [finding.detail])[0]
 
 
