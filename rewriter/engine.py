@@ -22,6 +22,7 @@ from rewriter.apply.splice import (
     cleanup,
     splice_into_new,
 )
+from rewriter.detect.ranks import without_contradicted_declarations
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import (
     Detection,
@@ -243,7 +244,11 @@ def _rewrite_proto(
     files the model names, when the caller knows them (from the load; the validation then
     does not read every tensor for them)."""
     # ``model`` is only read until round one changes it: the result is then built from it
-    # (splice_into_new: no copy of its nodes), or a working copy is changed in place
+    # (splice_into_new: no copy of its nodes), or a working copy is changed in place.
+    # Declared shapes onnx's inference contradicts are cleared first (a repair, kept only
+    # when something is remedied): remedies are planned on the shapes they declare
+    original = model
+    model, repairs = without_contradicted_declarations(model)
     work = model
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
     counts_before = op_counts(model)
@@ -278,6 +283,10 @@ def _rewrite_proto(
             d.findings.extend(found)
             d.in_main.update(id(f) for f in found if f.node is not None)
     findings = [f for d in detections for f in d.findings]
+    if repairs and not findings:  # the model runs as it is: it stays as it is
+        model = work = original
+        repairs = []
+    report.repairs = repairs
     declared = detections[0].declared if detections else {}
     with progress.stage("plan", f"{len(findings)} findings"):
         planned = plan_findings(planner, findings, constants, declared, explain)
@@ -420,7 +429,7 @@ def _rewrite_proto(
                 work = ModelProto.FromString(checked)
             checked = None
         else:
-            report.verification = verify(work, model, base_dir, data_locations)
+            report.verification = verify(work, original, base_dir, data_locations)
             report.verification_scope = "whole model"
             if conflicts and report.verification.get("shape_inference") == "ok":
                 report.verification["shape_inference"] = conflicts[0]
