@@ -41,6 +41,9 @@ _DECLARED = "existing shape"
 _NESTED = "Inference error(s):"
 
 
+_MAX_CLEARING_ROUNDS = 8  # inference runs of without_contradicted_declarations, at most
+
+
 @dataclass(frozen=True)
 class RankProblem:
     """onnx's words about one node whose input ranks contradict its schema."""
@@ -122,7 +125,6 @@ def without_contradicted_declarations(model: ModelProto) -> tuple[ModelProto, li
     (a vendor op's may be the one that is wrong). onnxruntime-genai's builder declares its
     rank-1 ``Constant`` shape tensors as scalars; planning that trusts them refuses to
     lower the ``Reshape`` they feed ("shape input must be 1D")."""
-    from rewriter.graph.walk import iter_scopes, normalize_domain
 
     stale = set(rank_check(model).stale)
     if not stale and not forget_contradicted_constant_shapes(model, dry_run=True):
@@ -130,21 +132,36 @@ def without_contradicted_declarations(model: ModelProto) -> tuple[ModelProto, li
     copy = ModelProto()
     copy.CopyFrom(model)
     cleared = forget_contradicted_constant_shapes(copy)
-    for scope in iter_scopes(copy):
-        if scope.graph is None or not stale:
-            continue
-        outputs = {o for node in scope.graph.node if (node.op_type, node.name) in stale
-                   and normalize_domain(node.domain) == "" for o in node.output}
-        for info in scope.graph.value_info:
-            if info.name in outputs and info.type.tensor_type.HasField("shape"):
-                info.type.tensor_type.ClearField("shape")
-                cleared.append(info.name)
+    # inference stops at a node it fails on: once its inputs are right, it sees further
+    # (and may find more), so again until nothing more is cleared
+    for _ in range(_MAX_CLEARING_ROUNDS):
+        stale = set(rank_check(copy).stale)
+        if not stale or not _clear_outputs(copy, stale, cleared):
+            break
     if not cleared:
         return model, []
     shown = ", ".join(repr(n) for n in cleared[:3]) + (
         f" (and {len(cleared) - 3} more)" if len(cleared) > 3 else "")
     return copy, [f"cleared {len(cleared)} declared shape(s) (value_info) that onnx's shape "
                   f"inference contradicts: {shown}"]
+
+
+def _clear_outputs(model: ModelProto, nodes: set[tuple[str, str]], cleared: list[str]) -> int:
+    """Clear the declared shapes of the outputs of standard-domain ``nodes`` (op_type, name)
+    in ``model``, adding their names to ``cleared``; how many were cleared."""
+    from rewriter.graph.walk import iter_scopes, normalize_domain
+
+    before = len(cleared)
+    for scope in iter_scopes(model):
+        if scope.graph is None:
+            continue
+        outputs = {o for node in scope.graph.node if (node.op_type, node.name) in nodes
+                   and normalize_domain(node.domain) == "" for o in node.output}
+        for info in scope.graph.value_info:
+            if info.name in outputs and info.type.tensor_type.HasField("shape"):
+                info.type.tensor_type.ClearField("shape")
+                cleared.append(info.name)
+    return len(cleared) - before
 
 
 def forget_contradicted_constant_shapes(model: ModelProto, dry_run: bool = False) -> list[str]:
