@@ -22,7 +22,11 @@ from rewriter.apply.splice import (
     cleanup,
     splice_into_new,
 )
-from rewriter.detect.ranks import without_contradicted_declarations
+from rewriter.detect.ranks import (
+    clear_contradicted_declarations,
+    cleared_sentence,
+    without_contradicted_declarations,
+)
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import (
     Detection,
@@ -33,7 +37,7 @@ from rewriter.detect.walker import (
 )
 from rewriter.errors import EXIT_FINDINGS, RewriterError, UnfixableError
 from rewriter.graph.opid import OpId
-from rewriter.graph.walk import normalize_domain, op_counts, subgraphs
+from rewriter.graph.walk import iter_scopes, normalize_domain, op_counts, subgraphs
 from rewriter.manager import Plugins
 from rewriter.plan.kinds import RemedyKind
 from rewriter.plan.passes import PassContext, RewritePass, ask_offers, instantiate, run_pass
@@ -430,12 +434,33 @@ def _rewrite_proto(
             checked = None
         else:
             report.verification = verify(work, original, base_dir, data_locations)
+            if _new_failure(report.verification.get("shape_inference", "ok")):
+                # a declaration of the input's that its rewritten nodes' inference now
+                # contradicts (onnxruntime-genai's builder declares a KV cache's total
+                # length as the new tokens' count; an input's dims fixed make it concrete)
+                # is the input's mistake, cleared; the rewrite's own still fail
+                cleared = clear_contradicted_declarations(work, _declared_names(original))
+                if cleared:
+                    report.repairs.append(cleared_sentence(cleared, " once rewritten "
+                                                           "(declared in the input)"))
+                    report.verification = verify(work, original, base_dir, data_locations)
             report.verification_scope = "whole model"
             if conflicts and report.verification.get("shape_inference") == "ok":
                 report.verification["shape_inference"] = conflicts[0]
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
+
+def _new_failure(verdict: str) -> bool:
+    """A verification verdict that fails the rewrite (not ok, skipped or pre-existing)."""
+    return not (verdict == "ok" or verdict.startswith(("skipped", "pre-existing")))
+
+
+def _declared_names(model: ModelProto) -> set[str]:
+    """The names every graph of ``model`` declares a value_info for."""
+    return {v.name for scope in iter_scopes(model) if scope.graph is not None
+            for v in scope.graph.value_info}
+
 
 @dataclass
 class Planned:

@@ -138,3 +138,40 @@ def test_verification_tells_a_pre_existing_inference_failure_from_a_new_one():
     verdict = verify(worse, original)["shape_inference"]
     assert not verdict.startswith("pre-existing")
     assert "const_three" in verdict and "new" in verdict
+
+
+def _gelu_then_declared_unsqueeze() -> onnx.ModelProto:
+    """x (2, 3) -> com.microsoft BiasGelu -> Unsqueeze(0) -> Relu -> y (1, 2, 3); the
+    Unsqueeze's output declared (1, 2, 5), wrong, as the genai builder declares its KV
+    cache's total length as the new tokens' count. onnx's inference knows no com.microsoft
+    op: the declaration contradicts nothing until the BiasGelu is decomposed."""
+    nodes = [helper.make_node("BiasGelu", ["x", "bias3"], ["g"], name="gelu",
+                              domain="com.microsoft"),
+             helper.make_node("Unsqueeze", ["g", "axes"], ["u"], name="unsqueeze"),
+             helper.make_node("Relu", ["u"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3])],
+        [numpy_helper.from_array(np.array([0.1, -0.2, 0.3], np.float32), "bias3"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes")],
+        value_info=[helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 2, 5])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                   helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=10)
+
+
+def test_a_wrong_declaration_the_rewrite_reveals_is_cleared_and_said(plugins):
+    model = _gelu_then_declared_unsqueeze()
+    onnx.shape_inference.infer_shapes(model, strict_mode=True)  # nothing to see yet
+    result = rewrite(model, ["reference"], plugins=plugins)
+    report = result.report
+    assert report.verdict == "verified", report.verdict_reason
+    assert report.verification["shape_inference"] == "ok"
+    assert any("once rewritten" in r and "'u'" in r for r in report.repairs), report.repairs
+    onnx.shape_inference.infer_shapes(result.model, strict_mode=True)
+    x = X.reshape(2, 3)
+    from onnx.reference import ReferenceEvaluator
+
+    (got,) = ReferenceEvaluator(result.model).run(None, {"x": x})
+    want = np.maximum(_bias_gelu(x, np.array([0.1, -0.2, 0.3], np.float32)), 0)[None]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

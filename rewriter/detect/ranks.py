@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from onnx import ModelProto
@@ -125,30 +125,45 @@ def without_contradicted_declarations(model: ModelProto) -> tuple[ModelProto, li
     (a vendor op's may be the one that is wrong). onnxruntime-genai's builder declares its
     rank-1 ``Constant`` shape tensors as scalars; planning that trusts them refuses to
     lower the ``Reshape`` they feed ("shape input must be 1D")."""
-
     stale = set(rank_check(model).stale)
     if not stale and not forget_contradicted_constant_shapes(model, dry_run=True):
         return model, []
     copy = ModelProto()
     copy.CopyFrom(model)
     cleared = forget_contradicted_constant_shapes(copy)
-    # inference stops at a node it fails on: once its inputs are right, it sees further
-    # (and may find more), so again until nothing more is cleared
-    for _ in range(_MAX_CLEARING_ROUNDS):
-        stale = set(rank_check(copy).stale)
-        if not stale or not _clear_outputs(copy, stale, cleared):
-            break
+    cleared += clear_contradicted_declarations(copy)
     if not cleared:
         return model, []
+    return copy, [cleared_sentence(cleared)]
+
+
+def cleared_sentence(cleared: Sequence[str], where: str = "") -> str:
+    """The repair's sentence for the declared shapes ``cleared``."""
     shown = ", ".join(repr(n) for n in cleared[:3]) + (
         f" (and {len(cleared) - 3} more)" if len(cleared) > 3 else "")
-    return copy, [f"cleared {len(cleared)} declared shape(s) (value_info) that onnx's shape "
-                  f"inference contradicts: {shown}"]
+    return (f"cleared {len(cleared)} declared shape(s) (value_info) that onnx's shape "
+            f"inference contradicts{where}: {shown}")
 
 
-def _clear_outputs(model: ModelProto, nodes: set[tuple[str, str]], cleared: list[str]) -> int:
+def clear_contradicted_declarations(model: ModelProto,
+                                    only: Container[str] | None = None) -> list[str]:
+    """Clear, in place, the declared shapes of standard-domain nodes' outputs that onnx's
+    strict inference contradicts (``only``: of these value names), until it finds no more
+    (inference stops at a node it fails on: once its inputs are right, it sees further);
+    the names cleared."""
+    cleared: list[str] = []
+    for _ in range(_MAX_CLEARING_ROUNDS):
+        stale = set(rank_check(model).stale)
+        if not stale or not _clear_outputs(model, stale, cleared, only):
+            break
+    return cleared
+
+
+def _clear_outputs(model: ModelProto, nodes: set[tuple[str, str]], cleared: list[str],
+                   only: Container[str] | None = None) -> int:
     """Clear the declared shapes of the outputs of standard-domain ``nodes`` (op_type, name)
-    in ``model``, adding their names to ``cleared``; how many were cleared."""
+    in ``model`` (``only``: of these value names), adding their names to ``cleared``; how
+    many were cleared."""
     from rewriter.graph.walk import iter_scopes, normalize_domain
 
     before = len(cleared)
@@ -158,7 +173,8 @@ def _clear_outputs(model: ModelProto, nodes: set[tuple[str, str]], cleared: list
         outputs = {o for node in scope.graph.node if (node.op_type, node.name) in nodes
                    and normalize_domain(node.domain) == "" for o in node.output}
         for info in scope.graph.value_info:
-            if info.name in outputs and info.type.tensor_type.HasField("shape"):
+            if (info.name in outputs and info.type.tensor_type.HasField("shape")
+                    and (only is None or info.name in only)):
                 info.type.tensor_type.ClearField("shape")
                 cleared.append(info.name)
     return len(cleared) - before
