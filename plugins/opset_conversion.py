@@ -61,6 +61,7 @@ from rewriter.plugin import (
     PassContext,
     RewritePass,
     Target,
+    forget_contradicted_constant_shapes,
     hookimpl,
     iter_scopes,
     normalize_domain,
@@ -2316,29 +2317,9 @@ class OpsetConversionPass(RewritePass):
                 entry.domain, entry.version = REMEDY_DOMAIN, 1
         out = splice(model, list(functions.values())) if functions else model
         _drop_dead_constants(out, used_before - _referenced(out))
-        _forget_contradicted_constant_shapes(out)
+        forget_contradicted_constant_shapes(out)  # genai builder scalars, see there
         self._model, self._facts = out, None
         return out
-
-
-def _forget_contradicted_constant_shapes(model: ModelProto) -> None:
-    """Clear a declared shape (``value_info``) that contradicts the tensor a ``Constant``
-    holds: onnxruntime-genai's builder declares its rank-1 ``/model/constants/INT64/[1]``
-    as a scalar, which the full checker refuses once the vendor ops around it are gone."""
-    for scope in iter_scopes(model):
-        if scope.graph is None:
-            continue
-        held = {node.output[0]: list(a.t.dims) for node in scope.graph.node
-                if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-                and len(node.output) == 1 for a in node.attribute if a.name == "value"}
-        for info in scope.graph.value_info:
-            dims = held.get(info.name)
-            if dims is None or not info.type.tensor_type.HasField("shape"):
-                continue
-            declared = info.type.tensor_type.shape.dim
-            if len(declared) != len(dims) or any(
-                    d.HasField("dim_value") and d.dim_value != n for d, n in zip(declared, dims)):
-                info.type.tensor_type.ClearField("shape")
 
 
 def _referenced(model: ModelProto) -> set[str]:

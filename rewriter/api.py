@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from onnx import ModelProto
 
 from rewriter import progress
+from rewriter.detect.ranks import shape_warnings, without_contradicted_declarations
 from rewriter.detect.targets import TargetOptions, resolve_targets
 from rewriter.detect.walker import CheckReport, TargetResult, confirm_model, detect
 from rewriter.errors import OutputError
@@ -141,6 +142,14 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
     loaded, _ = with_static_shapes(loaded, fix_dims, input_shapes)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=confirm)
     results = []
+    warnings = shape_warnings(loaded.model)
+    # findings and their remedies are judged as rewrite judges them: on the model without
+    # the declared shapes onnx's inference contradicts (rewriter.engine); a runtime confirms
+    # the model as given
+    given = loaded
+    repaired, _ = without_contradicted_declarations(loaded.model)
+    if repaired is not loaded.model:
+        loaded = dataclasses.replace(loaded, model=repaired)  # (the same nodes)
     for target in resolve_targets(plugins, as_targets(targets), options):
         wants = confirm if confirm is not None else target.wants_confirm(loaded)
         with progress.stage("detect", f"on {target.name}"):  # nodes kept for the plan
@@ -149,18 +158,19 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
                                main_io=loaded.main_io, inventory=not wants,
                                main_holders=loaded.main_holders)
         findings = detection.findings
-        result = TargetResult(target.name, target.description, findings)
+        result = TargetResult(target.name, target.description, findings,
+                              warnings=list(warnings))
         if not findings and wants:
             log.info("check %s: confirming on %s", loaded.path, target.name)
             with progress.stage("confirm", f"on {target.name}"):
-                confirmation, refused = confirm_model(loaded.model, target, loaded.base_dir,
+                confirmation, refused = confirm_model(given.model, target, given.base_dir,
                                                       detection.main_types)
             result.confirmation = confirmation.describe()
             if not refused and confirmation.ran and target.compares_numbers:
                 from rewriter.comparison.numbers import check_numbers
 
                 with progress.stage("confirm", f"{target.name}'s numbers"):
-                    numbers = check_numbers(loaded, target, plugins=plugins,
+                    numbers = check_numbers(given, target, plugins=plugins,
                                             types=detection.main_types,
                                             custom_op_libraries=custom_op_libraries)
                 refused = numbers.findings
@@ -392,7 +402,7 @@ def rewrite(
         from rewriter.io.model import import_repairs
 
         # what the save would add, made here: the result compared is the result written
-        report.repairs = shape_changes + import_repairs(
+        report.repairs = report.repairs + shape_changes + import_repairs(
             rewritten, report.after.domains if report.after else None)
     if report_details:
         _report_size_and_picture(report, loaded, rewritten, dry_run)

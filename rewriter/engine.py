@@ -22,6 +22,11 @@ from rewriter.apply.splice import (
     cleanup,
     splice_into_new,
 )
+from rewriter.detect.ranks import (
+    clear_contradicted_declarations,
+    cleared_sentence,
+    without_contradicted_declarations,
+)
 from rewriter.detect.targets import Finding, Target
 from rewriter.detect.walker import (
     Detection,
@@ -32,7 +37,7 @@ from rewriter.detect.walker import (
 )
 from rewriter.errors import EXIT_FINDINGS, RewriterError, UnfixableError
 from rewriter.graph.opid import OpId
-from rewriter.graph.walk import normalize_domain, op_counts, subgraphs
+from rewriter.graph.walk import iter_scopes, normalize_domain, op_counts, subgraphs
 from rewriter.manager import Plugins
 from rewriter.plan.kinds import RemedyKind
 from rewriter.plan.passes import PassContext, RewritePass, ask_offers, instantiate, run_pass
@@ -243,7 +248,11 @@ def _rewrite_proto(
     files the model names, when the caller knows them (from the load; the validation then
     does not read every tensor for them)."""
     # ``model`` is only read until round one changes it: the result is then built from it
-    # (splice_into_new: no copy of its nodes), or a working copy is changed in place
+    # (splice_into_new: no copy of its nodes), or a working copy is changed in place.
+    # Declared shapes onnx's inference contradicts are cleared first (a repair, kept only
+    # when something is remedied): remedies are planned on the shapes they declare
+    original = model
+    model, repairs = without_contradicted_declarations(model)
     work = model
     report = RewriteReport(model_name, [t.name for t in targets], dry_run=dry_run)
     counts_before = op_counts(model)
@@ -278,6 +287,10 @@ def _rewrite_proto(
             d.findings.extend(found)
             d.in_main.update(id(f) for f in found if f.node is not None)
     findings = [f for d in detections for f in d.findings]
+    if repairs and not findings:  # the model runs as it is: it stays as it is
+        model = work = original
+        repairs = []
+    report.repairs = repairs
     declared = detections[0].declared if detections else {}
     with progress.stage("plan", f"{len(findings)} findings"):
         planned = plan_findings(planner, findings, constants, declared, explain)
@@ -420,13 +433,34 @@ def _rewrite_proto(
                 work = ModelProto.FromString(checked)
             checked = None
         else:
-            report.verification = verify(work, model, base_dir, data_locations)
+            report.verification = verify(work, original, base_dir, data_locations)
+            if _new_failure(report.verification.get("shape_inference", "ok")):
+                # a declaration of the input's that its rewritten nodes' inference now
+                # contradicts (onnxruntime-genai's builder declares a KV cache's total
+                # length as the new tokens' count; an input's dims fixed make it concrete)
+                # is the input's mistake, cleared; the rewrite's own still fail
+                cleared = clear_contradicted_declarations(work, _declared_names(original))
+                if cleared:
+                    report.repairs.append(cleared_sentence(cleared, " once rewritten "
+                                                           "(declared in the input)"))
+                    report.verification = verify(work, original, base_dir, data_locations)
             report.verification_scope = "whole model"
             if conflicts and report.verification.get("shape_inference") == "ok":
                 report.verification["shape_inference"] = conflicts[0]
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
+
+def _new_failure(verdict: str) -> bool:
+    """A verification verdict that fails the rewrite (not ok, skipped or pre-existing)."""
+    return not (verdict == "ok" or verdict.startswith(("skipped", "pre-existing")))
+
+
+def _declared_names(model: ModelProto) -> set[str]:
+    """The names every graph of ``model`` declares a value_info for."""
+    return {v.name for scope in iter_scopes(model) if scope.graph is not None
+            for v in scope.graph.value_info}
+
 
 @dataclass
 class Planned:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rewriter.detect.ranks import forget_contradicted_constant_shapes
 from rewriter.detect.targets import (
     BY_NODE,
     BY_TYPES,
@@ -119,6 +120,7 @@ __all__ = [
     "run_sets",
     "schema_arity_problem",
     "find_unsupported",
+    "forget_contradicted_constant_shapes",
     # provisional: schemas, types, graph walking
     "OpSchema",
     "SchemaIndex",

@@ -68,6 +68,9 @@ class TargetResult:
     confirmation: str = ""  # how: "loaded and ran once on generated inputs", why not run...
     # per finding (path, op_type): the remedy rewrite would apply, or "none: WHY" (api.check)
     plan: dict = field(default_factory=dict)
+    # what is worth knowing but no finding: onnx's shape inference failing on a node the
+    # runtime runs (rewriter.detect.ranks.shape_warnings)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def runs(self) -> bool:

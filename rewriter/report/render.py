@@ -105,6 +105,7 @@ def check_as_dict(report: CheckReport, registry=None) -> dict[str, Any]:
             "confirmation": r.confirmation or None,
             "findings": [f.as_dict() for f in r.findings],
             "groups": groups,
+            "warnings": list(r.warnings),
         })
     fixable = all(not g["no_remedy"] for t in targets for g in t["groups"])
     return {"model": report.model_path, "ok": report.ok,
@@ -131,6 +132,7 @@ def check_lines(doc: dict[str, Any], columns: int | None = None) -> list[str]:
                    else " (static check)")
             lines += wrap(f"✓ {t['target']}: every node runs{how}", indent=4, first=0,
                           columns=columns)
+            lines += _warning_lines(t, columns)
             continue
         groups = t["groups"]
         lines += wrap(f"✗ {t['target']}: {len(t['findings'])} finding(s) in {len(groups)} "
@@ -148,7 +150,18 @@ def check_lines(doc: dict[str, Any], columns: int | None = None) -> list[str]:
             if g.get("rules"):
                 remedy += f", rule {', '.join(g['rules'])}"
             lines += wrap(one_line(f"remedy: {remedy}"), indent=6, first=4, columns=columns)
+        lines += _warning_lines(t, columns)
     return lines
+
+
+def _warning_lines(target: dict[str, Any], columns: int | None) -> list[str]:
+    """A target's warnings (no findings: what onnx's inference says of a model it runs)."""
+    from rewriter.console import wrap
+
+    out = []
+    for warning in target.get("warnings") or ():
+        out += wrap(one_line(f"! warning: {warning}"), indent=6, first=2, columns=columns)
+    return out
 
 
 def print_check(report: CheckReport | dict[str, Any], registry=None, stream=None) -> None:

@@ -98,6 +98,8 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None,
             for field_, entry in added:
                 field_.remove(entry)
 
+    errors: dict[int, dict[str, list[str]]] = {}  # id(result) -> check -> onnx's error lines
+
     def check(m: ModelProto | str) -> dict[str, str]:
         try:
             onnx.checker.check_model(m, full_check=True)
@@ -106,17 +108,35 @@ def verify(model: ModelProto, original: ModelProto, base_dir=None,
             try:
                 onnx.checker.check_model(m, full_check=False)
             except Exception as basic:  # noqa: BLE001
-                return {"checker": first_line(basic), "shape_inference": "skipped: the "
-                        "checker failed"}
-            return {"checker": "ok", "shape_inference": first_line(full)}
+                result = {"checker": first_line(basic), "shape_inference": "skipped: the "
+                          "checker failed"}
+                errors[id(result)] = {"checker": _error_lines(basic)}
+                return result
+            result = {"checker": "ok", "shape_inference": first_line(full)}
+            errors[id(result)] = {"shape_inference": _error_lines(full)}
+            return result
 
     results = run(model)
     if any(v != "ok" for v in results.values()):
+        now = errors.get(id(results), {})
         before = run(original)
+        was = errors.get(id(before), {})
         for name, verdict in results.items():
-            if verdict != "ok" and not verdict.startswith("skipped") and before[name] != "ok":
-                results[name] = f"pre-existing: the original fails too: {verdict}"
+            if verdict == "ok" or verdict.startswith("skipped") or before[name] == "ok":
+                continue
+            # pre-existing only when every error is one the original has (the same node,
+            # the same words): a new one is the rewrite's, and fails it
+            new = [line for line in now.get(name, [verdict]) if line not in
+                   set(was.get(name, [before[name]]))]
+            results[name] = (f"pre-existing: the original fails too: {verdict}" if not new
+                             else f"{new[0]} (new: the original fails otherwise)")
     return results
+
+
+def _error_lines(error: Exception) -> list[str]:
+    """onnx's error as its lines, one per node for inference's "Inference error(s): ..."."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines or [type(error).__name__]
 
 def verify_regions(
     model: ModelProto | bytes, original: ModelProto, regions: Mapping[str, Region],
