@@ -52,14 +52,16 @@ def _model(op: str, attributes: dict, x: np.ndarray, outputs) -> onnx.ModelProto
 BUILDERS = {"SVMClassifier": svm.build_svm_classifier, "SVMRegressor": svm.build_svm_regressor}
 
 
-def _lowered(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every SVM node replaced by its body (inlined): standard ops only. The
-    SVM nodes read graph inputs (a single-node model, skl2onnx's exports)."""
+def _lowered(model: onnx.ModelProto, builders=None) -> onnx.ModelProto:
+    """``model`` with every SVM node replaced by its body (inlined; ``builders``: by op type,
+    default :data:`BUILDERS`). The SVM nodes read graph inputs (a single-node model,
+    skl2onnx's exports)."""
+    builders = {**BUILDERS, **(builders or {})}
     inputs = {i.name: i.type for i in model.graph.input}
     opsets = {o.domain: o.version for o in model.opset_import}
     functions, nodes = [], []
     for node in model.graph.node:
-        if node.domain != "ai.onnx.ml" or node.op_type not in BUILDERS:
+        if node.domain != "ai.onnx.ml" or node.op_type not in builders:
             nodes.append(node)
             continue
         x = inputs[node.input[0]]
@@ -67,7 +69,7 @@ def _lowered(model: onnx.ModelProto) -> onnx.ModelProto:
         type_name = {"float32": "float", "float64": "double"}.get(type_name, type_name)
         ctx = DecompositionContext(node, opsets[""], opsets, [f"tensor({type_name})"],
                                    declared={node.input[0]: x})
-        fn = BUILDERS[node.op_type](ctx)
+        fn = builders[node.op_type](ctx)
         fn.name = f"{fn.name}_{len(functions)}"
         functions.append(fn)
         nodes.append(helper.make_node(fn.name, list(node.input), list(node.output),
@@ -79,7 +81,7 @@ def _lowered(model: onnx.ModelProto) -> onnx.ModelProto:
         functions=functions)
     lowered.ir_version = 10
     lowered = onnx.inliner.inline_local_functions(lowered)
-    assert all(n.domain in ("", "ai.onnx") for n in lowered.graph.node)
+    assert not [n for n in lowered.graph.node if n.op_type in BUILDERS]
     return lowered
 
 
@@ -226,3 +228,144 @@ def test_the_coupling_runs_its_sweeps_on_the_reference_evaluator():
     assert got[0].tolist() == expected[0].tolist()
     assert np.abs(expected[1] - 0.25).max() > 0.05  # (the start is not the answer)
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
+
+
+# -- scikit-learn's SVMs as skl2onnx exports them (the bench-ml extra) --------------------
+
+# (SVC(probability=True) is deprecated from scikit-learn 1.9; its exports are what is tested)
+SKLEARN_WARNINGS = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def _sklearn_data(classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=60, n_features=4, n_informative=3, n_redundant=0,
+                               n_classes=classes, random_state=seed)
+    return x.astype(np.float32), y
+
+
+def _exported(estimator, x: np.ndarray) -> onnx.ModelProto:
+    from skl2onnx import to_onnx
+
+    options = {id(estimator): {"zipmap": False}} if hasattr(estimator, "classes_") else None
+    return to_onnx(estimator, x[:1], target_opset={"": 17, "ai.onnx.ml": 1},
+                   options=options)
+
+
+@SKLEARN_WARNINGS
+@pytest.mark.parametrize("classes", [2, 3])
+@pytest.mark.parametrize("probability", [False, True])
+@pytest.mark.parametrize("kernel", ["linear", "rbf", "poly", "sigmoid"])
+def test_sklearn_svc_export_lowered_matches_onnxruntime_and_sklearn(kernel, probability,
+                                                                    classes):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from sklearn.svm import SVC
+
+    x, y = _sklearn_data(classes, seed=classes)
+    svc = SVC(kernel=kernel, probability=probability, random_state=0).fit(x, y)
+    model = _exported(svc, x)
+    assert "SVMClassifier" in {n.op_type for n in model.graph.node}
+    lowered = _lowered(model)
+    expected, got = _run(model, x), _run(lowered, x)
+    assert got[0].tolist() == expected[0].tolist()
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-5)
+    assert got[0].tolist() == svc.predict(x).tolist()
+    if probability:  # libsvm's own coupling, in double: onnxruntime's float32 is this close
+        np.testing.assert_allclose(got[1], svc.predict_proba(x), atol=1e-4)
+
+
+@SKLEARN_WARNINGS
+def test_sklearn_svc_string_labels_lowered():
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from sklearn.svm import SVC
+
+    for classes, probability in [(2, False), (3, True)]:
+        x, y = _sklearn_data(classes, seed=7)
+        names = np.array(["no", "yes", "maybe"])[:classes]
+        svc = SVC(probability=probability, random_state=0).fit(x, names[y])
+        model = _exported(svc, x)
+        expected, got = _run(model, x), _run(_lowered(model), x)
+        assert got[0].tolist() == expected[0].tolist() == svc.predict(x).tolist()
+        np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-5)
+
+
+@SKLEARN_WARNINGS
+@pytest.mark.parametrize("kernel", ["linear", "rbf", "poly", "sigmoid"])
+def test_sklearn_svr_and_one_class_exports_lowered(kernel):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from sklearn.datasets import make_regression
+    from sklearn.svm import SVR, OneClassSVM
+
+    x, y = make_regression(n_samples=60, n_features=4, noise=0.1, random_state=2)
+    x = x.astype(np.float32)
+    for estimator, target in [(SVR(kernel=kernel), y), (OneClassSVM(kernel=kernel, nu=0.2),
+                                                        None)]:
+        estimator.fit(x, target)
+        model = _exported(estimator, x)
+        assert "SVMRegressor" in {n.op_type for n in model.graph.node}
+        expected, got = _run(model, x), _run(_lowered(model), x)
+        for g, e in zip(got, expected):
+            assert g.dtype == e.dtype and g.shape == e.shape
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-4)
+        if target is None:
+            assert got[0].ravel().tolist() == estimator.predict(x).tolist()
+            np.testing.assert_allclose(got[1].ravel(), estimator.decision_function(x),
+                                       rtol=1e-4, atol=1e-4)
+        else:
+            np.testing.assert_allclose(got[0].ravel(), estimator.predict(x), rtol=1e-4,
+                                       atol=1e-3)
+
+
+@SKLEARN_WARNINGS
+def test_reference_target_rescues_the_evaluators_svc_probabilities():
+    """The reference evaluator's multiclass Platt probabilities are not onnxruntime's (nor
+    scikit-learn's): ``rewrite --target reference`` finds it computes differently and the
+    decomposition, run on the evaluator, is verified."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from onnx.reference import ReferenceEvaluator
+    from sklearn.svm import SVC
+
+    from rewriter.api import rewrite
+
+    x, y = _sklearn_data(3, seed=3)
+    svc = SVC(probability=True, random_state=0).fit(x, y)
+    model = _exported(svc, x)
+    feeds = {"X": x[:20]}
+    original = ReferenceEvaluator(model).run(None, feeds)
+    assert np.abs(original[1] - svc.predict_proba(x[:20])).max() > 1e-2
+    result = rewrite(model, ["reference"], compare_options={"inputs": feeds})
+    assert result.report.verdict == "verified", result.report.verification
+    assert "SVMClassifier" not in {n.op_type for n in result.model.graph.node}
+    got = ReferenceEvaluator(result.model).run(None, feeds)
+    assert got[0].tolist() == svc.predict(x[:20]).tolist()
+    np.testing.assert_allclose(got[1], svc.predict_proba(x[:20]), atol=1e-4)
+
+
+@pytest.mark.slow  # (~8 s: tract optimizes the ~9,000 nodes)
+@SKLEARN_WARNINGS
+def test_sklearn_svc_probabilities_unrolled_run_on_tract():
+    """The Loop-free body (every sweep in the graph) equals onnxruntime's kernel, on
+    onnxruntime and on tract (which refuses the ``Loop``)."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    pytest.importorskip("tract")
+    from sklearn.svm import SVC
+
+    from rewriter.testing import run_on
+
+    x, y = _sklearn_data(2, seed=5)
+    svc = SVC(probability=True, random_state=0).fit(x, y)
+    model = _exported(svc, x)
+    unrolled = _lowered(model, {"SVMClassifier": svm.build_svm_classifier_unrolled})
+    assert "Loop" not in {n.op_type for n in unrolled.graph.node}
+    rows = x[:12]
+    expected = _run(model, rows)
+    for name, got in [("onnxruntime", _run(unrolled, rows)),
+                      ("tract", run_on("tract", unrolled, {"X": rows}))]:
+        assert np.asarray(got[0]).tolist() == expected[0].tolist(), name
+        np.testing.assert_allclose(np.asarray(got[1]), expected[1], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)

@@ -28,8 +28,9 @@ one row) cast to float32.
   kernel disagree).
 
 The probabilities' sweeps are a ``Loop`` (at most 100 trips, ended when no row is left to
-converge); each sweep is the kernel's float32 arithmetic in its order, so a row stops after
-the same sweep as in the kernel.
+converge; :func:`build_svm_classifier_unrolled` writes all 100 in the graph instead); each
+sweep is the kernel's float32 arithmetic in its order, so a row stops after the same sweep
+as in the kernel.
 """
 
 from __future__ import annotations
@@ -209,8 +210,10 @@ def _sum_in_order(b: Body, terms: list[str]) -> str:
 
 
 def _probabilities(b: Body, scores: str, count: int, prob_a: np.ndarray,
-                   prob_b: np.ndarray) -> str:
-    """``[N, C]``: the pairs' Platt probabilities coupled (``multiclass_probability``)."""
+                   prob_b: np.ndarray, unrolled: bool) -> str:
+    """``[N, C]``: the pairs' Platt probabilities coupled (``multiclass_probability``): its
+    sweeps a ``Loop``, or, ``unrolled``, all :data:`MAX_SWEEPS` of them in the graph (for a
+    runtime without ``Loop``)."""
     pairs = _pairs(count)
     sigmoid = b.op("Sub", b.scalar_like(1.0, FLOAT), _exact_logistic(b, b.op(
         "Add", b.op("Mul", scores, b.const(prob_a[:len(pairs)], _F32)),
@@ -234,36 +237,16 @@ def _probabilities(b: Body, scores: str, count: int, prob_a: np.ndarray,
     start = b.op("Expand", b.const(np.full((1, count), _F32(1) / _F32(count)), _F32),
                  b.op("Concat", rows, b.ints([count]), axis=0))
 
+    if unrolled:  # every sweep in the graph, a converged row left as it is
+        p = start
+        for _ in range(MAX_SWEEPS):
+            p, _active = _sweep(b, p, q, q_rows, q_columns, count)
+        return p
     loop = b.child()
     trip, cond_in, p_in = loop.fresh("trip"), loop.fresh("cond"), loop.fresh("p")
-    p = p_in
-    # the stopping test, Qp and pQp recomputed from p (in the kernel's order)
-    qp = _sum_in_order(loop, [loop.op("Mul", q_columns[j], _column(loop, p, j))
-                              for j in range(count)])
-    pqp = _sum_in_order(loop, [loop.op("Mul", _column(loop, p, i), _column(loop, qp, i))
-                               for i in range(count)])
-    error = loop.op("Abs", loop.op("Sub", qp, pqp))
-    zero = loop.scalar_like(0.0, FLOAT)
-    error = loop.op("Where", loop.op("Greater", error, zero), error, zero)  # (NaN: ignored)
-    largest = loop.reduce_max(error, [1], keepdims=1)
-    eps = float(_F32(0.005) / _F32(count))
-    active = loop.op("Not", loop.op("Less", largest, loop.scalar_like(eps, FLOAT)))
-    one = loop.scalar_like(1.0, FLOAT)
-    for i in range(count):
-        qp_i = _column(loop, qp, i)
-        q_ii = q[i, i]
-        diff = loop.op("Div", loop.op("Add", loop.op("Neg", qp_i), pqp), q_ii)
-        diff = loop.op("Where", active, diff, zero)
-        at_i = loop.const(np.arange(count)[None] == i, np.bool_)
-        p = loop.op("Where", at_i, loop.op("Add", p, diff), p)
-        grow = loop.op("Add", one, diff)
-        pqp = loop.op("Div", loop.op("Div", loop.op("Add", pqp, loop.op(
-            "Mul", diff, loop.op("Add", loop.op("Mul", diff, q_ii), loop.op(
-                "Mul", loop.scalar_like(2.0, FLOAT), qp_i)))), grow), grow)
-        qp = loop.op("Div", loop.op("Add", qp, loop.op("Mul", diff, q_rows[i])), grow)
-        p = loop.op("Div", p, grow)
+    p, active = _sweep(loop, p_in, q, q_rows, q_columns, count)
     again = loop.op("Greater", loop.reduce_sum(loop.cast(active, FLOAT), [0, 1], keepdims=0),
-                    zero)
+                    loop.scalar_like(0.0, FLOAT))
     p_out = loop.op("Identity", p)
     graph = helper.make_graph(
         loop.nodes, b.fresh("svm_coupling_sweep"),
@@ -277,6 +260,38 @@ def _probabilities(b: Body, scores: str, count: int, prob_a: np.ndarray,
                 b.const(np.array(True), np.bool_), start, body=graph)
 
 
+def _sweep(b: Body, p: str, q: dict, q_rows: list[str], q_columns: list[str],
+           count: int) -> tuple[str, str]:
+    """One sweep of ``multiclass_probability`` over every row: the stopping test (``Qp`` and
+    ``pQp`` recomputed from ``p``, in the kernel's order), then, in the rows not yet
+    converged, each class's update in turn. Returns the new ``p`` and the rows that were
+    still converging (``[N, 1]`` bool)."""
+    qp = _sum_in_order(b, [b.op("Mul", q_columns[j], _column(b, p, j)) for j in range(count)])
+    pqp = _sum_in_order(b, [b.op("Mul", _column(b, p, i), _column(b, qp, i))
+                            for i in range(count)])
+    error = b.op("Abs", b.op("Sub", qp, pqp))
+    zero = b.scalar_like(0.0, FLOAT)
+    error = b.op("Where", b.op("Greater", error, zero), error, zero)  # (NaN: ignored)
+    largest = b.reduce_max(error, [1], keepdims=1)
+    eps = float(_F32(0.005) / _F32(count))
+    active = b.op("Not", b.op("Less", largest, b.scalar_like(eps, FLOAT)))
+    one = b.scalar_like(1.0, FLOAT)
+    for i in range(count):
+        qp_i = _column(b, qp, i)
+        q_ii = q[i, i]
+        diff = b.op("Div", b.op("Add", b.op("Neg", qp_i), pqp), q_ii)
+        diff = b.op("Where", active, diff, zero)
+        at_i = b.const(np.arange(count)[None] == i, np.bool_)
+        p = b.op("Where", at_i, b.op("Add", p, diff), p)
+        grow = b.op("Add", one, diff)
+        pqp = b.op("Div", b.op("Div", b.op("Add", pqp, b.op(
+            "Mul", diff, b.op("Add", b.op("Mul", diff, q_ii), b.op(
+                "Mul", b.scalar_like(2.0, FLOAT), qp_i)))), grow), grow)
+        qp = b.op("Div", b.op("Add", qp, b.op("Mul", diff, q_rows[i])), grow)
+        p = b.op("Div", p, grow)
+    return p, active
+
+
 def _labels(b: Body, index: str, ints: list[int], strings: list[str]) -> str:
     if strings:
         return b.op("Gather", make_string_const(b, strings), index, axis=0)
@@ -284,6 +299,25 @@ def _labels(b: Body, index: str, ints: list[int], strings: list[str]) -> str:
 
 
 def build_svm_classifier(ctx) -> FunctionProto:
+    """The body; Platt probabilities' sweeps in a ``Loop``."""
+    return _svm_classifier(ctx, unrolled=False)
+
+
+def build_svm_classifier_unrolled(ctx) -> FunctionProto:
+    """The body with the probabilities' sweeps unrolled, for a runtime without ``Loop``
+    (tract 0.23 refuses the other body for it): every one of the :data:`MAX_SWEEPS` sweeps
+    in the graph (a 3-class skl2onnx SVC: 12,925 nodes against 128). Not registered yet:
+    the registry takes one decomposition per op and opset from a plugin, and choosing this
+    form only where ``Loop`` is refused needs a second registration asked after the first.
+    A node without ``prob_a`` has no sweeps (declined)."""
+    if not len(_floats(ctx, "prob_a")) or not sum(
+            int(v) for v in ctx.attribute("vectors_per_class", []) or []):
+        raise Declined("no Platt probabilities' sweeps to unroll (the Loop-free body is "
+                       "the other registration's)")
+    return _svm_classifier(ctx, unrolled=True)
+
+
+def _svm_classifier(ctx, unrolled: bool) -> FunctionProto:
     node = ctx.node
     if len(node.output) != 2 or not node.output[0] or not node.output[1]:
         raise Declined("SVMClassifier's label and scores must both be used")
@@ -331,7 +365,8 @@ def build_svm_classifier(ctx) -> FunctionProto:
         scores = _pair_scores(b, kernels, coefficients, per_class, rho)
         index = _votes_winner(b, scores, count)
         if have_proba:
-            z = post_transform(b, _probabilities(b, scores, count, prob_a, prob_b), transform)
+            z = post_transform(b, _probabilities(b, scores, count, prob_a, prob_b,
+                                                   unrolled), transform)
         elif count == 2 and transform == "LOGISTIC":
             z = b.op("Concat", logistic(b, b.op("Neg", scores)), logistic(b, scores), axis=1)
         elif count == 2:
