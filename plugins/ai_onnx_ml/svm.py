@@ -306,10 +306,9 @@ def build_svm_classifier(ctx) -> FunctionProto:
 def build_svm_classifier_unrolled(ctx) -> FunctionProto:
     """The body with the probabilities' sweeps unrolled, for a runtime without ``Loop``
     (tract 0.23 refuses the other body for it): every one of the :data:`MAX_SWEEPS` sweeps
-    in the graph (a 3-class skl2onnx SVC: 12,925 nodes against 128). Not registered yet:
-    the registry takes one decomposition per op and opset from a plugin, and choosing this
-    form only where ``Loop`` is refused needs a second registration asked after the first.
-    A node without ``prob_a`` has no sweeps (declined)."""
+    in the graph (a 3-class skl2onnx SVC: 12,925 nodes against 128). Registered by the
+    ``ai-onnx-ml-loop-free`` plugin (:mod:`.loop_free`), asked after this plugin's body. A
+    node without ``prob_a`` has no sweeps (declined)."""
     if not len(_floats(ctx, "prob_a")) or not sum(
             int(v) for v in ctx.attribute("vectors_per_class", []) or []):
         raise Declined("no Platt probabilities' sweeps to unroll (the Loop-free body is "
@@ -442,7 +441,7 @@ def build_svm_regressor(ctx) -> FunctionProto:
 # -- samples ---------------------------------------------------------------------------------
 
 
-def _svc_attributes(count: int, per_class: list[int], width: int, kernel: str,
+def svc_attributes(count: int, per_class: list[int], width: int, kernel: str,
                     proba: bool, seed: int) -> dict:
     """A random libsvm model: support vectors, pair coefficients, rho, Platt pairs."""
     rng = np.random.default_rng(seed)
@@ -460,7 +459,7 @@ def _svc_attributes(count: int, per_class: list[int], width: int, kernel: str,
     return attributes
 
 
-def _svm_rows(rng, shape):
+def sample_rows(rng, shape):
     return np.round(rng.uniform(-1.5, 1.5, shape), 3)
 
 
@@ -468,8 +467,8 @@ _TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 REGISTRATIONS = [
     ("SVMClassifier", build_svm_classifier, ("float", "double", "int64", "int32"), "", [
-        OpSample([Arg("T[7,3]", values=_svm_rows)], ["int64", "float"],
-                 {**_svc_attributes(3, [2, 1, 3], 3, kernel, proba, seed),
+        OpSample([Arg("T[7,3]", values=sample_rows)], ["int64", "float"],
+                 {**svc_attributes(3, [2, 1, 3], 3, kernel, proba, seed),
                   "classlabels_ints": [4, 5, 6], "post_transform": transform},
                  opset=0, name=f"3-classes-{kernel.lower()}-{'platt' if proba else 'votes'}-"
                  f"{transform.lower()}", dtypes=["float"])
@@ -477,21 +476,21 @@ REGISTRATIONS = [
             ("RBF", True, "NONE"), ("LINEAR", True, "SOFTMAX"), ("POLY", False, "NONE"),
             ("SIGMOID", False, "LOGISTIC"), ("RBF", False, "SOFTMAX_ZERO"),
             ("RBF", True, "PROBIT")])] + [
-        OpSample([Arg("T[6,2]", values=_svm_rows)], ["string", "float"],
-                 {**_svc_attributes(2, [2, 2], 2, "RBF", proba, 7),
+        OpSample([Arg("T[6,2]", values=sample_rows)], ["string", "float"],
+                 {**svc_attributes(2, [2, 2], 2, "RBF", proba, 7),
                   "classlabels_strings": ["no", "yes"], "post_transform": transform},
                  opset=13, name=f"binary-{'platt' if proba else 'votes'}-{transform.lower()}",
                  dtypes=["float"])
         for proba, transform in [(True, "NONE"), (False, "NONE"), (False, "LOGISTIC")]] + [
         OpSample([Arg("T[5,3]", low=-3, high=3)], ["int64", "float"],
-                 {**_svc_attributes(4, [1, 2, 1, 2], 3, "RBF", True, 8),
+                 {**svc_attributes(4, [1, 2, 1, 2], 3, "RBF", True, 8),
                   "classlabels_ints": [0, 1, 2, 3]}, opset=17, name="4-classes-platt"),
-        OpSample([Arg("T[5,3]", values=_svm_rows)], ["int64", "float"],
+        OpSample([Arg("T[5,3]", values=sample_rows)], ["int64", "float"],
                  {"coefficients": [0.5, -1.0, 0.25, 2.0, 0.0, -0.5, -1.5, 1.0, 0.75],
                   "rho": [0.2], "classlabels_ints": [1, 2, 3], "post_transform": "SOFTMAX",
                   "kernel_params": [0.0, 0.0, 0.0]},
                  opset=13, name="liblinear-3-classes", dtypes=["float"])] + [
-        OpSample([Arg("T[6,3]", values=_svm_rows)], ["int64", "float"],
+        OpSample([Arg("T[6,3]", values=sample_rows)], ["int64", "float"],
                  {"coefficients": coefficients, "rho": [rho], "classlabels_ints": [0, 1],
                   "kernel_params": [0.0, 0.0, 0.0]},
                  opset=13, name=f"liblinear-binary-{name}", dtypes=["float"])
@@ -500,10 +499,10 @@ REGISTRATIONS = [
             ("mixed", [0.5, -1.0, 0.25, 2.0, 0.0, -0.5], -0.2)]]),
     # (onnxruntime's kernel takes float only; the body casts any numeric X)
     ("SVMRegressor", build_svm_regressor, ("float",), "", [
-        OpSample([Arg("T[7,3]", values=_svm_rows)], ["float"],
+        OpSample([Arg("T[7,3]", values=sample_rows)], ["float"],
                  {"n_supports": 4, "kernel_type": kernel,
                   "kernel_params": [0.3, 0.5, degree],
-                  "support_vectors": _svc_attributes(2, [2, 2], 3, "RBF", False, 9)[
+                  "support_vectors": svc_attributes(2, [2, 2], 3, "RBF", False, 9)[
                       "support_vectors"],
                   "coefficients": [0.5, -1.0, 0.75, 0.25], "rho": [0.1],
                   "one_class": one_class}, opset=0,
@@ -511,7 +510,7 @@ REGISTRATIONS = [
         for kernel, degree, one_class in [("LINEAR", 0.0, 0), ("POLY", 2.0, 0),
                                           ("POLY", 2.5, 0), ("RBF", 0.0, 0),
                                           ("SIGMOID", 0.0, 0), ("RBF", 0.0, 1)]] + [
-        OpSample([Arg("T[4]", values=_svm_rows)], ["float"],
+        OpSample([Arg("T[4]", values=sample_rows)], ["float"],
                  {"coefficients": [0.5, -1.0, 0.25, 2.0], "rho": [0.5],
                   "kernel_params": [0.0, 0.0, 0.0]}, opset=13,
                  name="linear-1d")]),
