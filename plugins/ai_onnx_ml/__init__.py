@@ -20,6 +20,9 @@ encoders          OneHotEncoder, LabelEncoder (1-4), CategoryMapper
 interface         ZipMap, DictVectorizer: a pass claims them and declines, naming the map or
                   sequence type that needs ``--adapt-interface``
 ================  =========================================================================
+
+``loop_free`` is a plugin of its own (``ai-onnx-ml-loop-free``): bodies written without
+``Loop`` (the SVM classifier's probabilities), asked only where this plugin's are refused.
 """
 
 from __future__ import annotations
