@@ -806,7 +806,9 @@ def build_linear_attention(ctx) -> FunctionProto | None:
         [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []),
          helper.make_tensor_value_info(state, f32, None),
          helper.make_tensor_value_info(out_t, f32, None)])
-    final_state, outs = b.op("Loop", steps, "", state0, outputs=2, body=graph)
+    # (an explicit condition: the reference evaluator runs no trip when it is omitted)
+    final_state, outs = b.op("Loop", steps, b.const(np.array(True), TensorProto.BOOL), state0,
+                             outputs=2, body=graph)
     # (T, B, Hq, dv) -> (B, T, Hq * dv)
     output = b.op("Reshape", b.op("Transpose", outs, perm=[1, 0, 2, 3]), b.ints([0, 0, -1]))
     outputs = [b.cast(output, elem)]
@@ -1506,8 +1508,9 @@ def build_scan(ctx) -> FunctionProto | None:
          *body.input[:states]],
         [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []), *body.output],
         initializer=list(body.initializer))
-    results = b.op("Loop", steps, "", *formals[:states], outputs=states + scan_outputs,
-                   body=graph)
+    # (an explicit condition: the reference evaluator runs no trip when it is omitted)
+    results = b.op("Loop", steps, b.const(np.array(True), TensorProto.BOOL), *formals[:states],
+                   outputs=states + scan_outputs, body=graph)
     results = [results] if isinstance(results, str) else list(results)
     for k in range(scan_outputs):
         y = results[states + k]

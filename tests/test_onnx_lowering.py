@@ -63,6 +63,11 @@ def test_scan_body_reading_the_enclosing_graph_becomes_a_verified_loop(lacking_p
     running = feeds["s0"] + np.cumsum(scaled[::-1], axis=0)        # reversed scan
     np.testing.assert_allclose(ys, running, rtol=1e-6)
     np.testing.assert_allclose(final, running[-1], rtol=1e-6)
+    # the Loop's condition is explicit: the reference evaluator runs no trip without one
+    from onnx.reference import ReferenceEvaluator
+
+    final, ys = ReferenceEvaluator(result.model).run(None, feeds)
+    np.testing.assert_allclose(ys, running, rtol=1e-6)
 
 
 @pytest.mark.parametrize("op_type,attributes,inputs", [
