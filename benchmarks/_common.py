@@ -69,6 +69,17 @@ def spec_undefined(model, feeds: dict) -> np.ndarray | None:
         return ~np.isfinite(values) | (np.trunc(values) < low) | (np.trunc(values) > high)
 
 
+RANDOM_OPS = frozenset({"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
+                        "RandomNormalLike", "Multinomial"})
+
+
+def draws_random(model) -> bool:
+    """The case draws random numbers (a random op, or a Dropout given a training_mode):
+    its expected outputs are one draw, which a distribution-compared verdict cannot match."""
+    return any(n.op_type in RANDOM_OPS or (n.op_type == "Dropout" and len(n.input) > 2
+                                           and n.input[2]) for n in model.graph.node)
+
+
 def write_case(case, folder) -> Path:
     """The case as the ONNX repository lays a node case out: ``folder/model.onnx`` and a
     ``test_data_set_K`` folder of ``input_I.pb`` / ``output_I.pb`` per data set (what a
@@ -199,6 +210,8 @@ class Rescue:
     # results the rewrite called verified that do not run on the target with the case's
     # expected outputs (its own inputs): false verdicts, which must stay empty
     false_verdicts: list[str] = field(default_factory=list)
+    # verified as distributions (random ops): the case's expected outputs are one draw
+    random_verdicts: list[str] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)  # the rewrite's verdict -> cases
     seconds: float = 0.0
 
@@ -228,6 +241,7 @@ class Rescue:
             "wrong_outputs": self.wrong, "rescued_cases": self.rescued,
             "failed": self.failed, "changed": self.changed, "refused_why": self.refused_why,
             "verdicts": self.verdicts, "false_verdicts": self.false_verdicts,
+            "random_verdicts": self.random_verdicts,
             "seconds": self.seconds,
         }
 
@@ -272,7 +286,8 @@ def measure_rescue(target: str, cases=None, *, verify: bool = True, progress=Non
                     out.verdicts.get(report.verdict or "none", 0) + 1
                 problem = verification_problem(report)
                 if report.verdict == "verified" and runner.actual(model, case).problem:
-                    out.false_verdicts.append(case.name)
+                    (out.random_verdicts if draws_random(case.model)
+                     else out.false_verdicts).append(case.name)
                 if problem is None and not report.applied:
                     problem = f"nothing to rewrite: check finds no problem, but {target} " \
                               f"fails: {_short(before.problem or '', 120)}"
@@ -293,7 +308,8 @@ def measure_rescue(target: str, cases=None, *, verify: bool = True, progress=Non
                 continue
             after = runner.actual(model, case)
             if report.verdict == "verified" and after.problem is not None:
-                out.false_verdicts.append(case.name)
+                (out.random_verdicts if draws_random(case.model)
+                 else out.false_verdicts).append(case.name)
             if after.problem is None:
                 out.rewritten_running.append(case.name)
             else:
@@ -339,7 +355,8 @@ def print_rescue(result: Rescue, runtime: str, target: str) -> None:
     print(f"cases: {result.total}   ({result.seconds:.1f}s)")
     print(f"rewrite's verdicts: {result.verdicts}; false verdicts (verified, yet the result "
           f"fails the case's own inputs on {runtime}): {len(result.false_verdicts)} "
-          f"{result.false_verdicts}")
+          f"{result.false_verdicts}; verified as distributions (random ops, the case's "
+          f"outputs one draw): {len(result.random_verdicts)} {result.random_verdicts}")
     print(f"{runtime} refuses {len(result.refused)} (fails to load or run them); "
           f"runs {len(result.running) + len(result.wrong)}, of which {len(result.wrong)} "
           "with outputs that differ from the expected ones (not attempted)")

@@ -32,7 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import TargetRunner, all_cases, load_plugins, select, write_case  # noqa: E402
+from _common import (  # noqa: E402
+    TargetRunner,
+    all_cases,
+    draws_random,
+    load_plugins,
+    select,
+    write_case,
+)
 from conformance import _short  # noqa: E402
 
 TARGETS = ("openvino", "tract", "reference")
@@ -79,8 +86,6 @@ class Result:
         return data
 
 
-RANDOM_OPS = frozenset({"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
-                        "RandomNormalLike", "Multinomial"})
 
 
 def _diverging_op(case, labels: list[str], by_name: dict) -> str:
@@ -175,7 +180,7 @@ def measure(target: str, cases, *, rescue: bool = False, progress=None) -> Resul
             if actual.problem is None:
                 continue
             labels = _op_labels(case.model)
-            random = any(n.op_type in RANDOM_OPS for n in case.model.graph.node)
+            random = draws_random(case.model)
             wrong = Wrong(case.name, _diverging_op(case, labels, by_name), labels,
                           actual.problem, random)
             if rescue and not random:
