@@ -69,15 +69,13 @@ def spec_undefined(model, feeds: dict) -> np.ndarray | None:
         return ~np.isfinite(values) | (np.trunc(values) < low) | (np.trunc(values) > high)
 
 
-RANDOM_OPS = frozenset({"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
-                        "RandomNormalLike", "Multinomial"})
-
-
 def draws_random(model) -> bool:
-    """The case draws random numbers (a random op, or a Dropout given a training_mode):
-    its expected outputs are one draw, which a distribution-compared verdict cannot match."""
-    return any(n.op_type in RANDOM_OPS or (n.op_type == "Dropout" and len(n.input) > 2
-                                           and n.input[2]) for n in model.graph.node)
+    """The case draws random numbers (what the comparison treats as random: a random op, a
+    Dropout in training mode, upstream of an output): its expected outputs are one draw,
+    which a distribution-compared verdict cannot match."""
+    from rewriter.comparison.randomness import random_outputs
+
+    return bool(random_outputs(model))
 
 
 def write_case(case, folder) -> Path:
