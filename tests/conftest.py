@@ -3,7 +3,8 @@
 The suite loads only the plugins a test names: third-party plugin autoload is off for the
 whole session (``ONNX_REWRITER_DISABLE_PLUGIN_AUTOLOAD``, inherited by the CLI and the child
 processes the tests start), so a plugin the user installed cannot change a result. A test
-about autoload asks for the :func:`autoload` fixture.
+about autoload asks for the :func:`autoload` fixture. Hypothesis draws repeatable examples
+unless ``HYPOTHESIS_PROFILE=explore``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (a submission's CI result must not depend
+# on a random draw); `HYPOTHESIS_PROFILE=explore` draws fresh ones to look for new failures.
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

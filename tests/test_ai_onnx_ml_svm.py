@@ -152,6 +152,23 @@ def test_libsvm_classifier_matches_onnxruntime(data, count, width, proba, transf
     np.testing.assert_allclose(got[1][clear], expected[1][clear], rtol=1e-4, atol=1e-5)
 
 
+def test_softmax_zero_leaves_a_nan_pair_score_out_of_the_max_and_the_sum():
+    """A POLY kernel of degree 2.5 on a negative dot product gives NaN pair scores; the
+    kernel's SOFTMAX_ZERO keeps those NaN and still normalises the rest (a regression
+    Hypothesis found: the max over the row was NaN)."""
+    attributes = {"kernel_type": "POLY", "kernel_params": [1.0, 0.0, 2.5],
+                  "vectors_per_class": [1, 1, 1], "support_vectors": [-1.0, 1.0, 2.0],
+                  "coefficients": [1.0, 0.5, -1.0, 0.25, 1.0, -0.5], "rho": [0.1, 0.2, 0.3],
+                  "post_transform": "SOFTMAX_ZERO", "classlabels_ints": [3, 4, 5]}
+    x = np.array([[1.0], [-1.0], [0.5]], np.float32)
+    outputs = [("label", TensorProto.INT64), ("scores", TensorProto.FLOAT)]
+    model = _model("SVMClassifier", attributes, x, outputs)
+    expected, got = _run(model, x), _run(_lowered(model), x)
+    assert np.isnan(expected[1]).any() and not np.isnan(expected[1]).all()
+    np.testing.assert_array_equal(np.isnan(got[1]), np.isnan(expected[1]))
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-5, atol=1e-6)
+
+
 @BOUNDED
 @given(data=st.data(), count=st.integers(2, 4), width=st.integers(1, 4),
        proba=st.booleans(), transform=st.sampled_from(TRANSFORMS),

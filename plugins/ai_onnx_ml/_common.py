@@ -152,9 +152,12 @@ def softmax(b: Body, x: str) -> str:
 
 def softmax_zero(b: Body, x: str) -> str:
     """``ComputeSoftmaxZero``: values within 1e-7 of 0 are kept as ``x * exp(-max)`` and left
-    out of the sum (a class never scored stays 0)."""
-    vmax = b.op("Max", b.reduce_max(x, [1], keepdims=1), b.scalar_like(-np.finfo(_F32).max,
-                                                                        FLOAT))
+    out of the sum (a class never scored stays 0; a NaN stays NaN and is left out of the max
+    and the sum)."""
+    lowest = b.scalar_like(-np.finfo(_F32).max, FLOAT)
+    # the kernel's running max skips NaN (``v > v_max`` is false for it)
+    counted = b.op("Where", b.op("IsNaN", x), lowest, x)
+    vmax = b.op("Max", b.reduce_max(counted, [1], keepdims=1), lowest)
     small = b.scalar_like(1e-7, FLOAT)
     nonzero = b.op("Or", b.op("Greater", x, small), b.op("Less", x, b.op("Neg", small)))
     exp = b.op("Exp", b.op("Sub", x, vmax))
