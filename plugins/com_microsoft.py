@@ -1417,7 +1417,12 @@ def register_decompositions(registry):
     add("DequantizeLinear", build_dequantize_linear, QDQ_OPSETS)
     add("QuantizeLinear", build_quantize_linear, QDQ_OPSETS)
 
-    from rewriter_plugins import com_microsoft_attention, com_microsoft_quantization
+    from rewriter_plugins import (
+        com_microsoft_attention,
+        com_microsoft_qoperator,
+        com_microsoft_quantization,
+    )
 
     com_microsoft_attention.register_decompositions(registry)
     com_microsoft_quantization.register_decompositions(registry)
+    com_microsoft_qoperator.register_decompositions(registry)
