@@ -1921,6 +1921,19 @@ class _ModelFacts:
         for name, t in _inferred_types(model).items():
             self._add(name, t)
 
+    def with_constants(self, extra: Mapping[str, TensorProto]) -> _ModelFacts:
+        """These facts with the small tensors of ``extra`` as constants too (a copy)."""
+        out = object.__new__(_ModelFacts)
+        out.types = dict(self.types)
+        out.constants = dict(self.constants)
+        for name, tensor in extra.items():
+            n = int(np.prod(tensor.dims)) if len(tensor.dims) else 1
+            if n <= MAX_CONSTANT_ELEMENTS and tensor.data_location != TensorProto.EXTERNAL:
+                out.constants[name] = numpy_helper.to_array(tensor)
+                out.types.setdefault(name, helper.make_tensor_type_proto(
+                    tensor.data_type, list(tensor.dims)))
+        return out
+
     def _add(self, name: str, t: TypeProto) -> None:
         """Keep the most informative type seen for ``name`` (a graph may declare a value
         with no type at all, or with no shape)."""
@@ -2070,15 +2083,21 @@ class OpsetConversionPass(RewritePass):
         if normalize_domain(finding.node.domain) != domain:
             return False, "not a node of the domain being lowered"
         result = self.conversion(finding.node, dict(finding.scope_opsets or {}),
-                                 finding.input_types, to)
+                                 finding.input_types, to, finding.known_constants)
         if isinstance(result, Decline):
             return False, f"cannot lower to opset {to[domain]}: {result}"
         return True, result.how
 
     def conversion(self, node: NodeProto, opsets: Mapping[str, int], input_types,
-                   to: Mapping[str, int]) -> Conversion | Decline:
-        """The conversion of one node (cached by everything it depends on)."""
+                   to: Mapping[str, int],
+                   known_constants: Mapping[str, TensorProto] | None = None,
+                   ) -> Conversion | Decline:
+        """The conversion of one node (cached by everything it depends on).
+        ``known_constants``: values the model's own constants do not hold (a body node's
+        Constant inputs, see :attr:`Finding.known_constants`)."""
         facts = self.facts()
+        if known_constants:
+            facts = facts.with_constants(known_constants)
         key = None
         if not _has_graphs(node):
             key = self._key(node, opsets, input_types, to, facts)

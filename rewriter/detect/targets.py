@@ -19,7 +19,7 @@ from rewriter.console import die_with_parent_line
 from rewriter.graph.opid import domain_label
 
 if TYPE_CHECKING:  # onnx is imported where used: a confirming child runs without it
-    from onnx import ModelProto, NodeProto, TypeProto
+    from onnx import ModelProto, NodeProto, TensorProto, TypeProto
 
     from rewriter.graph.schemas import SchemaIndex
     from rewriter.io.model import LoadedModel
@@ -96,6 +96,10 @@ class Finding:
     input_types: tuple[str | None, ...] = field(default=(), compare=False, repr=False)
     # (one mapping shared by the findings of a scope: copy it to change it)
     scope_opsets: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
+    # Constant values the node reads that the model's own constants do not hold (a body
+    # node's Constant inputs, under the names they get once the body is spliced).
+    known_constants: Mapping[str, TensorProto] | None = field(
+        default=None, compare=False, repr=False)
 
     @property
     def op_label(self) -> str:

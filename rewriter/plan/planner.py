@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from onnx import FunctionProto, ModelProto, NodeProto
+from onnx import FunctionProto, ModelProto, NodeProto, TensorProto
 
 from rewriter.detect.targets import Finding, NodeQuery, Target
 from rewriter.errors import PluginError, RewriterError
@@ -600,7 +600,7 @@ class Planner:
                 sub = self._decomposition_candidates(inner_finding, body_opsets, {}, depth + 1)
                 chosen = next((c for c in sub if c.accepted), None)
                 if chosen is None and self._lowered_later(
-                        inner_finding, _as_spliced(inner, fn, finding.node)):
+                        inner_finding, _as_spliced(inner, fn, finding.node), body_constants):
                     continue  # spliced at the model's opset, lowered with the whole model
                 if chosen is None:
                     return (f"its body uses {inner_finding.op_label}, which {target.name} "
@@ -611,19 +611,26 @@ class Planner:
                 fed.update(o for o in inner.output if o)
         return None, nested, types
 
-    def _lowered_later(self, finding: Finding, spliced: NodeProto | None = None) -> bool:
+    def _lowered_later(self, finding: Finding, spliced: NodeProto | None = None,
+                       body_constants: Mapping[str, TensorProto] | None = None) -> bool:
         """Whether a body node that is only too new for a target's opset ceiling is one a
         pass lowers: bodies are written once at the model's opset and spliced there, and
         the model, bodies included, is then brought under the ceiling as a whole (the
         model's own opset import is then above the ceiling too, so that pass runs).
         ``spliced``: the node as it reads the model's values once spliced (the pass then
-        sees their declared shapes, e.g. the rank GridSample-20's lowering needs)."""
+        sees their declared shapes, e.g. the rank GridSample-20's lowering needs);
+        ``body_constants``: the body's ``Constant`` outputs (e.g. ReduceMax-18's axes, which
+        its lowering turns into an attribute), handed to the pass by their spliced names."""
         if finding.reason != "opset-too-new":
             return False
         if spliced is not None:
             import dataclasses
 
-            finding = dataclasses.replace(finding, node=spliced)
+            known = {spliced_name: body_constants[name]
+                     for name, spliced_name in zip(finding.node.input, spliced.input)
+                     if name and body_constants and name in body_constants}
+            finding = dataclasses.replace(finding, node=spliced,
+                                          known_constants=known or None)
         return any(ask_offers(p, finding, self.pass_ctx)[0]
                    for p in self.passes)
 
