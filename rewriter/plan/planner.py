@@ -417,7 +417,8 @@ class Planner:
                                      f"valid for ai.onnx opsets {lo}..{hi or ''}; the model "
                                      f"is at {model_opset}"))
                 written_at = (self._older_opset(entry, model_opset)
-                              if normalize_domain(node.domain) not in _STANDARD else None)
+                              if normalize_domain(node.domain) not in _STANDARD
+                              else _first_opset(entry, node, model_opset))
                 if written_at is not None:
                     older.append((entry, written_at, len(out) - 1))
                 continue
@@ -587,7 +588,7 @@ class Planner:
                                   body_opsets.get(domain), types, body_opsets,
                                   constants=body_constants,
                                   caller_fed=frozenset(n for n in inner.input if n in fed))
-                problem = target.check_node(query)
+                problem = target.check_node(query) or _newer_than_scope(target, query)
                 if problem is None:
                     continue
                 inner_finding = Finding(
@@ -751,6 +752,39 @@ def _has_onnx_schema(finding: Finding) -> bool:
 def replaced_op(finding: Finding) -> str:
     """``domain::op_type`` of a finding's node, as stamped on the nodes replacing it."""
     return str(OpId(finding.domain, finding.op_type))
+
+def _newer_than_scope(target: Target, query: NodeQuery) -> Finding | None:
+    """A finding for a body node whose standard op does not exist at the opset the body is
+    spliced at (a body written at a newer opset than the model's, e.g. onnxscript's
+    ``CastLike`` in an opset-13 model): no runtime can run it there, whether or not the
+    target's own check looks at schemas."""
+    from rewriter.graph.schemas import onnx_schemas
+
+    if query.domain != "" or not query.opset:
+        return None
+    if onnx_schemas().resolve("", query.node.op_type, query.opset) is not None:
+        return None
+    return target.finding(query, "no-schema", f"onnx has no schema for ai.onnx::"
+                          f"{query.node.op_type} at opset {query.opset} (the body is "
+                          "spliced at the model's opset)")
+
+
+def _first_opset(entry: DecompositionEntry, node: NodeProto, model_opset: int) -> int | None:
+    """For a standard op newer than the model's ai.onnx opset (a node of a plugin's body
+    written at a newer opset, e.g. onnxscript's ``CastLike`` spliced into an opset-13
+    model): the registration's first opset, to build its body there and convert it down
+    (None: the op exists at the model's opset, or the registration starts no later)."""
+    from onnx import defs
+
+    lo = entry.opsets[0]
+    if normalize_domain(node.domain) != "" or lo <= model_opset:
+        return None
+    try:
+        defs.get_schema(node.op_type, model_opset, "")
+    except defs.SchemaError:
+        return lo
+    return None
+
 
 def target_schema(targets, domain, op_type, opset):
     for t in targets:
