@@ -310,6 +310,7 @@ def rewrite(
     report_details: bool = False,
     fix_dims: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    cleanup: bool = True,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -345,6 +346,9 @@ def rewrite(
         fix_dims, input_shapes: static shapes the model will run with (``--fix-dim``,
             ``--input-shape``), applied before detection; the result keeps them, the report
             names them (``repairs``) and the comparison runs at them.
+        cleanup: tidy the result's graph once the remedies are in (constants folded, dead
+            nodes removed, common subexpressions merged: :mod:`rewriter.apply.simplify`;
+            the report's ``cleanup`` says what it did); verified with the rest.
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path, None when
@@ -395,7 +399,7 @@ def rewrite(
         model_name=str(loaded.path), prefer=prefer,
         base_dir=loaded.base_dir if is_path else None,
         data_locations=tuple(loaded.external_files) if is_path else None,
-        numbers=numbers if confirm is not False else None,
+        numbers=numbers if confirm is not False else None, clean=cleanup,
     )
     report.verify = verify
     if not dry_run and not (report.remaining and not report.applied and not partial):
@@ -432,7 +436,8 @@ def rewrite(
         # engine over the result (its detection confirms and finds it again), to a fixed
         # point
         again = _another_pass(rewritten, resolved, plugins, report, loaded, is_path,
-                              partial=partial, explain=explain, prefer=prefer)
+                              partial=partial, explain=explain, prefer=prefer,
+                              clean=cleanup)
         if again is None:
             break
         rewritten = again

@@ -604,6 +604,9 @@ Examples:
 @click.option("--strip-provenance", is_flag=True,
               help="Leave out which plugin and rule made each new node (a table in the "
               "model's metadata and a short key per node).")
+@click.option("--no-cleanup", "no_cleanup", is_flag=True,
+              help="Leave the result's graph as the remedies made it (no constant folding, "
+              "dead-node removal or merging of common subexpressions).")
 @_static_shape_options
 @_comparison_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -614,7 +617,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             libraries, prefer, verify, allow_unverified, keep_failed, fix_dims, input_shapes,
             inputs, expected, runs, quick, seed, dims, atol, rtol, original_target, timeout,
             memory_limit, save_inputs, as_json, report_path, plugin_specs, debug,
-            strip_provenance=False):
+            strip_provenance=False, no_cleanup=False):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     The result is compared with the original (run on the first installed runtime that runs
@@ -646,7 +649,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             prefer=prefer, verify=verify, compare_options=compare_options,
             allow_unverified=allow_unverified, keep_failed=keep_failed,
             strip_provenance=strip_provenance, report_details=bool(as_json or report_path),
-            fix_dims=shapes[0], input_shapes=shapes[1],
+            fix_dims=shapes[0], input_shapes=shapes[1], cleanup=not no_cleanup,
         )
     report = result.report
     doc = document("rewrite", report.as_dict(), stages=stages)
