@@ -118,10 +118,9 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
     _keep_imports(cleaned, model)
     if after >= before and len(cleaned.graph.initializer) == len(model.graph.initializer):
         return model, Cleanup(before, before, False, "nothing to clean up")
-    what = ["constants folded" if fold else "constants not folded (weights in external data "
-            "are not read)", "dead nodes removed"]
-    return cleaned, Cleanup(before, after, True, f"{before:,} → {after:,} nodes ("
-                            f"{', '.join(what)}; onnxscript's optimizer, onnx-ir's passes)")
+    folded = "constants folded" if fold else "constants not folded (external weights unread)"
+    return cleaned, Cleanup(before, after, True, f"{before:,} → {after:,} nodes: {folded}, "
+                            "dead and duplicate nodes removed")
 
 
 def _keep_imports(cleaned: ModelProto, model: ModelProto) -> None:
