@@ -93,8 +93,10 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
     steps += [RewritePass(_DEFAULT_REWRITE_RULES), common.RemoveUnusedNodesPass(),
               common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()]
     passes = [ir.passes.PassManager(steps, steps=2, early_stop=True),
-              common.RemoveUnusedNodesPass(),
-              common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)]
+              common.RemoveUnusedNodesPass()]
+    if model.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
+        passes.append(common.LiftConstantsToInitializersPass(lift_all_constants=True,
+                                                             size_limit=0))
     if _may_merge_subexpressions(model):
         passes.append(common.CommonSubexpressionEliminationPass())
     passes.append(common.RemoveUnusedNodesPass())
@@ -116,11 +118,26 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
         return model, Cleanup(before, before, False, f"left out: it would bring in {listed}, "
                               "which the targets were not asked about")
     _keep_imports(cleaned, model)
+    broken = _checker_problem(cleaned)
+    if broken and not _checker_problem(model):
+        return model, Cleanup(before, before, False, f"left out: onnx's checker refuses the "
+                              f"cleaned graph ({broken})")
     if after >= before and len(cleaned.graph.initializer) == len(model.graph.initializer):
         return model, Cleanup(before, before, False, "nothing to clean up")
     folded = "constants folded" if fold else "constants not folded (external weights unread)"
     return cleaned, Cleanup(before, after, True, f"{before:,} → {after:,} nodes: {folded}, "
                             "dead and duplicate nodes removed")
+
+
+def _checker_problem(model: ModelProto) -> str:
+    """onnx's (basic) checker on ``model``: its first line, or "" when it passes."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001 - the checker's refusal is the answer
+        return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    return ""
 
 
 def _keep_imports(cleaned: ModelProto, model: ModelProto) -> None:
