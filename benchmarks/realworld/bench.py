@@ -21,7 +21,10 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1]
 # success: runs on the target with the original's numbers (verified, or nothing to rewrite)
 OK = ("verified", "unchanged")
-VERDICTS = ("verified", "unchanged", "mismatch", "unverified", "unfixable", "error", "timeout")
+VERDICTS = ("verified", "unchanged", "mismatch", "run-fails", "unverified", "unfixable", "error",
+            "timeout")
+# "run-fails": the rewrite says the target runs the model as it is (its check ran it once on
+# generated inputs), and the target fails to run it on the pair's inputs (a batch of 2)
 
 
 @dataclass
@@ -82,8 +85,27 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
             first = report.remaining[0]
             row.reason = short(f"{len(report.remaining)} finding(s) left after the rewrite, "
                                f"e.g. {first.op_label or 'model'}: {first.detail}")
+    if row.verdict == "unchanged":
+        _run_unchanged(row, model, target, inputs, timeout, plugins)
     row.seconds = round(time.perf_counter() - started, 2)
     return row
+
+
+def _run_unchanged(row: Row, model: Path, target: str, inputs: Path, timeout: float,
+                   plugins) -> None:
+    """An unchanged model run on the target with the pair's inputs and compared with the
+    oracle's run (``rewrite`` compares nothing when it changes nothing): "run-fails" when the
+    target fails there, "mismatch" when its numbers differ."""
+    from rewriter.comparison.compare import compare
+    from rewriter.verify.verdicts import MISMATCH, VERIFIED
+
+    report = compare(str(model), str(model), [target], inputs=str(inputs), plugins=plugins,
+                     timeout=timeout, localize=False)
+    row.oracle = report.oracle_label or ""
+    if report.verdict == VERIFIED:
+        return
+    row.verdict = "mismatch" if report.verdict == MISMATCH else "run-fails"
+    row.reason = short(f"the model as it is, on the pair's inputs: {report.summary()}")
 
 
 def inputs_at(model: Path, batch: int, folder: Path) -> Path:
