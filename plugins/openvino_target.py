@@ -620,9 +620,18 @@ class OpenVINOTarget(Target):
             return self.finding(query, "unknown-domain",
                                 f"OpenVINO's ONNX frontend knows no operators in domain "
                                 f"{query.domain!r}")
-        inexact = KNOWN_INEXACT.get((query.domain, node.op_type)) or inexact_form(query)
+        inexact = inexact_form(query)
         if inexact is not None:
             return self.finding(query, INEXACT, inexact)
+        found = self._openvino_finding(query, label)
+        known = KNOWN_INEXACT.get((query.domain, node.op_type))
+        if found is None and known is not None:  # it runs, otherwise than its definition
+            return self.finding(query, INEXACT, known)
+        return found  # OpenVINO's own refusal first (in its words: softcap, ...)
+
+    def _openvino_finding(self, query: NodeQuery, label: str) -> Finding | None:
+        """OpenVINO's answer for the node: the whole model's verdict, or the node's probe."""
+        node = query.node
         in_body = "/<body>/" in query.path  # the planner asking about a decomposition body
         if in_body and _rank_follows_fed_axes(query):
             return self.finding(query, "no-kernel", (
