@@ -5,7 +5,7 @@ model's committed inputs), each pair's verdict pinned in VERDICTS.
 
 A pair whose verdict changes fails, either way: a pair that starts verifying is recorded by
 updating VERDICTS (the aim is every pair verified or unchanged); a pair that gets worse is a
-regression. The whole benchmark (56 models) is ``python benchmarks/realworld`` (docs/realworld.md).
+regression. The whole benchmark (61 models) is ``python benchmarks/realworld`` (docs/realworld.md).
 """
 
 from __future__ import annotations
