@@ -94,8 +94,7 @@ KNOWN_INEXACT = {
         "op's quantized arithmetic (onnxruntime's kernel): outputs differ by up to 2.1e-3 "
         "on a dynamically quantized BERT"),
     # the genai builder's attention (Llama, Qwen2, Qwen3, Mistral): OpenVINO's translation
-    # compiles and runs the first shape it is given, so a check that runs the model once
-    # passes, and a user's batch of two then fails
+    # compiles (a one-node probe passes) and runs batch 1; a user's batch of two fails
     ("com.microsoft", "GroupQueryAttention"): (
         "OpenVINO's translation of com.microsoft::GroupQueryAttention runs only a batch of "
         "one: at batch 2 its CPU plugin fails at run time ('Reshape node ...: the shape of "

@@ -2,12 +2,14 @@
 
 OpenVINO's own translation of ``com.microsoft::GroupQueryAttention`` runs a batch of one
 and fails at batch 2 in its CPU plugin ("the shape of input data (2) conflicts with the
-reshape pattern (1)"); a check that runs the model once on generated inputs (batch 1)
-passed, and ``rewrite -t openvino`` said "nothing to do". The OpenVINO target now reports
-the op (``KNOWN_INEXACT``), and the com-microsoft decomposition runs instead: the rewritten
-models below (Llama, Mistral with a sliding window, Qwen3 with q/k norms; committed under
-``tests/data/realworld``, ``PROVENANCE.md``) run on OpenVINO at batch 1 and 2, in one
-compiled model, with onnxruntime's numbers for the original.
+reshape pattern (1)"). Its one-node probe compiles, the check's confirming run failed on
+generated inputs that do not fit these models (their head size is a symbolic
+``kv_cache_dim``), which proves nothing, and ``rewrite -t openvino`` said "nothing to do".
+The OpenVINO target now reports the op (``KNOWN_INEXACT``), and the com-microsoft
+decomposition runs instead: the rewritten models below (Llama, Mistral with a sliding
+window, Qwen3 with q/k norms; committed under ``tests/data/realworld``, ``PROVENANCE.md``)
+run on OpenVINO at batch 1 and 2, in one compiled model, with onnxruntime's numbers for the
+original.
 """
 
 from __future__ import annotations
