@@ -21,7 +21,10 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1]
 # success: runs on the target with the original's numbers (verified, or nothing to rewrite)
 OK = ("verified", "unchanged")
-VERDICTS = ("verified", "unchanged", "mismatch", "unverified", "unfixable", "error", "timeout")
+VERDICTS = ("verified", "unchanged", "mismatch", "run-fails", "unverified", "unfixable", "error",
+            "timeout")
+# "run-fails": the rewrite says the target runs the model as it is (its check ran it once on
+# generated inputs), and the target fails to run it on the pair's inputs (a batch of 2)
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Row:
     ops_left: list[str] = field(default_factory=list)  # ops without a remedy, or refused
     seconds: float = 0.0
     rules: list[str] = field(default_factory=list)  # the rules applied (with their notes)
+    batch: int = 2  # the inputs' batch size (realworld.feeds)
 
 
 def short(message: str, limit: int = 600) -> str:
@@ -81,13 +85,47 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
             first = report.remaining[0]
             row.reason = short(f"{len(report.remaining)} finding(s) left after the rewrite, "
                                f"e.g. {first.op_label or 'model'}: {first.detail}")
+    if row.verdict == "unchanged":
+        _run_unchanged(row, model, target, inputs, timeout, plugins)
     row.seconds = round(time.perf_counter() - started, 2)
     return row
 
 
+def _run_unchanged(row: Row, model: Path, target: str, inputs: Path, timeout: float,
+                   plugins) -> None:
+    """An unchanged model run on the target with the pair's inputs and compared with the
+    oracle's run (``rewrite`` compares nothing when it changes nothing): "run-fails" when the
+    target fails there, "mismatch" when its numbers differ."""
+    from rewriter.comparison.compare import compare
+    from rewriter.verify.verdicts import MISMATCH, VERIFIED
+
+    report = compare(str(model), str(model), [target], inputs=str(inputs), plugins=plugins,
+                     timeout=timeout, localize=False)
+    row.oracle = report.oracle_label or ""
+    if report.verdict == VERIFIED:
+        return
+    row.verdict = "mismatch" if report.verdict == MISMATCH else "run-fails"
+    row.reason = short(f"the model as it is, on the pair's inputs: {report.summary()}")
+
+
+def inputs_at(model: Path, batch: int, folder: Path) -> Path:
+    """The model's inputs at ``batch``: its ``inputs.npz`` when that is the batch it was built
+    with, else made the same way at that batch (realworld.feeds) in ``folder``."""
+    import numpy as np
+
+    from realworld.feeds import DIMS, feeds_for
+
+    if batch == DIMS["batch"]:
+        return model.parent / "inputs.npz"
+    path = folder / f"{model.parent.name}.batch{batch}.npz"
+    if not path.exists():
+        np.savez(path, **feeds_for(model, batch=batch))
+    return path
+
+
 def child(argv: list[str]) -> None:
-    """In the child: PAIRS RESULTS TIMEOUT, PAIRS a JSON list of [model, target]; one JSON
-    row per line appended to RESULTS as each pair ends."""
+    """In the child: PAIRS RESULTS TIMEOUT, PAIRS a JSON list of [model, target, batch]; one
+    JSON row per line appended to RESULTS as each pair ends."""
     from rewriter.console import native_stdout_to_stderr
     from rewriter.manager import load_plugins
 
@@ -95,13 +133,14 @@ def child(argv: list[str]) -> None:
     plugins = load_plugins()
     names: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp, native_stdout_to_stderr():
-        for model_path, target in pairs:
+        for model_path, target, batch in pairs:
             model = Path(model_path)
             if model_path not in names:
                 provenance = json.loads((model.parent / "provenance.json").read_text())
                 names[model_path] = provenance["recipe"]
-            row = rewrite_pair(model, target, Path(tmp), inputs=model.parent / "inputs.npz",
+            row = rewrite_pair(model, target, Path(tmp), inputs=inputs_at(model, batch, Path(tmp)),
                                name=names[model_path], timeout=timeout, plugins=plugins)
+            row.batch = batch
             with open(results, "a") as f:
                 f.write(json.dumps(asdict(row)) + "\n")
 
@@ -110,9 +149,9 @@ _CHILD = ("import sys; sys.path.insert(0, {path!r}); from realworld.bench import
           "child(sys.argv[1:])")
 
 
-def run_pairs(pairs: list[tuple[str, Path, str]], timeout: float,
+def run_pairs(pairs: list[tuple[str, Path, str, int]], timeout: float,
               progress=None) -> list[Row]:
-    """Rows for (name, model, target) pairs, rewritten one after the other in a child
+    """Rows for (name, model, target, batch) pairs, rewritten one after the other in a child
     process (one Python start and one comparison worker for all); a pair that takes longer
     than ``timeout`` (plus a minute) is killed and recorded as "timeout", a child that dies
     records "error", and a new child goes on with the rest."""
@@ -123,7 +162,7 @@ def run_pairs(pairs: list[tuple[str, Path, str]], timeout: float,
         todo = Path(tmp) / "pairs.json"
         while pending:
             results.write_text("")
-            todo.write_text(json.dumps([[str(m), t] for _n, m, t in pending]))
+            todo.write_text(json.dumps([[str(m), t, b] for _n, m, t, b in pending]))
             with open(log, "w") as err:
                 process = subprocess.Popen(
                     [sys.executable, "-c", _CHILD.format(path=str(BENCHMARKS)), str(todo),
@@ -144,14 +183,15 @@ def run_pairs(pairs: list[tuple[str, Path, str]], timeout: float,
                     progress(rows[-1])
             done = len(lines)
             if done < len(pending):  # the pair in progress hung or killed its process
-                name, _model, target = pending[done]
+                name, _model, target, batch = pending[done]
                 if process.returncode == -signal.SIGKILL:
                     rows.append(Row(name, target, "timeout",
-                                    f"no result within {timeout:.0f}s (+60s)"))
+                                    f"no result within {timeout:.0f}s (+60s)", batch=batch))
                 else:
                     tail = (log.read_text().strip().splitlines() or [""])[-1]
                     rows.append(Row(name, target, "error", short(
-                        f"the process died (exit {process.returncode}): {tail}")))
+                        f"the process died (exit {process.returncode}): {tail}"),
+                        batch=batch))
                 if progress:
                     progress(rows[-1])
                 done += 1
@@ -181,26 +221,28 @@ def _wait(process: subprocess.Popen, results: Path, rows: list[Row], timeout: fl
 
 
 def run_all(built: dict[str, Path], failed: dict[str, str], targets: list[str], *,
-            timeout: float = 300, jobs: int = 1) -> list[Row]:
-    """Rows for every (model, target), in the order of ``built`` then ``failed`` (models
-    that failed to build get "not built"); ``jobs`` children share the models."""
+            timeout: float = 300, jobs: int = 1, batches: tuple[int, ...] = (1, 2)
+            ) -> list[Row]:
+    """Rows for every (model, batch, target), in the order of ``built`` then ``failed``
+    (models that failed to build get "not built"); ``jobs`` children share the models."""
 
     def progress(r: Row) -> None:
-        print(f"{r.target:12} {r.model:50} {r.verdict:10} {r.seconds:6.1f}s",
+        print(f"{r.target:12} {r.model:50} b{r.batch} {r.verdict:10} {r.seconds:6.1f}s",
               file=sys.stderr, flush=True)
 
     names = list(built)
-    shares = [[(n, built[n], t) for n in names[i::max(1, jobs)] for t in targets]
-              for i in range(max(1, jobs))]
+    shares = [[(n, built[n], t, b) for n in names[i::max(1, jobs)] for b in batches
+               for t in targets] for i in range(max(1, jobs))]
     with ThreadPoolExecutor(len(shares)) as pool:
         found = [r for share in pool.map(lambda p: run_pairs(p, timeout, progress), shares)
                  for r in share]
-    by_pair = {(r.model, r.target): r for r in found}
+    by_pair = {(r.model, r.batch, r.target): r for r in found}
     rows = []
     for name in names:
-        rows += [by_pair[(name, t)] for t in targets]
+        rows += [by_pair[(name, b, t)] for b in batches for t in targets]
     for name, error in failed.items():
-        rows += [Row(name, t, "not built", short(error)) for t in targets]
+        rows += [Row(name, t, "not built", short(error), batch=b) for b in batches
+                 for t in targets]
     return rows
 
 
@@ -208,10 +250,17 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _label(row: Row, batches: set[int]) -> str:
+    """The model's name, with the batch when the rows have several."""
+    return f"{row.model} (batch {row.batch})" if len(batches) > 1 else row.model
+
+
 def markdown(rows: list[Row], targets: list[str]) -> str:
-    """The model x target verdicts, the totals, and the reason of every pair not verified."""
-    models = list(dict.fromkeys(r.model for r in rows))
-    verdict = {(r.model, r.target): r.verdict for r in rows}
+    """The model x target verdicts (a row per model and batch), the totals, and the reason
+    of every pair not verified."""
+    batches = {r.batch for r in rows}
+    models = list(dict.fromkeys(_label(r, batches) for r in rows))
+    verdict = {(_label(r, batches), r.target): r.verdict for r in rows}
     lines = ["| model | " + " | ".join(targets) + " |", "|---|" + "---|" * len(targets)]
     for m in models:
         lines.append(f"| {m} | " + " | ".join(verdict.get((m, t), "-") for t in targets) + " |")
@@ -233,5 +282,6 @@ def markdown(rows: list[Row], targets: list[str]) -> str:
     for r in rows:
         if r.verdict not in OK:
             lines.append("| " + " | ".join(_cell(c) for c in (
-                r.model, r.target, r.verdict, r.oracle or "-", short(r.reason, 200))) + " |")
+                _label(r, batches), r.target, r.verdict, r.oracle or "-",
+                short(r.reason, 200))) + " |")
     return "\n".join(lines)

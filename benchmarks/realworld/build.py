@@ -138,6 +138,8 @@ def _genai(family: Family, out_dir: Path, precision: str) -> dict[str, Any]:
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i",
                    str(checkpoint), "-o", str(built), "-p", precision, "-e", "cpu", "-c",
                    str(Path(tmp) / "cache")]
+        if family.genai_options:
+            command += ["--extra_options", *family.genai_options]
         done = subprocess.run(command, capture_output=True, text=True,
                               env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
         if done.returncode:
@@ -146,7 +148,9 @@ def _genai(family: Family, out_dir: Path, precision: str) -> dict[str, Any]:
             if (built / name).exists():
                 shutil.copy(built / name, out_dir / name)
     return {"tool": "onnxruntime_genai.models.builder", "precision": precision,
-            "execution_provider": "cpu", "input": "save_pretrained checkpoint (random weights)"}
+            "execution_provider": "cpu", "input": "save_pretrained checkpoint (random weights)",
+            **({"extra_options": " ".join(family.genai_options)} if family.genai_options
+               else {})}
 
 
 # -- post-processing steps -----------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from realworld.recipes import RECIPES, Recipe
 
 TARGETS = ("onnxruntime", "openvino", "reference", "opset:17", "opset:13")
+BATCHES = (1, 2)  # the inputs' batch sizes, each pair rewritten and compared at each
 
 
 def _selected(patterns: list[str] | None) -> list[Recipe]:
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"target (repeatable; default {', '.join(TARGETS)})")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds per (model, target) pair (default 300)")
+    parser.add_argument("--batch", action="append", type=int, dest="batches",
+                        help="the inputs' batch size (repeatable; default 1 and 2)")
     parser.add_argument("--jobs", type=int, default=1, help="pairs run at once (default 1)")
     parser.add_argument("--json", dest="json_out", type=Path, help="write the rows here")
     parser.add_argument("--list", action="store_true", help="list the recipes and exit")
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "testdata":
         from realworld.testdata import TEST_MODELS, write_test_models
 
-        recipes = [r for r in RECIPES if r.name in TEST_MODELS]
+        recipes = [r for r in recipes if r.name in TEST_MODELS]  # --only: those alone
     if args.list:
         print("\n".join(r.name for r in recipes))
         return 0
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     rows = run_all(built, failed, list(args.targets or TARGETS), timeout=args.timeout,
-                   jobs=args.jobs)
+                   jobs=args.jobs, batches=tuple(args.batches or BATCHES))
     run_seconds = time.perf_counter() - started
     if args.json_out:
         args.json_out.write_text(json.dumps([r.__dict__ for r in rows], indent=1) + "\n")

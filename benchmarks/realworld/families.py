@@ -15,6 +15,9 @@ from typing import Any
 # builder's) wants a head size that is a multiple of 16. Every model stays under a megabyte.
 HIDDEN, LAYERS, HEADS, VOCAB, FFN = 32, 2, 4, 128, 64
 LLM_HIDDEN, KV_HEADS = 64, 2
+# Mistral's sliding window: shorter than the decoding step's 4 tokens (3 cached + 1 new), so
+# the window drops cached tokens (realworld.feeds)
+SLIDING_WINDOW = 2
 BATCH, SEQUENCE, IMAGE, MEL_FRAMES = 2, 6, 32, 32  # example inputs of the export
 SEED = 0
 
@@ -33,6 +36,7 @@ class Family:
     num_heads: int = HEADS
     hidden_size: int = HIDDEN
     hf_causal_lm: Callable[[], Any] | None = None  # for the genai builder: a *ForCausalLM
+    genai_options: tuple[str, ...] = ()  # the genai builder's --extra_options (key=value)
 
 
 def _seeded():
@@ -112,6 +116,31 @@ def _qwen2_config(attn: str = "sdpa"):
                        num_key_value_heads=KV_HEADS, max_position_embeddings=64,
                        max_window_layers=LAYERS, architectures=["Qwen2ForCausalLM"],
                        bos_token_id=1, eos_token_id=2, attn_implementation=attn)
+
+
+def _mistral_config(attn: str = "sdpa"):
+    """Mistral with a sliding window (the genai builder's ``local_window_size``)."""
+    from transformers import MistralConfig
+
+    return MistralConfig(vocab_size=VOCAB, hidden_size=LLM_HIDDEN, intermediate_size=2 * FFN,
+                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                         num_key_value_heads=KV_HEADS, head_dim=LLM_HIDDEN // HEADS,
+                         max_position_embeddings=64, sliding_window=SLIDING_WINDOW,
+                         layer_types=["sliding_attention"] * LAYERS,
+                         architectures=["MistralForCausalLM"], bos_token_id=1, eos_token_id=2,
+                         attn_implementation=attn)
+
+
+def _qwen3_config(attn: str = "sdpa"):
+    """Qwen3: RMS norms on the queries and keys of each head (q_norm, k_norm)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=VOCAB, hidden_size=LLM_HIDDEN, intermediate_size=2 * FFN,
+                       num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                       num_key_value_heads=KV_HEADS, head_dim=LLM_HIDDEN // HEADS,
+                       max_position_embeddings=64, max_window_layers=LAYERS,
+                       architectures=["Qwen3ForCausalLM"], bos_token_id=1, eos_token_id=2,
+                       attn_implementation=attn)
 
 
 def _causal_lm(config_factory):
@@ -256,6 +285,15 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("qwen2", "Qwen2ForCausalLM (GQA 4/2 heads), no cache", _decoder(_qwen2_config),
            ("logits",), _TEXT, None, hidden_size=LLM_HIDDEN,
            hf_causal_lm=_causal_lm(_qwen2_config)),
+    Family("mistral", f"MistralForCausalLM (GQA 4/2 heads, sliding window {SLIDING_WINDOW}), "
+           "no cache", _decoder(_mistral_config), ("logits",), _TEXT, None,
+           hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_mistral_config),
+           # a full-length KV cache, with GroupQueryAttention's local_window_size (the
+           # builder's default, a window-sized cache, is a form no decomposition takes yet)
+           genai_options=("windowed_kv_cache=false",)),
+    Family("qwen3", "Qwen3ForCausalLM (GQA 4/2 heads, q/k RMS norms), no cache",
+           _decoder(_qwen3_config), ("logits",), _TEXT, None, hidden_size=LLM_HIDDEN,
+           hf_causal_lm=_causal_lm(_qwen3_config)),
     Family("t5-encoder", "T5EncoderModel", _t5_encoder, ("last_hidden_state",), _TEXT, "t5"),
     Family("t5-decoder", "T5 decoder + LM head, no cache", _t5_decoder, ("logits",),
            {"decoder_input_ids": {0: "batch", 1: "decoder_sequence"},

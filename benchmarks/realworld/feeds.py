@@ -28,21 +28,26 @@ _ONNX_TO_NUMPY = {1: np.float32, 10: np.float16, 11: np.float64, 6: np.int32, 7:
                   9: np.bool_}
 
 
-def _shape(value_info, path: Path) -> list[int]:
+BATCH_DIMS = ("batch", "batch_size")
+
+
+def _shape(value_info, path: Path, dims: dict[str, int]) -> list[int]:
     shape = []
     for dim in value_info.type.tensor_type.shape.dim:
         if dim.HasField("dim_value"):
             shape.append(dim.dim_value)
-        elif dim.dim_param in DIMS:
-            shape.append(DIMS[dim.dim_param])
+        elif dim.dim_param in dims:
+            shape.append(dims[dim.dim_param])
         else:
             raise ValueError(f"{path}: input {value_info.name!r} has dimension "
                              f"{dim.dim_param or '?'!r}, which realworld.feeds.DIMS lacks")
     return shape
 
 
-def feeds_for(path: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
-    """One input set for the model at ``path`` (its weights are not read)."""
+def feeds_for(path: str | Path, seed: int = 0, batch: int | None = None
+              ) -> dict[str, np.ndarray]:
+    """One input set for the model at ``path`` (its weights are not read); ``batch``: the
+    symbolic batch dimensions' value instead of DIMS' (a static one stays as declared)."""
     import onnx
 
     path = Path(path)
@@ -51,9 +56,10 @@ def feeds_for(path: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
     inputs = [i for i in graph.input if i.name not in initializers]
     has_cache = any(i.name.startswith("past") for i in inputs)
     rng = np.random.default_rng(seed)
+    dims = DIMS if batch is None else {**DIMS, **dict.fromkeys(BATCH_DIMS, batch)}
     feeds = {}
     for value_info in inputs:
-        name, shape = value_info.name, _shape(value_info, path)
+        name, shape = value_info.name, _shape(value_info, path, dims)
         dtype = _ONNX_TO_NUMPY[value_info.type.tensor_type.elem_type]
         if name.endswith("input_ids"):
             value = rng.integers(0, VOCAB, shape)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-EXPORTS = ("torchscript", "dynamo", "genai-int4", "genai-fp32")
+EXPORTS = ("torchscript", "dynamo", "genai-int4", "genai-fp32", "genai-fp16")
 STEPS = ("ort-opt", "ort-opt-fp16", "ortfusions", "qdyn", "int4", "fp16", "ort-basic",
          "ort-extended")
 
@@ -77,4 +77,7 @@ RECIPES: list[Recipe] = [_r(n) for n in [
     "qwen2/dynamo+ort-extended",
     # the onnxruntime-genai model builder (GroupQueryAttention with a KV cache), CPU
     "llama/genai-int4", "llama/genai-fp32", "qwen2/genai-int4", "qwen2/genai-fp32",
+    # ... with a sliding window (Mistral), q/k norms (Qwen3), and in float16
+    "mistral/genai-int4", "mistral/genai-fp32", "qwen3/genai-int4", "qwen3/genai-fp32",
+    "llama/genai-fp16",
 ]]
