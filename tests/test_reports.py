@@ -254,8 +254,8 @@ def test_time_per_stage_is_recorded_once_per_stage(timed_rewrite, schema):
     report, stages, wall = timed_rewrite
     doc = valid(schema, document("rewrite", report.as_dict(), stages=stages))
     names = [s["stage"] for s in doc["stages"]]
-    assert names == ["load", "detect", "plan", "apply", "re-check", "validate", "confirm",
-                     "compare", "save"]
+    assert names == ["load", "detect", "plan", "apply", "re-check", "cleanup", "validate",
+                     "confirm", "compare", "save"]
     seconds = [s["seconds"] for s in doc["stages"]]
     assert all(t >= 0 for t in seconds)
     # stages inside stages are not counted twice: together no longer than the call
@@ -280,7 +280,7 @@ def test_cli_rewrite_json_has_stages_size_and_picture(schema, tmp_path, capsys):
     doc = valid(schema, json.loads(capsys.readouterr().out))
     assert code == 0
     assert [s["stage"] for s in doc["stages"]] == ["load", "detect", "plan", "apply",
-                                                    "re-check", "validate", "save"]
+                                                    "re-check", "cleanup", "validate", "save"]
     assert doc["size"]["output"]["file_bytes"] == (tmp_path / "r.onnx").stat().st_size
     assert doc["picture"]["op"] == "com.microsoft::NhwcConv"
     text = " ".join(parse(html.read_text()).text)
@@ -301,16 +301,17 @@ def test_picture_is_the_replaced_node_and_its_replacement(failing_rewrite, schem
     # the nodes created for the region are named after it (provenance): the same nodes
     written = onnx.load(doc["output"])
     created = [n.name for n in written.graph.node if n.name.startswith("stem/NhwcConv/")]
-    assert [n["name"] for n in picture["nodes"]] == created and picture["total"] == 4
+    # (the body's Constant is an initializer once the cleanup has run)
+    assert [n["name"] for n in picture["nodes"]] == created and picture["total"] == 3
     assert picture["nodes"][-1]["outputs"] == picture["outputs"] == ["features"]
     svg = _svg_of(to_html(doc), "the replaced node and the nodes that replaced it")
     groups = svg.findall(f"{SVG}g")
     nodes = [g for g in groups if g.get("class") == "node"]
-    assert len(nodes) == 1 + 4
+    assert len(nodes) == 1 + 3
     assert nodes[0].find(f"{SVG}title").text == "stem/NhwcConv: com.microsoft::NhwcConv"
     edges = svg.findall(f"{SVG}line") + svg.findall(f"{SVG}path")
-    # before: 3 inputs and 1 output; after: 1 + 1 + 3 + 1 inputs and 1 output
-    assert len(edges) == 4 + 7
+    # before: 3 inputs and 1 output; after: 1 + 3 + 1 inputs and 1 output
+    assert len(edges) == 4 + 6
     for e in edges:  # layered: every edge goes down
         if e.tag == f"{SVG}line":
             assert float(e.get("y2")) > float(e.get("y1"))
