@@ -452,6 +452,11 @@ def rewrite(
         if again is None:
             break
         rewritten = again
+    if adapt_interface and not dry_run:
+        from rewriter.io.interface import new_adaptations
+
+        report.interface = [a.describe()
+                            for a in new_adaptations(loaded.model, rewritten).values()]
     # in_place names the input file; an in-memory model has none to write back to
     destination = output if output is not None else (loaded.path if in_place and is_path else None)
     if verify and not dry_run:

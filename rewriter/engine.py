@@ -84,6 +84,9 @@ class RewriteReport:
     # sentence each; a repair is verified like any rewrite
     repairs: list[str] = field(default_factory=list)
     remaining: list[Finding] = field(default_factory=list)
+    # graph outputs whose type the rewrite changed (--adapt-interface): one sentence each,
+    # the record in the model's metadata (rewriter.io.interface)
+    interface: list[str] = field(default_factory=list)
     explain: list[dict] = field(default_factory=list)
     verification: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
@@ -172,6 +175,7 @@ class RewriteReport:
                 for (k, p, r, op), n in sorted(self.applied.items())
             ],
             "repairs": self.repairs,
+            "interface": self.interface,
             "before": {"nodes": self.before.nodes, "ops": dict(sorted(self.before.ops.items()))}
             if self.before else None,
             "after": {"nodes": self.after.nodes, "ops": dict(sorted(self.after.ops.items()))}

@@ -112,8 +112,8 @@ class InterfaceOps(RewritePass):
             name = finding.value
             kind = "output" if name in self._outputs else "input"
             if not adapt:
-                raise Declined(f"{kind} {name!r} is part of the model's interface: {FLAG} "
-                               "rewrites it to tensors the target takes")
+                raise Declined(f"{kind} {name!r} is part of the model's interface: rerun "
+                               f"with {FLAG}")
             if kind == "input":
                 raise Declined(f"{FLAG} adapts outputs (ZipMap's maps, string labels), not "
                                f"input {name!r}")
