@@ -936,7 +936,7 @@ def compare(
             _second_opinion(report, [c for c in later if isinstance(c, Runner)],
                             lambda c: run(job(c.target, c.model, original.base_dir, feeds,
                                               c.reference_ops, c.libraries)),
-                            want, tolerances, original.model, plan)
+                            want, tolerances, original.model, plan, subject.model)
 
         if save_inputs is not None:
             try:
@@ -1182,14 +1182,19 @@ def with_missing_imports(original, rewritten):
 
 
 def _second_opinion(report: CompareReport, runners, run, want, tolerances: Tolerances,
-                    model, plan: SetPlan | None = None) -> None:
+                    model, plan: SetPlan | None = None, subject=None) -> None:
     """On a mismatch, the original on the next runtime of the chain that runs it: when it
     agrees with the oracle on an input set where the rewritten model differs (on every
     mismatching target), the mismatch stands; when it does not, the oracles disagree and
     nothing is decided (the report says which one the rewritten model agrees with). Sets
     where only the runtimes disagree on the original (an out-of-range cast in the edges
-    regime) are listed, and decide nothing."""
+    regime) are listed, and decide nothing. ``subject``: the rewritten model, whose
+    adapted interface (``--adapt-interface``) the outputs are converted to, as the oracle's
+    were."""
+    from rewriter.io.interface import InterfaceError, new_adaptations, to_adapted
+
     plan = plan or SetPlan()
+    adaptations = new_adaptations(model, subject) if subject is not None else {}
     for candidate in runners:
         result = run(candidate)
         report.oracle_attempts.append({"target": candidate.label, "status": result.kind,
@@ -1199,6 +1204,10 @@ def _second_opinion(report: CompareReport, runners, run, want, tolerances: Toler
         other, _ = as_declared_floats([o if o is not None else {} for o in result.outputs],
                                       model)
         other = [None if o is None else x for o, x in zip(result.outputs, other)]
+        try:
+            other = [None if o is None else to_adapted(o, adaptations) for o in other]
+        except InterfaceError:
+            continue  # (the oracle's converted: this runtime's outputs differ in kind)
         # sets this runtime failed on are not compared: what it ran must agree
         between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances,
                                 plan)
