@@ -290,3 +290,19 @@ def test_conversions_round_trip():
         labels.to_original(np.array([3]))
     with pytest.raises(InterfaceError, match="expected a sequence of maps"):
         zipmap.to_adapted(np.zeros((2, 3)))
+
+
+def test_check_says_the_flag_and_plans_with_it(tmp_path):
+    pytest.importorskip("tract")
+    path = tmp_path / "m.onnx"
+    onnx.save(_classifier_model("linear", strings=True), path)
+    without = CliRunner().invoke(cli, ["check", str(path), "-t", "tract"])
+    assert without.exit_code == 1, without.output
+    assert "0 of 1 with findings fixable" in without.stdout
+    assert "adapted with --adapt-interface (check again with it)" in \
+        " ".join(without.stdout.split())
+    flagged = CliRunner().invoke(cli, ["check", str(path), "-t", "tract", "--adapt-interface"])
+    assert flagged.exit_code == 1, flagged.output  # findings all the same: check changes nothing
+    text = " ".join(flagged.stdout.split())
+    assert "1 of 1 with findings fixable" in text and "-t tract --adapt-interface`" in text
+    assert "remedy: pass (ai-onnx-ml), rule ai-onnx-ml-interface" in text

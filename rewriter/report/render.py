@@ -194,6 +194,11 @@ def check_summary(docs: list[dict[str, Any]], targets: Sequence[str] = (),
         hint = ("run `" + rewrite_command([str(d["model"]) for d in fixable], targets, plugins,
                                           libraries, options) + "`" if fixable else
                 "no installed plugin fixes them (see `onnx-rewriter ops`)")
+        if not fixable and ("--adapt-interface", None) not in options and any(
+                "--adapt-interface" in (g.get("no_remedy") or "")
+                for d in with_findings for t in d.get("targets", []) for g in t["groups"]):
+            hint += "; an output they cannot return is adapted with --adapt-interface " \
+                "(check again with it)"
         if fixable and len(fixable) > 1:
             hint += " for each of " + ", ".join(str(d["model"]) for d in fixable)
         lines.append(f"{len(fixable)} of {len(with_findings)} with findings fixable: {hint}")
