@@ -79,19 +79,27 @@ class InterfaceOps(RewritePass):
     def __init__(self) -> None:
         self._graph_values: frozenset[str] = frozenset()
         self._outputs: frozenset[str] = frozenset()
-        self._why_not: dict[str, str] = {}  # graph output -> why it cannot be adapted
+        self._model = None
+        self._why_not: dict[str, str] = {}  # graph output -> why it cannot be adapted ("")
         self._wanted: set[str] = set()  # graph outputs to adapt (from accepted findings)
 
     def prepare(self, model, ctx) -> None:
         self._graph_values = frozenset(
             v.name for v in (*model.graph.input, *model.graph.output))
         self._outputs = frozenset(v.name for v in model.graph.output)
+        self._model = model  # (read when a finding asks: an output's adaptation)
         self._why_not = {}
-        for v in model.graph.output:
+
+    def _cannot_adapt(self, name: str) -> str:
+        """Why output ``name`` of the prepared model is not one the flag adapts ("": it
+        is)."""
+        if name not in self._why_not:
             try:
-                _plan_output(model, v.name)
+                _plan_output(self._model, name)
+                self._why_not[name] = ""
             except Declined as e:
-                self._why_not[v.name] = str(e)
+                self._why_not[name] = str(e)
+        return self._why_not[name]
 
     def handles(self, finding, ctx) -> bool:
         if finding.domain == ML and finding.op_type in INTERFACE_OPS:
@@ -117,8 +125,9 @@ class InterfaceOps(RewritePass):
             if kind == "input":
                 raise Declined(f"{FLAG} adapts outputs (ZipMap's maps, string labels), not "
                                f"input {name!r}")
-        if name in self._why_not:
-            raise Declined(f"{FLAG} cannot adapt output {name!r}: {self._why_not[name]}")
+        why = self._cannot_adapt(name)
+        if why:
+            raise Declined(f"{FLAG} cannot adapt output {name!r}: {why}")
         self._wanted.add(name)
         return True, f"{FLAG}: output {name!r} becomes a tensor (its labels in the metadata)"
 
@@ -131,7 +140,10 @@ class InterfaceOps(RewritePass):
             return None
         changed = False
         for name in todo:
-            adapt = _plan_output(model, name)  # Declined here: the plan's check was wrong
+            try:
+                adapt = _plan_output(model, name)
+            except Declined:  # (what this round spliced hides it: the re-check says so)
+                continue
             op_label = adapt(model)
             if op_label:
                 ctx.record("interface", self.plugin, f"{FLAG} {name}", op_label)
