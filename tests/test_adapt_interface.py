@@ -306,3 +306,18 @@ def test_check_says_the_flag_and_plans_with_it(tmp_path):
     text = " ".join(flagged.stdout.split())
     assert "1 of 1 with findings fixable" in text and "-t tract --adapt-interface`" in text
     assert "remedy: pass (ai-onnx-ml), rule ai-onnx-ml-interface" in text
+
+
+def test_the_html_and_markdown_reports_name_the_interface_change(tmp_path):
+    pytest.importorskip("tract")
+    path = tmp_path / "m.onnx"
+    onnx.save(_classifier_model("linear", strings=False), path)
+    for name in ("r.md", "r.html"):
+        result = CliRunner().invoke(cli, ["rewrite", str(path), "-o", str(tmp_path / "o.onnx"),
+                                          "-t", "tract", "--adapt-interface",
+                                          "--report", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        text = (tmp_path / name).read_text()
+        assert "Interface changed (--adapt-interface)" in text
+        assert "output &#x27;output_probability&#x27; was seq(map(int64" in text or \
+            "output 'output_probability' was seq(map(int64" in text
