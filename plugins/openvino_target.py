@@ -490,7 +490,8 @@ def _boundary_finding(target: str, model, message: str) -> Finding | None:
                     reason="type-binding", value=v.name,
                     detail=f"{kind} {v.name!r} is {what}, not a tensor: OpenVINO cannot "
                     f"{verb} it (its ONNX frontend: Unsupported value_info type); "
-                    "--adapt-interface rewrites ZipMap's sequence of maps to tensors")
+                    + ("--adapt-interface rewrites ZipMap's sequence of maps to tensors"
+                       if kind == "output" else "--adapt-interface adapts outputs only"))
     return None
 
 

@@ -502,8 +502,10 @@ class TractTarget(Target):
                         value=v.name,
                         detail=f"{kind} {v.name!r} is a string tensor: tract's Python API "
                         f"cannot {verb} one (Unsupported DatumType in the public API "
-                        "String); --adapt-interface rewrites a classifier's string labels "
-                        "to int64 indices (the label table in the model's metadata)"))
+                        "String); " + ("--adapt-interface rewrites a classifier's string "
+                                       "labels to int64 indices (the label table in the "
+                                       "model's metadata)" if kind == "output" else
+                                       "--adapt-interface adapts outputs only")))
         return out
 
     def _whole_model_verdict(self, model) -> tuple[str, str] | None:

@@ -119,12 +119,12 @@ class InterfaceOps(RewritePass):
         else:
             name = finding.value
             kind = "output" if name in self._outputs else "input"
+            if kind == "input":
+                raise Declined(f"input {name!r} is part of the model's interface, and "
+                               f"{FLAG} adapts outputs only (ZipMap's maps, string labels)")
             if not adapt:
                 raise Declined(f"{kind} {name!r} is part of the model's interface: rerun "
                                f"with {FLAG}")
-            if kind == "input":
-                raise Declined(f"{FLAG} adapts outputs (ZipMap's maps, string labels), not "
-                               f"input {name!r}")
         why = self._cannot_adapt(name)
         if why:
             raise Declined(f"{FLAG} cannot adapt output {name!r}: {why}")
