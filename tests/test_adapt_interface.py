@@ -321,3 +321,18 @@ def test_the_html_and_markdown_reports_name_the_interface_change(tmp_path):
         assert "Interface changed (--adapt-interface)" in text
         assert "output &#x27;output_probability&#x27; was seq(map(int64" in text or \
             "output 'output_probability' was seq(map(int64" in text
+
+
+def test_onnx_rewriter_run_gives_the_original_interface(tmp_path):
+    pytest.importorskip("tract")
+    original = _classifier_model("linear", strings=True)
+    adapted = rewrite(original, ["tract"], adapt_interface=True).model
+    path = tmp_path / "adapted.onnx"
+    onnx.save(adapted, path)
+    result = CliRunner().invoke(cli, ["run", str(path), "--dim", "N=3", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)["outputs"]}
+    assert rows["label"]["dtype"] == "string" and set(rows["label"]["preview"]) <= set(STRINGS)
+    assert rows["output_probability"]["dtype"] == "seq(map)"
+    assert rows["output_probability"]["shape"] == [3]
+    assert [list(m) for m in rows["output_probability"]["preview"]] == [STRINGS, STRINGS]

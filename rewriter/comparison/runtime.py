@@ -286,7 +286,10 @@ def confirm_child(provider: str, base_dir: str, specs: Sequence[str], autoload: 
 
 
 def describe(name: str, value: Any) -> dict[str, Any]:
-    """A short, JSON-friendly description of one array."""
+    """A short, JSON-friendly description of one array (or sequence of maps, as ZipMap's)."""
+    if isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value):
+        return {"name": name, "dtype": "seq(map)", "shape": [len(value)],
+                "preview": [{str(k): float(v) for k, v in m.items()} for m in value[:2]]}
     arr = np.asarray(value)
     flat = arr.reshape(-1)[:6]
     preview = [v if isinstance(v, str) else (v.item() if hasattr(v, "item") else v)
