@@ -208,6 +208,19 @@ def test_a_label_through_an_identity_on_tract():
     _same_interface(rewriter.session(result.model).run(None, _feeds()), want)
 
 
+def test_a_model_importing_ai_onnx_ml_alone_gets_an_ai_onnx_import():
+    """CatBoost exports import ai.onnx.ml alone: the Identity standing for ZipMap needs
+    ai.onnx (the reference evaluator refuses a node of a domain the model does not import)."""
+    original = _classifier_model("tree", strings=False)
+    del original.opset_import[:]
+    original.opset_import.append(helper.make_opsetid(ML, 1))
+    result = rewrite(original, ["reference"], confirm=True, adapt_interface=True)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    assert {o.domain: o.version for o in result.model.opset_import}[""] == 17
+    want = ort.InferenceSession(original.SerializeToString()).run(None, _feeds())
+    _same_interface(rewriter.session(result.model).run(None, _feeds()), want)
+
+
 def test_a_string_output_that_is_no_label_is_not_adapted():
     """A string input passed through: no label table to index, refused with the reason."""
     pytest.importorskip("tract")

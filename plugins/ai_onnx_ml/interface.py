@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from rewriter.plugin import Adaptation, Declined, RewritePass, record_adaptation, type_string
 
-from ._common import ML
+from ._common import ML, NO_IMPORT_OPSET
 
 REGISTRATIONS: list = []  # (no decomposition: a pass adapts or declines them)
 INTERFACE_OPS = ("ZipMap", "DictVectorizer")
@@ -242,6 +242,9 @@ def _adapt_zipmap(model, name: str, labels: list, was: str) -> str:
     graph.node.remove(zipmap)
     graph.node.insert(index, helper.make_node("Identity", [zipmap.input[0]], [name],
                                               name=zipmap.name or f"{name}/Identity"))
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        # (CatBoost's export imports ai.onnx.ml alone: the Identity needs ai.onnx)
+        model.opset_import.append(helper.make_opsetid("", NO_IMPORT_OPSET))
     output = next(v for v in graph.output if v.name == name)
     output.type.CopyFrom(helper.make_tensor_type_proto(TensorProto.FLOAT, [rows, len(labels)]))
     _forget_types(model, [name])
