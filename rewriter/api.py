@@ -317,6 +317,7 @@ def rewrite(
     report_details: bool = False,
     fix_dims: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    cleanup: bool = True,
     adapt_interface: bool = False,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
@@ -353,6 +354,9 @@ def rewrite(
         fix_dims, input_shapes: static shapes the model will run with (``--fix-dim``,
             ``--input-shape``), applied before detection; the result keeps them, the report
             names them (``repairs``) and the comparison runs at them.
+        cleanup: tidy the result's graph once the remedies are in (constants folded, dead
+            nodes removed, common subexpressions merged: :mod:`rewriter.apply.simplify`;
+            the report's ``cleanup`` says what it did); verified with the rest.
         adapt_interface: rewrite a graph output a target cannot return to a tensor it can
             (``--adapt-interface``: ZipMap's sequence of maps to the float probabilities, a
             classifier's string labels to int64 indices), recording the labels and the
@@ -410,7 +414,7 @@ def rewrite(
         model_name=str(loaded.path), prefer=prefer, adapt_interface=adapt_interface,
         base_dir=loaded.base_dir if is_path else None,
         data_locations=tuple(loaded.external_files) if is_path else None,
-        numbers=numbers if confirm is not False else None,
+        numbers=numbers if confirm is not False else None, clean=cleanup,
     )
     report.verify = verify
     if not dry_run and not (report.remaining and not report.applied and not partial):
@@ -448,7 +452,7 @@ def rewrite(
         # point
         again = _another_pass(rewritten, resolved, plugins, report, loaded, is_path,
                               partial=partial, explain=explain, prefer=prefer,
-                              adapt_interface=adapt_interface)
+                              adapt_interface=adapt_interface, clean=cleanup)
         if again is None:
             break
         rewritten = again

@@ -618,6 +618,9 @@ Examples:
 @click.option("--strip-provenance", is_flag=True,
               help="Leave out which plugin and rule made each new node (a table in the "
               "model's metadata and a short key per node).")
+@click.option("--no-cleanup", "no_cleanup", is_flag=True,
+              help="Leave the result's graph as the remedies made it (no constant folding, "
+              "dead-node removal or merging of common subexpressions).")
 @_static_shape_options
 @ADAPT_INTERFACE
 @_comparison_options
@@ -630,7 +633,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             adapt_interface,
             inputs, expected, runs, quick, seed, dims, atol, rtol, original_target, timeout,
             memory_limit, save_inputs, as_json, report_path, plugin_specs, debug,
-            strip_provenance=False):
+            strip_provenance=False, no_cleanup=False):
     """Rewrite MODEL until every target runs it; verify; write it to OUTPUT.
 
     The result is compared with the original (run on the first installed runtime that runs
@@ -662,7 +665,8 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             prefer=prefer, verify=verify, compare_options=compare_options,
             allow_unverified=allow_unverified, keep_failed=keep_failed,
             strip_provenance=strip_provenance, report_details=bool(as_json or report_path),
-            fix_dims=shapes[0], input_shapes=shapes[1], adapt_interface=adapt_interface,
+            fix_dims=shapes[0], input_shapes=shapes[1], cleanup=not no_cleanup,
+            adapt_interface=adapt_interface,
         )
     report = result.report
     doc = document("rewrite", report.as_dict(), stages=stages)

@@ -15,6 +15,7 @@ from onnx import FunctionProto, ModelProto
 
 from rewriter import progress
 from rewriter.apply.inline import TakenNames
+from rewriter.apply.simplify import simplify
 from rewriter.apply.splice import (
     Region,
     apply_decompositions,
@@ -96,6 +97,8 @@ class RewriteReport:
     verification_scope: str = ""
     # the target re-check: "whole model" or "N nodes whose input types changed"
     recheck_scope: str = ""
+    # what the cleanup stage did to the result, or why it was left out (one sentence)
+    cleanup: str = ""
     # verified | mismatch | unverified | unchanged (rewriter.verdicts); "" for a dry run
     verdict: str = ""
     verdict_reason: str = ""
@@ -184,6 +187,7 @@ class RewriteReport:
             "verification": self.verification,
             "verification_scope": self.verification_scope,
             "recheck_scope": self.recheck_scope,
+            "cleanup": self.cleanup,
             "kernels": self.kernels,
             "compare": self.comparison.as_dict() if self.comparison is not None else None,
             "explain": self.explain,
@@ -240,8 +244,12 @@ def _rewrite_proto(
     base_dir=None,
     data_locations: Collection[str] | None = None,
     numbers: Callable[[ModelProto, Target, Mapping], list[Finding]] | None = None,
+    clean: bool = True,
 ) -> tuple[ModelProto, RewriteReport]:
     """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
+
+    ``clean``: tidy the result's graph once the remedies are in (constant folding, dead
+    nodes, common subexpressions: :mod:`rewriter.apply.simplify`), before its validation.
 
     ``numbers``: for a target whose confirmation ran the model and found nothing, the
     nodes its runtime computes differently from the oracle (``computes-differently``
@@ -400,6 +408,14 @@ def _rewrite_proto(
         work.CopyFrom(model)
     counts = counts_after if changed_rounds == 1 and counts_after is not None else \
         op_counts(work)
+    if changed_rounds and not clean:
+        report.cleanup = "turned off (--no-cleanup)"
+    elif changed_rounds:
+        with progress.stage("cleanup", f"{sum(counts.values()):,} nodes"):
+            work, tidied = simplify(work)
+        report.cleanup = str(tidied)
+        if tidied.done:
+            counts = op_counts(work)
     if cleanup(work, model, counts=counts, original_counts=counts_before):
         counts = op_counts(work)
     report.applied = ctx.applied

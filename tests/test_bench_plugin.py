@@ -64,8 +64,10 @@ def test_fast_gelu_matches_onnxruntime(bench_plugins, with_bias):
     rewritten = _verified(model, bench_plugins)
     got = run_ort(rewritten, feeds)[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-    # the literal CastLikes were folded for the known float input: 12 nodes with a bias
-    assert len(rewritten.graph.node) == (12 if with_bias else 11)
+    # the literal CastLikes were folded for the known float input: at most 12 nodes with a
+    # bias (fewer once the cleanup merges the body's repeated subexpressions)
+    assert "CastLike" not in {n.op_type for n in rewritten.graph.node}
+    assert len(rewritten.graph.node) <= (12 if with_bias else 11)
     assert not any(n.op_type == "CastLike" for n in rewritten.graph.node)
 
 

@@ -395,6 +395,8 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
     if report.before and report.after:
         lines.append(f"nodes: {report.before.nodes:,} → {report.after.nodes:,}; "
                      f"ops: {len(report.before.ops)} kinds → {len(report.after.ops)} kinds")
+    if getattr(report, "cleanup", ""):
+        lines.append(f"cleanup: {report.cleanup}")
     comparison = getattr(report, "comparison", None)
     for name, verdict in report.verification.items():
         if name == "compare" and (comparison is not None or report.verdict == "unchanged"):

@@ -29,7 +29,7 @@ import numpy as np
 
 from rewriter.plugin import Arg, OpSample
 
-_ORACLE = "rewriter_plugins.pytorch_samples:torch_oracle"
+_ORACLE = "rewriter_plugins.pytorch.samples:torch_oracle"
 
 
 # -- the oracle --------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""The cleanup stage after a rewrite (issue 30, item 2): fewer nodes, the same numbers, the
+guards that keep it the rewrite's business only (external weights never read, random draws
+never merged, the interface and the op set kept), and ``--no-cleanup``."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rewriter.api import rewrite
+from rewriter.apply.simplify import simplify
+from rewriter.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _ops(model: onnx.ModelProto) -> Counter:
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "opset:13"])
+def test_cleanup_removes_nodes_and_keeps_the_numbers(plugins, target):
+    model = onnx.load(EXAMPLES / "failing_export.onnx")
+    kept = rewrite(model, target, plugins=plugins, cleanup=False)
+    tidied = rewrite(model, target, plugins=plugins)
+    assert kept.report.verdict == tidied.report.verdict == "verified"
+    assert kept.report.cleanup == "turned off (--no-cleanup)"
+    assert tidied.report.cleanup.startswith(f"{len(kept.model.graph.node)} → "), \
+        tidied.report.cleanup
+    assert len(tidied.model.graph.node) < len(kept.model.graph.node)
+    assert _ops(tidied.model)["Constant"] == 0 < _ops(kept.model)["Constant"]
+    # the same numbers, on inputs of their own (the verdict's are the rewrite's)
+    feeds = {}
+    for value in model.graph.input:
+        dims = [d.dim_value or 2 for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = np.random.default_rng(7).standard_normal(dims).astype(np.float32)
+    for a, b in zip(_run(kept.model, feeds), _run(tidied.model, feeds)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    # provenance survives: every created node still leads to its row
+    table = next(p.value for p in tidied.model.metadata_props if p.key == "rewriter.provenance")
+    assert json.loads(table)["rows"]
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _float(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_random_draws_are_never_merged():
+    """Two identical random ops are two draws: merging them would make them one."""
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["a"], seed=1.0),
+             helper.make_node("RandomNormalLike", ["x"], ["b"], seed=1.0),
+             helper.make_node("Bernoulli", ["p"], ["c"]),
+             helper.make_node("Bernoulli", ["p"], ["d"]),
+             helper.make_node("Sub", ["a", "b"], ["ab"]),
+             helper.make_node("Sub", ["c", "d"], ["cd"])]
+    model = _model(nodes, [_float("x", [4]), _float("p", [4])],
+                   [_float("ab", [4]), _float("cd", [4])])
+    cleaned, _ = simplify(model)
+    assert _ops(cleaned)["RandomNormalLike"] == 2 and _ops(cleaned)["Bernoulli"] == 2
+
+
+def test_common_subexpressions_are_merged_and_constants_folded():
+    nodes = [helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(
+                 np.array([2.0], np.float32))),
+             helper.make_node("Mul", ["k", "k"], ["k2"]),  # folds to 4
+             helper.make_node("Exp", ["x"], ["e1"]),
+             helper.make_node("Exp", ["x"], ["e2"]),  # the same as e1
+             helper.make_node("Add", ["e1", "e2"], ["s"]),
+             helper.make_node("Mul", ["s", "k2"], ["y"])]
+    model = _model(nodes, [_float("x", [3])], [_float("y", [3])])
+    cleaned, what = simplify(model)
+    assert what.done and _ops(cleaned) == Counter({"Exp": 1, "Add": 1, "Mul": 1}), what
+    x = np.array([0.0, 1.0, -2.0], np.float32)
+    (y,) = _run(cleaned, {"x": x})
+    np.testing.assert_allclose(y, 8 * np.exp(x), rtol=1e-6)
+    assert [o.name for o in cleaned.graph.output] == ["y"]
+
+
+def test_weights_in_external_data_are_never_read(tmp_path):
+    """Folding is left out for a model with external data (folding would read it)."""
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    nodes = [helper.make_node("Neg", ["w"], ["nw"]), helper.make_node("Add", ["x", "nw"], ["y"])]
+    model = _model(nodes, [_float("x", [4])], [_float("y", [4])], [w])
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    loaded = onnx.load(tmp_path / "m.onnx", load_external_data=False)
+    (tmp_path / "m.data").unlink()  # a read would fail
+    cleaned, what = simplify(loaded)
+    assert "not folded" in what.note or not what.done, what
+    assert _ops(cleaned)["Neg"] == 1
+    (init,) = cleaned.graph.initializer
+    assert init.data_location == TensorProto.EXTERNAL
+
+
+def test_the_cli_says_what_the_cleanup_did_and_no_cleanup_turns_it_off(tmp_path, capsys):
+    source = EXAMPLES / "failing_export.onnx"
+    for flags, expect in (([], "→"), (["--no-cleanup"], "turned off (--no-cleanup)")):
+        out = tmp_path / f"out{len(flags)}.onnx"
+        code = main(["rewrite", str(source), "-o", str(out), "-t", "onnxruntime", "--json",
+                     *flags])
+        assert code == 0
+        report = json.loads(capsys.readouterr().out)
+        assert expect in report["cleanup"], report["cleanup"]
