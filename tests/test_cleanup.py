@@ -119,3 +119,28 @@ def test_the_cli_says_what_the_cleanup_did_and_no_cleanup_turns_it_off(tmp_path,
         assert code == 0
         report = json.loads(capsys.readouterr().out)
         assert expect in report["cleanup"], report["cleanup"]
+
+
+def test_cleanup_keeps_the_declared_value_types_only():
+    """The folding's shape inference types every value ("float[N,3]"); the result keeps the
+    types it declared before the cleanup: tract refuses intermediate values with a symbolic
+    batch once a caller sets concrete input shapes ("Impossible to unify Sym(N) with
+    Val(3)")."""
+    from onnx import TensorProto, helper
+
+    from rewriter.apply.simplify import simplify
+
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["one"], value=helper.make_tensor(
+            "one", TensorProto.FLOAT, [], [1.0])),
+         helper.make_node("Add", ["x", "one"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+         helper.make_node("Identity", ["r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cleaned, done = simplify(model)
+    assert done.done, done.note
+    assert [(v.name, v.type) for v in cleaned.graph.value_info] == \
+        [(v.name, v.type) for v in model.graph.value_info
+         if v.name in {o for n in cleaned.graph.node for o in n.output}]

@@ -132,3 +132,11 @@ def _keep_imports(cleaned: ModelProto, model: ModelProto) -> None:
     del cleaned.metadata_props[:]
     cleaned.metadata_props.extend(model.metadata_props)
     cleaned.producer_name, cleaned.producer_version = model.producer_name, model.producer_version
+    # the main graph's value types as the result declared them, not those the folding's
+    # shape inference wrote for every value: a symbolic batch on intermediate values
+    # ("float[N,3]") makes tract refuse the model once a caller sets concrete input shapes
+    # ("Impossible to unify Sym(N) with Val(3)", tract.onnx().load(...).set_input_fact)
+    declared = {v.name: v for v in model.graph.value_info}
+    kept = [declared[v.name] for v in cleaned.graph.value_info if v.name in declared]
+    del cleaned.graph.value_info[:]
+    cleaned.graph.value_info.extend(kept)
