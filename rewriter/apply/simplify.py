@@ -93,8 +93,11 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
     steps += [RewritePass(_DEFAULT_REWRITE_RULES), common.RemoveUnusedNodesPass(),
               common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()]
     passes = [ir.passes.PassManager(steps, steps=2, early_stop=True),
-              common.RemoveUnusedNodesPass(),
-              common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)]
+              common.RemoveUnusedNodesPass()]
+    if model.ir_version >= 4:  # (IR 3 lists every initializer among the graph's inputs:
+        # CatBoost's exports; a lifted constant would fail onnx's checker there)
+        passes.append(common.LiftConstantsToInitializersPass(lift_all_constants=True,
+                                                             size_limit=0))
     if _may_merge_subexpressions(model):
         passes.append(common.CommonSubexpressionEliminationPass())
     passes.append(common.RemoveUnusedNodesPass())
