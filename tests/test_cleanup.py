@@ -121,6 +121,26 @@ def test_the_cli_says_what_the_cleanup_did_and_no_cleanup_turns_it_off(tmp_path,
         assert expect in report["cleanup"], report["cleanup"]
 
 
+def test_a_graph_output_stays_apart_from_the_values_read_inside():
+    """onnxruntime applies an output's declared shape to the values computed from it: an
+    Identity that kept the output apart must not be folded into the graph's inner values
+    (seen: ort_dmmha_self_attn, whose declarations name two batch sizes alike)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Identity", ["r"], ["present"]),
+             helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)]
+    model = _model(nodes, [_float("x", ["n", 3])], [_float("present", ["batch", 3]),
+                                                   _float("y", [2])])
+    cleaned, _ = simplify(model)
+    read = {name for node in cleaned.graph.node for name in node.input}
+    assert "present" not in read
+    (producer,) = [n for n in cleaned.graph.node if "present" in n.output]
+    assert producer.op_type == "Identity"
+    x = np.array([[1.0, -2.0, 3.0]], np.float32)
+    for a, b in zip(_run(cleaned, {"x": x}), _run(model, {"x": x})):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_cleanup_keeps_the_declared_value_types_only():
     """The folding's shape inference types every value ("float[N,3]"); the result keeps the
     types it declared before the cleanup: tract refuses intermediate values with a symbolic

@@ -94,13 +94,18 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
               common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()]
     passes = [ir.passes.PassManager(steps, steps=2, early_stop=True),
               common.RemoveUnusedNodesPass()]
-    if model.ir_version >= 4:  # (IR 3 lists every initializer among the graph's inputs:
-        # CatBoost's exports; a lifted constant would fail onnx's checker there)
+    if model.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
         passes.append(common.LiftConstantsToInitializersPass(lift_all_constants=True,
                                                              size_limit=0))
     if _may_merge_subexpressions(model):
         passes.append(common.CommonSubexpressionEliminationPass())
     passes.append(common.RemoveUnusedNodesPass())
+    # folded on the shapes inference gives from the inputs, not on the intermediate ones the
+    # model declares (a producer's may be stale or specialised: a folded Shape would keep it)
+    declared = list(model.graph.value_info)
+    del model.graph.value_info[:]
+    interface = [(v, _copy(v)) for v in (*model.graph.input, *model.graph.output)]
+    _unique_symbols(model)
     try:
         work = ir.from_proto(model)
         ir.passes.Sequential(*passes)(work)
@@ -109,6 +114,18 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
         line = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         return model, Cleanup(before, before, False, f"left out: the optimizer stopped "
                               f"({type(e).__name__}: {line})")
+    finally:
+        model.graph.value_info.extend(declared)
+        for value, kept in interface:
+            value.CopyFrom(kept)
+    _keep_declarations(cleaned, declared)
+    _outputs_kept_apart(cleaned, model)
+    if [v.name for v in cleaned.graph.input] == [v.name for v in model.graph.input] and \
+            [v.name for v in cleaned.graph.output] == [v.name for v in model.graph.output]:
+        for values, originals in ((cleaned.graph.input, model.graph.input),
+                                  (cleaned.graph.output, model.graph.output)):
+            for value, original in zip(values, originals):
+                value.CopyFrom(original)
     after = _nodes(cleaned)
     if _interface(cleaned)[:3] != _interface(model)[:3]:
         return model, Cleanup(before, before, False, "left out: it would change the "
@@ -119,11 +136,85 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
         return model, Cleanup(before, before, False, f"left out: it would bring in {listed}, "
                               "which the targets were not asked about")
     _keep_imports(cleaned, model)
+    broken = _checker_problem(cleaned)
+    if broken and not _checker_problem(model):
+        return model, Cleanup(before, before, False, f"left out: onnx's checker refuses the "
+                              f"cleaned graph ({broken})")
     if after >= before and len(cleaned.graph.initializer) == len(model.graph.initializer):
         return model, Cleanup(before, before, False, "nothing to clean up")
     folded = "constants folded" if fold else "constants not folded (external weights unread)"
     return cleaned, Cleanup(before, after, True, f"{before:,} → {after:,} nodes: {folded}, "
                             "dead and duplicate nodes removed")
+
+
+def _copy(value):
+    out = type(value)()
+    out.CopyFrom(value)
+    return out
+
+
+def _unique_symbols(model: ModelProto) -> None:
+    """Every symbolic dim of the graph's inputs and outputs under a name of its own: a model
+    may name two dims alike that its users feed differently (onnxruntime's beam-search
+    models call the batch of sequences and the batch of beams both ``batch_size``), and the
+    optimizer would fold arithmetic on them as if they were equal."""
+    for i, value in enumerate((*model.graph.input, *model.graph.output)):
+        if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+            for j, dim in enumerate(value.type.tensor_type.shape.dim):
+                if not dim.HasField("dim_value"):
+                    dim.dim_param = f"cleanup_{i}_{j}"
+
+
+def _outputs_kept_apart(cleaned: ModelProto, model: ModelProto) -> None:
+    """A graph output that the model's nodes did not read, and that the cleanup made a value
+    read inside the graph (an Identity before it folded away), gets its Identity back: its
+    declared shape is the producer's word for the output alone, and a runtime would apply it
+    to the values computed from it (onnxruntime merges shape computations by symbolic dims)."""
+    from onnx import helper
+
+    def readers(graph) -> set[str]:
+        return {name for node in graph.node for name in node.input}
+
+    read_before, read_now = readers(model.graph), readers(cleaned.graph)
+    taken = {o for n in cleaned.graph.node for o in n.output} | \
+        {v.name for v in (*cleaned.graph.input, *cleaned.graph.initializer)}
+    for output in cleaned.graph.output:
+        name = output.name
+        if name in read_before or name not in read_now:
+            continue
+        inner, k = f"{name}/kept", 0
+        while inner in taken:
+            k, inner = k + 1, f"{name}/kept_{k + 1}"
+        taken.add(inner)
+        for node in cleaned.graph.node:
+            for names in (node.input, node.output):
+                for i, value in enumerate(names):
+                    if value == name:
+                        names[i] = inner
+        cleaned.graph.node.append(helper.make_node("Identity", [inner], [name],
+                                                   name=f"{name}/Identity_kept"))
+
+
+def _keep_declarations(cleaned: ModelProto, declared) -> None:
+    """The result declares what the model declared, for the values that remain, and nothing
+    more: the optimizer's inferred shapes (symbolic dims it names itself) are not written
+    into the model, where a runtime would read them as the producer's word."""
+    for scope in iter_scopes(cleaned):
+        if scope.graph is not None:
+            del scope.graph.value_info[:]
+    remaining = {o for n in cleaned.graph.node for o in n.output}
+    cleaned.graph.value_info.extend(v for v in declared if v.name in remaining)
+
+
+def _checker_problem(model: ModelProto) -> str:
+    """onnx's (basic) checker on ``model``: its first line, or "" when it passes."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001 - the checker's refusal is the answer
+        return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    return ""
 
 
 def _keep_imports(cleaned: ModelProto, model: ModelProto) -> None:
@@ -135,11 +226,3 @@ def _keep_imports(cleaned: ModelProto, model: ModelProto) -> None:
     del cleaned.metadata_props[:]
     cleaned.metadata_props.extend(model.metadata_props)
     cleaned.producer_name, cleaned.producer_version = model.producer_name, model.producer_version
-    # the main graph's value types as the result declared them, not those the folding's
-    # shape inference wrote for every value: a symbolic batch on intermediate values
-    # ("float[N,3]") makes tract refuse the model once a caller sets concrete input shapes
-    # ("Impossible to unify Sym(N) with Val(3)", tract.onnx().load(...).set_input_fact)
-    declared = {v.name: v for v in model.graph.value_info}
-    kept = [declared[v.name] for v in cleaned.graph.value_info if v.name in declared]
-    del cleaned.graph.value_info[:]
-    cleaned.graph.value_info.extend(kept)
