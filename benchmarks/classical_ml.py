@@ -8,7 +8,7 @@ the tree strategy the rewrite chose, and the rewritten model's bytes and onnxrun
 (batch 1 and 1,024, one thread) over the original's.
 
     nice -n 10 python benchmarks/classical_ml.py [--only NAME ...] [--targets T,T]
-        [--repeat 30] [--no-latency] [--json out.json]
+        [--repeat 30] [--no-latency] [--json out.json] [--adapt-interface]
 
 Needs the ``bench-ml`` extra (scikit-learn, skl2onnx, onnxmltools, lightgbm, xgboost,
 catboost). ``onnxruntime-no-ml`` is ``onnxruntime:ops=FILE`` with a reduced-build
@@ -299,7 +299,8 @@ def run_pair(name: str, covers: str, path: Path, feeds: dict, target: str, spec:
     workdir = path.parent / target.replace(":", "_")
     workdir.mkdir(exist_ok=True)
     row = rewrite_pair(path, spec, workdir, inputs=path.parent / "inputs.npz", name=name,
-                       timeout=args.timeout, plugins=plugins)
+                       timeout=args.timeout, plugins=plugins,
+                       adapt_interface=args.adapt_interface)
     row.target = target
     result = Result(row, covers, strategies(row.rules))
     written = [p for p in workdir.glob("*.onnx")]
@@ -376,6 +377,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--timeout", type=float, default=120, help="the compare's, per pair")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--adapt-interface", action="store_true",
+                        help="rewrite with --adapt-interface (ZipMap's maps and string labels "
+                        "as tensors)")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -411,7 +415,8 @@ def main(argv=None) -> int:
     for part in table(results, targets):
         console.print(part)
     seconds = time.perf_counter() - started
-    console.print(f"{len(chosen)} models x {len(targets)} targets in {seconds:.0f} s")
+    console.print(f"{len(chosen)} models x {len(targets)} targets in {seconds:.0f} s"
+                  + (" (--adapt-interface)" if args.adapt_interface else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"seconds": round(seconds), "targets": targets,

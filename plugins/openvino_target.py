@@ -495,10 +495,11 @@ def _boundary_finding(target: str, model, message: str) -> Finding | None:
                 verb = "take" if kind == "input" else "return"
                 return Finding(
                     target=target, path="model", domain="", op_type="", version=None,
-                    reason="type-binding",
+                    reason="type-binding", value=v.name,
                     detail=f"{kind} {v.name!r} is {what}, not a tensor: OpenVINO cannot "
                     f"{verb} it (its ONNX frontend: Unsupported value_info type); "
-                    "--adapt-interface (planned) is to rewrite that boundary to tensors")
+                    + ("--adapt-interface rewrites ZipMap's sequence of maps to tensors"
+                       if kind == "output" else "--adapt-interface adapts outputs only"))
     return None
 
 

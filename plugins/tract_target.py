@@ -499,10 +499,13 @@ class TractTarget(Target):
                     out.append(Finding(
                         target=self.name, path="model", domain="", op_type="", version=None,
                         reason="type-binding",
+                        value=v.name,
                         detail=f"{kind} {v.name!r} is a string tensor: tract's Python API "
                         f"cannot {verb} one (Unsupported DatumType in the public API "
-                        "String); --adapt-interface (planned) is to rewrite that boundary "
-                        "to tensors (string labels as int64 indices and the label table)"))
+                        "String); " + ("--adapt-interface rewrites a classifier's string "
+                                       "labels to int64 indices (the label table in the "
+                                       "model's metadata)" if kind == "output" else
+                                       "--adapt-interface adapts outputs only")))
         return out
 
     def _whole_model_verdict(self, model) -> tuple[str, str] | None:

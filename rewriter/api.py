@@ -87,6 +87,7 @@ def check(
     report_details: bool = False,
     fix_dims: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    adapt_interface: bool = False,
 ) -> CheckReport:
     """List every node each target cannot run.
 
@@ -110,6 +111,8 @@ def check(
         fix_dims, input_shapes: static shapes the model will run with (``--fix-dim``,
             ``--input-shape``: :func:`rewriter.io.shapes.static_shapes`), applied before
             detection so each target is asked about that model.
+        adapt_interface: plan as ``rewrite(..., adapt_interface=True)`` does: a graph output
+            a target cannot return that the flag adapts has that pass as its remedy.
 
     Each target's result carries ``plan``: for every finding (by path and op), the remedy
     ``rewrite`` would apply for that target alone ("decomposition RULE [PLUGIN]", "pass
@@ -127,7 +130,7 @@ def check(
     gc.disable()
     try:
         return _check(model, targets, plugins, confirm, custom_op_libraries, report_details,
-                      fix_dims, input_shapes)
+                      fix_dims, input_shapes, adapt_interface)
     finally:
         if enabled:
             gc.enable()
@@ -135,7 +138,7 @@ def check(
 
 def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bool | None,
            custom_op_libraries: Sequence[str], report_details: bool,
-           fix_dims=None, input_shapes=None) -> CheckReport:
+           fix_dims=None, input_shapes=None, adapt_interface: bool = False) -> CheckReport:
     """:func:`check` with its plugins loaded."""
     with progress.stage("load", progress.loaded_name(model)):
         loaded = as_loaded(model, node_io=True)  # node names kept for each target's walk
@@ -180,7 +183,8 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
         if result.findings:
             with progress.stage("plan", f"{len(result.findings)} findings"):
                 result.plan = planned_remedies(loaded, target, plugins, result.findings,
-                                               detection.declared)
+                                               detection.declared,
+                                               adapt_interface=adapt_interface)
         for f in result.findings:
             object.__setattr__(f, "node", None)  # do not keep the model alive through reports
         log.info("check %s on %s: %d finding(s)", loaded.path, target.name,
@@ -211,7 +215,7 @@ def finding_key(finding: Any) -> tuple[str, str]:
 
 def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
                      findings: Sequence[Any], declared: Mapping[str, Any] | None = None,
-                     ) -> dict[tuple[str, str], str]:
+                     adapt_interface: bool = False) -> dict[tuple[str, str], str]:
     """What ``rewrite`` would apply to each finding for ``target`` alone (its planner, as in
     ``rewrite --dry-run --explain``): "KIND RULE [PLUGIN]", or "none: WHY". ``findings``
     from :func:`~rewriter.detect.walker.detect` (with their nodes) and its ``declared``
@@ -225,7 +229,8 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
         findings, declared = detection.findings, detection.declared
     try:
         planned = plan_for_check(loaded.model, target, plugins, findings, declared,
-                                 base_dir=None if loaded.folder else loaded.base_dir)  # in memory
+                                 base_dir=None if loaded.folder else loaded.base_dir,  # in memory
+                                 adapt_interface=adapt_interface)
     except RewriterError as e:  # the plan itself failed: say so on every finding
         return {finding_key(f): f"none: {e}" for f in findings}
     plan: dict[tuple[str, str], str] = {}
@@ -255,12 +260,13 @@ def planned_remedies(loaded: LoadedModel, target: Any, plugins: Plugins,
     # (only those: a plan of proven bodies next to findings nothing remedies stands)
     if named and (any(v.startswith("pass ") for v in named)
                   or planned.typed_later):
-        plan = _settled(loaded, target, plugins, plan)
+        plan = _settled(loaded, target, plugins, plan, adapt_interface)
     return plan
 
 
 def _settled(loaded: LoadedModel, target: Any, plugins: Plugins,
-             plan: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+             plan: dict[tuple[str, str], str], adapt_interface: bool = False
+             ) -> dict[tuple[str, str], str]:
     """A plan where some findings have a remedy and some not, settled by the rewrite itself
     (``--partial``, in memory): a finding whose types are known only once the remedies
     upstream are spliced may be fixed after all, and a pass that needs the whole model
@@ -270,7 +276,8 @@ def _settled(loaded: LoadedModel, target: Any, plugins: Plugins,
 
     try:
         _, report = rewrite_proto(loaded.model, [target], plugins, partial=True,
-                                  model_name=str(loaded.path), base_dir=loaded.base_dir)
+                                  model_name=str(loaded.path), base_dir=loaded.base_dir,
+                                  adapt_interface=adapt_interface)
     except RewriterError:
         return plan
     left = {finding_key(f) for f in report.remaining}
@@ -311,6 +318,7 @@ def rewrite(
     fix_dims: Mapping[str, int] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     cleanup: bool = True,
+    adapt_interface: bool = False,
 ) -> RewriteResult:
     """Rewrite ``model`` until every target runs it; verify; save to ``output``.
 
@@ -349,6 +357,13 @@ def rewrite(
         cleanup: tidy the result's graph once the remedies are in (constants folded, dead
             nodes removed, common subexpressions merged: :mod:`rewriter.apply.simplify`;
             the report's ``cleanup`` says what it did); verified with the rest.
+        adapt_interface: rewrite a graph output a target cannot return to a tensor it can
+            (``--adapt-interface``: ZipMap's sequence of maps to the float probabilities, a
+            classifier's string labels to int64 indices), recording the labels and the
+            original types in the model's metadata (:mod:`rewriter.io.interface`); the
+            comparison converts the original's outputs through that record, and
+            :func:`rewriter.session` gives the original interface back. Without it such an
+            output is a finding with no remedy, naming the flag.
 
     Returns:
         the rewritten model in the kind it was given (for a path: the output path, None when
@@ -396,7 +411,7 @@ def rewrite(
                           **{k: v for k, v in options.items() if k in _NUMBERS_OPTIONS})
     rewritten, report = rewrite_proto(
         loaded.model, resolved, plugins, partial=partial, explain=explain, dry_run=dry_run,
-        model_name=str(loaded.path), prefer=prefer,
+        model_name=str(loaded.path), prefer=prefer, adapt_interface=adapt_interface,
         base_dir=loaded.base_dir if is_path else None,
         data_locations=tuple(loaded.external_files) if is_path else None,
         numbers=numbers if confirm is not False else None, clean=cleanup,
@@ -437,10 +452,15 @@ def rewrite(
         # point
         again = _another_pass(rewritten, resolved, plugins, report, loaded, is_path,
                               partial=partial, explain=explain, prefer=prefer,
-                              clean=cleanup)
+                              adapt_interface=adapt_interface, clean=cleanup)
         if again is None:
             break
         rewritten = again
+    if adapt_interface and not dry_run:
+        from rewriter.io.interface import new_adaptations
+
+        report.interface = [a.describe()
+                            for a in new_adaptations(loaded.model, rewritten).values()]
     # in_place names the input file; an in-memory model has none to write back to
     destination = output if output is not None else (loaded.path if in_place and is_path else None)
     if verify and not dry_run:

@@ -352,9 +352,19 @@ def _model_paths(specs: tuple[str, ...]) -> list[str]:
     return paths
 
 
+ADAPT_INTERFACE = click.option(
+    "--adapt-interface", is_flag=True,
+    help="Rewrite a graph output a target cannot return to a tensor it can: ZipMap's "
+    "sequence of maps to the float probabilities [N, C], a classifier's string labels to "
+    "int64 indices; the labels go to the model's metadata (rewriter.interface), the "
+    "comparison goes through them, and 'onnx-rewriter run' / rewriter.session() give the "
+    "original outputs back. Without it such an output is refused, naming this flag.")
+
+
 def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...],
                confirm: bool | None, libraries: tuple[str, ...], plugins=None,
-               details: bool = False, shapes: tuple[dict, dict] = ({}, {})) -> dict:
+               details: bool = False, shapes: tuple[dict, dict] = ({}, {}),
+               adapt_interface: bool = False) -> dict:
     """``check`` of one model as its document's data, or ``{model, ok: False, error,
     exit_code}`` when it could not be checked (run in a worker process for many models)."""
     from rewriter.api import check as run_check
@@ -372,7 +382,8 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
         with progress.timed() as stages:  # the report's time per stage
             result = run_check(path, targets, plugins=plugins, confirm=confirm,
                                custom_op_libraries=libraries, report_details=details,
-                               fix_dims=shapes[0], input_shapes=shapes[1])
+                               fix_dims=shapes[0], input_shapes=shapes[1],
+                               adapt_interface=adapt_interface)
         doc = check_as_dict(result, plugins.registry)
         doc["stages"] = stage_times(stages)
         doc["model"] = path
@@ -392,13 +403,14 @@ def _check_one(path: str, targets: tuple[str, ...], plugin_specs: tuple[str, ...
 
 
 def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plugins,
-                details: bool = False, shapes: tuple[dict, dict] = ({}, {})) -> list[dict]:
+                details: bool = False, shapes: tuple[dict, dict] = ({}, {}),
+                adapt_interface: bool = False) -> list[dict]:
     """Every model's ``check``: in this process for one, in a pool of worker processes
     (one per core) for many; in the order given. ``details``: each model's size, for a
     report."""
     if len(paths) == 1:
         return [_check_one(paths[0], targets, plugin_specs, confirm, libraries, plugins,
-                           details, shapes)]
+                           details, shapes, adapt_interface)]
     import concurrent.futures
     import multiprocessing
 
@@ -407,7 +419,7 @@ def _check_many(paths: list[str], targets, plugin_specs, confirm, libraries, plu
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers,
                                                 mp_context=context) as pool:
         futures = [pool.submit(_check_one, p, targets, plugin_specs, confirm, libraries,
-                               None, details, shapes) for p in paths]
+                               None, details, shapes, adapt_interface) for p in paths]
         return [f.result() for f in futures]
 
 
@@ -500,11 +512,12 @@ Examples:
               help="github/sarif: model locations relative to this folder (the repository's "
               "root; default: the current folder).")
 @_static_shape_options
+@ADAPT_INTERFACE
 @REPORT
 @_common
 @click.pass_context
 def check(ctx, models, targets, confirm, libraries, output_format, as_json, base_dir,
-          fix_dims, input_shapes, report_path, plugin_specs, debug):
+          fix_dims, input_shapes, adapt_interface, report_path, plugin_specs, debug):
     """List every node the targets cannot run, why (a reason code) and the remedy rewrite
     would apply.
 
@@ -522,7 +535,7 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, base
     shapes = _static_shapes(fix_dims, input_shapes)
     docs = _check_many(paths, tuple(targets), obj["plugins"], confirm, tuple(libraries),
                        plugins, details=output_format == "json" or bool(report_path),
-                       shapes=shapes)
+                       shapes=shapes, adapt_interface=adapt_interface)
     if len(docs) == 1 and docs[0].get("error") and output_format in ("text", "json"):
         raise _ModelError(docs[0]["error"], docs[0]["exit_code"])
     doc = _check_document(docs, targets, obj["plugins"], libraries)
@@ -554,7 +567,8 @@ def check(ctx, models, targets, confirm, libraries, output_format, as_json, base
             from rewriter.console import wrap
 
             shape_options = [("--fix-dim", v) for v in fix_dims] + \
-                [("--input-shape", v) for v in input_shapes]
+                [("--input-shape", v) for v in input_shapes] + \
+                ([("--adapt-interface", None)] if adapt_interface else [])
             for line in report.check_summary(docs, targets, obj["plugins"], libraries,
                                              shape_options):
                 for part in wrap(line, indent=2, first=0):
@@ -608,6 +622,7 @@ Examples:
               help="Leave the result's graph as the remedies made it (no constant folding, "
               "dead-node removal or merging of common subexpressions).")
 @_static_shape_options
+@ADAPT_INTERFACE
 @_comparison_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @REPORT
@@ -615,6 +630,7 @@ Examples:
 @click.pass_context
 def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, confirm,
             libraries, prefer, verify, allow_unverified, keep_failed, fix_dims, input_shapes,
+            adapt_interface,
             inputs, expected, runs, quick, seed, dims, atol, rtol, original_target, timeout,
             memory_limit, save_inputs, as_json, report_path, plugin_specs, debug,
             strip_provenance=False, no_cleanup=False):
@@ -650,6 +666,7 @@ def rewrite(ctx, model, output, targets, partial, dry_run, explain, in_place, co
             allow_unverified=allow_unverified, keep_failed=keep_failed,
             strip_provenance=strip_provenance, report_details=bool(as_json or report_path),
             fix_dims=shapes[0], input_shapes=shapes[1], cleanup=not no_cleanup,
+            adapt_interface=adapt_interface,
         )
     report = result.report
     doc = document("rewrite", report.as_dict(), stages=stages)

@@ -85,6 +85,9 @@ class RewriteReport:
     # sentence each; a repair is verified like any rewrite
     repairs: list[str] = field(default_factory=list)
     remaining: list[Finding] = field(default_factory=list)
+    # graph outputs whose type the rewrite changed (--adapt-interface): one sentence each,
+    # the record in the model's metadata (rewriter.io.interface)
+    interface: list[str] = field(default_factory=list)
     explain: list[dict] = field(default_factory=list)
     verification: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
@@ -175,6 +178,7 @@ class RewriteReport:
                 for (k, p, r, op), n in sorted(self.applied.items())
             ],
             "repairs": self.repairs,
+            "interface": self.interface,
             "before": {"nodes": self.before.nodes, "ops": dict(sorted(self.before.ops.items()))}
             if self.before else None,
             "after": {"nodes": self.after.nodes, "ops": dict(sorted(self.after.ops.items()))}
@@ -236,6 +240,7 @@ def _rewrite_proto(
     dry_run: bool = False,
     model_name: str = "<model>",
     prefer: str = "decompose",
+    adapt_interface: bool = False,
     base_dir=None,
     data_locations: Collection[str] | None = None,
     numbers: Callable[[ModelProto, Target, Mapping], list[Finding]] | None = None,
@@ -254,7 +259,9 @@ def _rewrite_proto(
     ``prefer``: ``"decompose"`` (default: a decomposed model needs nothing at deployment) or
     ``"kernel"``, for ops that have both remedies. ``data_locations``: the external-data
     files the model names, when the caller knows them (from the load; the validation then
-    does not read every tensor for them)."""
+    does not read every tensor for them). ``adapt_interface``: passes may rewrite a graph
+    output a target cannot return to a tensor it can (``PassContext.options``), recording
+    the original interface in the model's metadata (:mod:`rewriter.io.interface`)."""
     # ``model`` is only read until round one changes it: the result is then built from it
     # (splice_into_new: no copy of its nodes), or a working copy is changed in place.
     # Declared shapes onnx's inference contradicts are cleared first (a repair, kept only
@@ -267,6 +274,7 @@ def _rewrite_proto(
     report.before = ModelStats.from_counts(counts_before)
     config = MappingProxyType({"targets": tuple(t.name for t in targets), "prefer": prefer,
                                "partial": partial, "dry_run": dry_run,
+                               "adapt_interface": adapt_interface,
                                "base_dir": base_dir})  # external-shape-data reads from it
     ctx = PassContext(targets, plugins.registry, config)
     passes = pipeline(plugins, targets, config)
@@ -536,11 +544,13 @@ def plan_findings(planner: Planner, findings: Sequence[Finding], constants,
 
 def plan_for_check(model: ModelProto, target: Target, plugins: Plugins,
                    findings: Sequence[Finding], declared: Mapping[str, Any],
-                   prefer: str = "decompose", base_dir=None) -> Planned:
+                   prefer: str = "decompose", base_dir=None,
+                   adapt_interface: bool = False) -> Planned:
     """The plan ``rewrite --dry-run --explain`` makes for ``target`` alone, from findings
     already detected with their nodes (``detect``): no copy of the model, no second walk."""
     config = MappingProxyType({"targets": (target.name,), "prefer": prefer,
-                               "partial": False, "dry_run": True, "base_dir": base_dir})
+                               "partial": False, "dry_run": True,
+                               "adapt_interface": adapt_interface, "base_dir": base_dir})
     ctx = PassContext([target], plugins.registry, config)
     passes = pipeline(plugins, [target], config)
     for p in passes:

@@ -99,5 +99,6 @@ def modify_pipeline(passes: list[Any], targets: list[Any], config: Mapping[str, 
             remedy some finding.
         targets: the targets being rewritten for (:class:`rewriter.plugin.Target`).
         config: the run's options, read-only: ``targets`` (their names), ``prefer``,
-            ``partial``, ``dry_run`` (passes see it as ``PassContext.options``).
+            ``partial``, ``dry_run``, ``adapt_interface`` (passes see it as
+            ``PassContext.options``).
     """

@@ -66,6 +66,7 @@ from rewriter.graph.walk import (
     outer_references,
 )
 from rewriter.hookspecs import hookimpl
+from rewriter.io.interface import Adaptation, record_adaptation
 from rewriter.plan.bodies import Declined, FunctionBuilder, declining, present, typed_tensor
 from rewriter.plan.functions import (
     REMEDY_DOMAIN,
@@ -147,6 +148,9 @@ __all__ = [
     "retarget",
     "specialise",
     "splice",
+    # provisional: interface adaptation (--adapt-interface, rewriter.io.interface)
+    "Adaptation",
+    "record_adaptation",
     # provisional: the kernel runtime adapters
     "EXTENSIONS",
     "library_path",

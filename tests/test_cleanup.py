@@ -139,3 +139,50 @@ def test_a_graph_output_stays_apart_from_the_values_read_inside():
     x = np.array([[1.0, -2.0, 3.0]], np.float32)
     for a, b in zip(_run(cleaned, {"x": x}), _run(model, {"x": x})):
         np.testing.assert_array_equal(a, b)
+
+
+def test_cleanup_keeps_the_declared_value_types_only():
+    """The folding's shape inference types every value ("float[N,3]"); the result keeps the
+    types it declared before the cleanup: tract refuses intermediate values with a symbolic
+    batch once a caller sets concrete input shapes ("Impossible to unify Sym(N) with
+    Val(3)")."""
+    from onnx import TensorProto, helper
+
+    from rewriter.apply.simplify import simplify
+
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["one"], value=helper.make_tensor(
+            "one", TensorProto.FLOAT, [], [1.0])),
+         helper.make_node("Add", ["x", "one"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+         helper.make_node("Identity", ["r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cleaned, done = simplify(model)
+    assert done.done, done.note
+    assert [(v.name, v.type) for v in cleaned.graph.value_info] == \
+        [(v.name, v.type) for v in model.graph.value_info
+         if v.name in {o for n in cleaned.graph.node for o in n.output}]
+
+
+def test_cleanup_of_an_ir3_model_lifts_no_constant():
+    """IR version 3 lists every initializer among the graph's inputs (CatBoost exports it):
+    a Constant lifted to an initializer would fail onnx's checker ("in initializer but not
+    in graph input"), so constants stay nodes there."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from rewriter.apply.simplify import simplify
+
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["two"], value=helper.make_tensor(
+            "two", TensorProto.FLOAT, [], [2.0])),
+         helper.make_node("Mul", ["x", "two"], ["m"]), helper.make_node("Identity", ["m"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])])
+    model = helper.make_model(graph, ir_version=3, opset_imports=[helper.make_opsetid("", 9)])
+    onnx.checker.check_model(model)
+    cleaned, done = simplify(model)
+    assert not cleaned.graph.initializer
+    onnx.checker.check_model(cleaned)

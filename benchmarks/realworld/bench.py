@@ -50,10 +50,11 @@ def short(message: str, limit: int = 600) -> str:
 
 
 def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name: str,
-                 timeout: float = 300, plugins=None) -> Row:
+                 timeout: float = 300, plugins=None, **rewrite_options) -> Row:
     """``rewrite(model, [target])``, ending with its comparison on ``inputs`` (a .npz), as a
     row: the verdict, or "unfixable" (findings without a remedy, or findings the target
-    still has after the rewrite), or "error" (the engine raised)."""
+    still has after the rewrite), or "error" (the engine raised). ``rewrite_options``: more
+    keyword arguments of ``rewrite`` (``adapt_interface=True``)."""
     from rewriter.api import rewrite
     from rewriter.errors import UnfixableError
 
@@ -64,7 +65,8 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
     options = {"inputs": str(inputs), "timeout": timeout}
     try:
         result = rewrite(str(model), [target], output=str(out), compare_options=options,
-                         plugins=plugins, allow_unverified=True, keep_failed=True)
+                         plugins=plugins, allow_unverified=True, keep_failed=True,
+                         **rewrite_options)
     except UnfixableError as e:
         row.verdict = "unfixable"
         row.ops_left = sorted({op for _t, op, _d, _r, _n in e.groups})

@@ -17,8 +17,9 @@ svm               SVMClassifier, SVMRegressor
 preprocessing     Scaler, Normalizer, Imputer, Binarizer, FeatureVectorizer,
                   ArrayFeatureExtractor
 encoders          OneHotEncoder, LabelEncoder (1-4), CategoryMapper
-interface         ZipMap, DictVectorizer: a pass claims them and declines, naming the map or
-                  sequence type that needs ``--adapt-interface``
+interface         ZipMap, DictVectorizer, graph outputs a target cannot return: a pass
+                  adapts ZipMap outputs and string labels with ``--adapt-interface``, and
+                  otherwise declines naming the type and the flag
 ================  =========================================================================
 
 ``loop_free`` is a plugin of its own (``ai-onnx-ml-loop-free``): bodies written without

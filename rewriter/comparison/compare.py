@@ -474,6 +474,9 @@ class CompareReport:
     regimes: list[Any] = field(default_factory=list)
     # outputs downstream of random ops, compared as distributions: output -> the ops
     random_outputs: dict[str, list[str]] = field(default_factory=dict)
+    # outputs whose interface the rewrite adapted (--adapt-interface): one line each; the
+    # original's values were converted to the adapted form before they were compared
+    interface: list[str] = field(default_factory=list)
 
     @property
     def oracles_disagree(self) -> bool:
@@ -533,6 +536,8 @@ class CompareReport:
         against = f"against the original run on {self.oracle}" if self.oracle else ""
         if self.oracle == EXPECTED:
             against = "against the expected outputs"
+        elif self.interface and against:
+            against += " (its outputs through the interface adapter)"
         if verdict == VERIFIED:
             worst = self.max_abs
             err = "" if worst is None else f", max abs error {worst:.3g}"
@@ -605,7 +610,7 @@ class CompareReport:
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
             "second_opinion": self.second_opinion, "regimes": self.regime_dicts(),
-            "random_outputs": self.random_outputs,
+            "random_outputs": self.random_outputs, "interface": self.interface,
         }
 
     def regime_dicts(self) -> list[dict[str, Any]]:
@@ -871,8 +876,10 @@ def compare(
                     report.oracle, oracle = candidate.label, candidate
                     _check_shipped_outputs(report.regimes, plan, want, tolerances)
                     break
+            if want is not None:
+                want = _through_adapters(report, want, original.model, subject.model)
             if want is None:
-                report.oracle_error = "; ".join(
+                report.oracle_error = report.oracle_error or "; ".join(
                     f"{a['target']}: {a['error']}" for a in report.oracle_attempts) or \
                     "no installed runtime can run it"
                 return report
@@ -929,7 +936,7 @@ def compare(
             _second_opinion(report, [c for c in later if isinstance(c, Runner)],
                             lambda c: run(job(c.target, c.model, original.base_dir, feeds,
                                               c.reference_ops, c.libraries)),
-                            want, tolerances, original.model, plan)
+                            want, tolerances, original.model, plan, subject.model)
 
         if save_inputs is not None:
             try:
@@ -951,6 +958,26 @@ def compare(
 
 
 # -- regimes in a comparison ---------------------------------------------------------------
+
+
+def _through_adapters(report: CompareReport, want: list[dict], original, subject
+                      ) -> list[dict] | None:
+    """The original's outputs in the form ``subject`` gives them, where the rewrite adapted
+    its interface (:mod:`rewriter.io.interface`: ZipMap's maps as the probabilities, string
+    labels as indices), said in ``report.interface``; None (and ``report.oracle_error``)
+    when they do not convert: nothing is compared then, and the verdict is unverified."""
+    from rewriter.io.interface import InterfaceError, new_adaptations, to_adapted
+
+    try:
+        adaptations = new_adaptations(original, subject)
+        if not adaptations:
+            return want
+        report.interface = [a.describe() for a in adaptations.values()]
+        return [to_adapted(outputs, adaptations) for outputs in want]
+    except InterfaceError as e:
+        report.oracle_error = (f"the original's outputs do not convert to the rewritten "
+                               f"model's interface: {e}")
+        return None
 
 
 def _check_regimes(regimes, models) -> None:
@@ -1155,14 +1182,19 @@ def with_missing_imports(original, rewritten):
 
 
 def _second_opinion(report: CompareReport, runners, run, want, tolerances: Tolerances,
-                    model, plan: SetPlan | None = None) -> None:
+                    model, plan: SetPlan | None = None, subject=None) -> None:
     """On a mismatch, the original on the next runtime of the chain that runs it: when it
     agrees with the oracle on an input set where the rewritten model differs (on every
     mismatching target), the mismatch stands; when it does not, the oracles disagree and
     nothing is decided (the report says which one the rewritten model agrees with). Sets
     where only the runtimes disagree on the original (an out-of-range cast in the edges
-    regime) are listed, and decide nothing."""
+    regime) are listed, and decide nothing. ``subject``: the rewritten model, whose
+    adapted interface (``--adapt-interface``) the outputs are converted to, as the oracle's
+    were."""
+    from rewriter.io.interface import InterfaceError, new_adaptations, to_adapted
+
     plan = plan or SetPlan()
+    adaptations = new_adaptations(model, subject) if subject is not None else {}
     for candidate in runners:
         result = run(candidate)
         report.oracle_attempts.append({"target": candidate.label, "status": result.kind,
@@ -1172,6 +1204,10 @@ def _second_opinion(report: CompareReport, runners, run, want, tolerances: Toler
         other, _ = as_declared_floats([o if o is not None else {} for o in result.outputs],
                                       model)
         other = [None if o is None else x for o, x in zip(result.outputs, other)]
+        try:
+            other = [None if o is None else to_adapted(o, adaptations) for o in other]
+        except InterfaceError:
+            continue  # (the oracle's converted: this runtime's outputs differ in kind)
         # sets this runtime failed on are not compared: what it ran must agree
         between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances,
                                 plan)

@@ -18,6 +18,7 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from rewriter.errors import RewriterError
+from rewriter.io.interface import read_interface, to_original
 from rewriter.plan.kernels import (
     KernelRunError,
     library_path,
@@ -31,7 +32,13 @@ from rewriter.plan.kernels import (
 class KernelSession(ort.InferenceSession):
     """An InferenceSession whose ``run`` re-raises what a Python kernel raised (an exception
     cannot cross onnxruntime-extensions' boundary: the kernel returns empty outputs and the
-    error is recorded instead)."""
+    error is recorded instead), and gives the outputs a rewrite adapted
+    (``--adapt-interface``, :attr:`interface`) back as the original model gave them: a list
+    of maps for ZipMap's output, string labels. ``get_outputs()`` describes the model as it
+    is (the adapted types)."""
+
+    # output name -> rewriter.io.interface.Adaptation (set by rewriter.session)
+    interface: Mapping[str, Any] = {}
 
     def run(self, output_names, input_feed, run_options=None):
         take_kernel_errors()
@@ -45,6 +52,10 @@ class KernelSession(ort.InferenceSession):
         errors = take_kernel_errors()
         if errors:
             raise _kernel_error(errors)
+        if self.interface:
+            names = list(output_names or [o.name for o in self.get_outputs()])
+            back = to_original(dict(zip(names, result)), self.interface)
+            result = [back[n] for n in names]
         return result
 
 
@@ -88,7 +99,9 @@ def session(
     sess_options: ort.SessionOptions | None = None,
     custom_op_libraries: Sequence[str] = (),
 ) -> KernelSession:
-    """An onnxruntime InferenceSession for ``model`` with every kernel it needs registered.
+    """An onnxruntime InferenceSession for ``model`` with every kernel it needs registered,
+    whose ``run`` gives outputs a rewrite adapted (``--adapt-interface``) in the original
+    model's form (:class:`KernelSession`).
 
     Args:
         model: a path or a ModelProto (external data is read relative to the file).
@@ -122,7 +135,9 @@ def session(
     if base_dir is not None and not isinstance(model, ModelProto):
         source = str(model)
     try:
-        return KernelSession(source, so, providers=list(providers or ["CPUExecutionProvider"]))
+        sess = KernelSession(source, so, providers=list(providers or ["CPUExecutionProvider"]))
+        sess.interface = read_interface(proto)
+        return sess
     except RewriterError:
         raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's own exception classes vary
@@ -161,7 +176,8 @@ def run(
     memory_limit: int | None = None,
     custom_op_libraries: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """Run ``model`` once: (outputs by name, the inputs used, whether they were generated).
+    """Run ``model`` once: (outputs by name, the inputs used, whether they were generated);
+    outputs a rewrite adapted (``--adapt-interface``) are given as the original gave them.
     Without ``inputs``, seeded random ones are made from the declared types and shapes
     (symbolic dimensions from ``dims``).
 
@@ -198,7 +214,8 @@ def run(
     runner = shared_runner(plugins, memory_limit=memory_limit)
     result = runner.run(job, DEFAULT_TIMEOUT_S if timeout is None else timeout)
     if result.ok:
-        return dict(result.outputs[0]), dict(inputs), generated
+        outputs = to_original(dict(result.outputs[0]), read_interface(proto))
+        return outputs, dict(inputs), generated
     raise RuntimeFailure(_failure_text(result, name))
 
 
@@ -269,7 +286,10 @@ def confirm_child(provider: str, base_dir: str, specs: Sequence[str], autoload: 
 
 
 def describe(name: str, value: Any) -> dict[str, Any]:
-    """A short, JSON-friendly description of one array."""
+    """A short, JSON-friendly description of one array (or sequence of maps, as ZipMap's)."""
+    if isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value):
+        return {"name": name, "dtype": "seq(map)", "shape": [len(value)],
+                "preview": [{str(k): float(v) for k, v in m.items()} for m in value[:2]]}
     arr = np.asarray(value)
     flat = arr.reshape(-1)[:6]
     preview = [v if isinstance(v, str) else (v.item() if hasattr(v, "item") else v)

@@ -100,6 +100,9 @@ class Finding:
     # node's Constant inputs, under the names they get once the body is spliced).
     known_constants: Mapping[str, TensorProto] | None = field(
         default=None, compare=False, repr=False)
+    # The graph input or output a model-level finding is about (a type the target cannot
+    # take or return: what ``--adapt-interface`` may rewrite), else "".
+    value: str = field(default="", compare=False)
 
     @property
     def op_label(self) -> str:

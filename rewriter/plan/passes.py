@@ -34,7 +34,7 @@ __all__ = ["PHASES", "PassContext", "RewritePass", "answers_per_op", "ask_offers
 class PassContext:
     """What a pass sees: the targets, every plugin's registrations, the run's options (the
     ``config`` ``modify_pipeline`` hooks receive: ``targets``, ``prefer``, ``partial``,
-    ``dry_run``), and a tally to report what it changed."""
+    ``dry_run``, ``adapt_interface``), and a tally to report what it changed."""
 
     targets: Sequence[Target]
     registry: Registry

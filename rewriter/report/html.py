@@ -168,8 +168,11 @@ def _rewrite(doc: dict[str, Any]) -> str:
     out = ["<h2>Plan</h2>", _table(
         ["op", "remedy", "plugin", "rule", "nodes"],
         [[_code(a["op"]), escape(a["kind"]), escape(a["plugin"]), escape(a["rule"]),
-          a["nodes"]] for a in doc.get("applied") or []], numeric={4}),
-        _picture(doc.get("picture"))]
+          a["nodes"]] for a in doc.get("applied") or []], numeric={4})]
+    if doc.get("interface"):
+        out.append("<h2>Interface changed (--adapt-interface)</h2><ul>" + "".join(
+            f"<li>{escape(line)}</li>" for line in doc["interface"]) + "</ul>")
+    out.append(_picture(doc.get("picture")))
     before = (doc.get("before") or {}).get("ops") or {}
     after = (doc.get("after") or {}).get("ops") or {}
     if before or after:

@@ -133,6 +133,9 @@ def to_markdown(doc: dict[str, Any]) -> str:
             ["op", "remedy", "plugin", "rule", "nodes"],
             [[f"`{a['op']}`", a["kind"], a["plugin"], a["rule"], a["nodes"]]
              for a in doc.get("applied") or []])
+        if doc.get("interface"):
+            out += ["## Interface changed (--adapt-interface)", ""] + \
+                [f"- {_cell(line)}" for line in doc["interface"]] + [""]
         out += _picture(doc.get("picture"))
         before = (doc.get("before") or {}).get("ops") or {}
         after = (doc.get("after") or {}).get("ops") or {}

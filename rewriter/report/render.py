@@ -194,6 +194,11 @@ def check_summary(docs: list[dict[str, Any]], targets: Sequence[str] = (),
         hint = ("run `" + rewrite_command([str(d["model"]) for d in fixable], targets, plugins,
                                           libraries, options) + "`" if fixable else
                 "no installed plugin fixes them (see `onnx-rewriter ops`)")
+        if not fixable and ("--adapt-interface", None) not in options and any(
+                "--adapt-interface" in (g.get("no_remedy") or "")
+                for d in with_findings for t in d.get("targets", []) for g in t["groups"]):
+            hint += "; an output they cannot return is adapted with --adapt-interface " \
+                "(check again with it)"
         if fixable and len(fixable) > 1:
             hint += " for each of " + ", ".join(str(d["model"]) for d in fixable)
         lines.append(f"{len(fixable)} of {len(with_findings)} with findings fixable: {hint}")
@@ -205,7 +210,8 @@ def rewrite_command(models: Sequence[str], targets: Sequence[str] = (),
                     options: Sequence[tuple[str, str]] = ()) -> str:
     """The ``rewrite`` command line for one model (its output beside it, named
     ``NAME.rewritten.onnx``), or ``MODEL -o OUT`` for many, with the given options
-    (``options``: more (flag, value) pairs, e.g. ``("--fix-dim", "batch=1")``)."""
+    (``options``: more (flag, value) pairs, e.g. ``("--fix-dim", "batch=1")``;
+    ``("--adapt-interface", None)`` a flag alone)."""
     import shlex
     from pathlib import Path
 
@@ -222,8 +228,8 @@ def rewrite_command(models: Sequence[str], targets: Sequence[str] = (),
         words += ["-t", shlex.quote(target)]
     for library in libraries:
         words += ["--custom-ops-library", shlex.quote(library)]
-    for flag, value in options:
-        words += [flag, shlex.quote(value)]
+    for flag, value in options:  # (value None: a flag alone)
+        words += [flag] if value is None else [flag, shlex.quote(value)]
     return " ".join(words)
 
 
@@ -371,6 +377,9 @@ def rewrite_lines(report, columns: int | None = None) -> list[str]:
                           indent=6, first=2)
     for repair in getattr(report, "repairs", None) or []:
         lines += para(f"repair: {repair}", indent=4, first=0)
+    for change in getattr(report, "interface", None) or []:
+        lines += para(f"interface changed (--adapt-interface): {change}; rewriter.session() "
+                      "and `onnx-rewriter run` give the original back", indent=4, first=0)
     needs = getattr(report, "kernels", None) or {}
     if needs.get("native"):
         lines += para("runs natively in onnxruntime-extensions (no Python at run time): "
