@@ -31,14 +31,14 @@ def _nodes(model: onnx.ModelProto) -> int:
     return sum(len(scope.nodes) for scope in iter_scopes(model))
 
 
-def _slim(path: Path) -> tuple[int | None, str]:
+def _slim(path: Path) -> tuple[int | None, int | None, str]:
     import onnxslim
 
     try:
         slimmed = onnxslim.slim(str(path))
     except Exception as e:  # noqa: BLE001 - onnxslim's failure is a row, not the end
-        return None, f"onnxslim: {type(e).__name__}: {str(e)[:120]}"
-    return _nodes(slimmed), ""
+        return None, None, f"onnxslim: {type(e).__name__}: {str(e)[:120]}"
+    return _nodes(slimmed), slimmed.ByteSize(), ""
 
 
 def measure(model_path: Path, target: str, plugins, verify: bool, work: Path) -> dict | None:
@@ -56,8 +56,9 @@ def measure(model_path: Path, target: str, plugins, verify: bool, work: Path) ->
     if result.report.verdict == "unchanged" or not result.report.written:
         return None  # nothing rewritten: no cleanup runs
     row["before"] = result.report.before.nodes
-    row["raw"] = _nodes(onnx.load(raw, load_external_data=False))
-    row["onnxslim"], row["onnxslim_error"] = _slim(raw)
+    raw_model = onnx.load(raw, load_external_data=False)
+    row["raw"], row["raw_bytes"] = _nodes(raw_model), raw_model.ByteSize()
+    row["onnxslim"], row["onnxslim_bytes"], row["onnxslim_error"] = _slim(raw)
     start = time.perf_counter()
     try:
         cleaned = rewrite(model_path, target, output=ours, plugins=plugins, verify=verify,
@@ -66,8 +67,9 @@ def measure(model_path: Path, target: str, plugins, verify: bool, work: Path) ->
         row["ours_error"] = str(e).splitlines()[0][:160]
         return row
     row["seconds"] = round(time.perf_counter() - start, 2)
-    row["ours"] = _nodes(onnx.load(ours, load_external_data=False)) if cleaned.report.written \
-        else None
+    ours_model = onnx.load(ours, load_external_data=False) if cleaned.report.written else None
+    row["ours"] = _nodes(ours_model) if ours_model is not None else None
+    row["ours_bytes"] = ours_model.ByteSize() if ours_model is not None else None
     row["cleanup"] = cleaned.report.cleanup
     row["verdict"] = cleaned.report.verdict
     return row
@@ -97,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     both = [r for r in rows if r.get("ours") is not None and r.get("onnxslim") is not None]
     ours, slim = sum(r["ours"] for r in both), sum(r["onnxslim"] for r in both)
     raw = sum(r["raw"] for r in both)
+    size = {k: sum(r[f"{k}_bytes"] for r in both) for k in ("raw", "ours", "onnxslim")}
     summary = {"pairs": len(both), "raw_nodes": raw, "ours": ours, "onnxslim": slim,
+               "bytes": size,
                "ours_over_onnxslim": round(ours / slim, 4) if slim else None,
                "verdicts": {v: sum(1 for r in both if r.get("verdict") == v)
                             for v in sorted({r.get("verdict") for r in both if r.get("verdict")})},
@@ -110,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['model'][:52]:<52} {r['target']:<12} {r['raw']:>6} {r['onnxslim']:>6} "
                   f"{r['ours']:>6}  {r.get('verdict')}")
         print(f"\n{len(both)} rewrites: {raw} nodes without cleanup, onnxslim {slim}, ours "
-              f"{ours} ({summary['ours_over_onnxslim']} x onnxslim's; goal <= 1.05)")
+              f"{ours} ({summary['ours_over_onnxslim']} x onnxslim's; goal <= 1.05); bytes "
+              f"(weights in the file included): without cleanup {size['raw']:,}, onnxslim "
+              f"{size['onnxslim']:,}, ours {size['ours']:,}")
         for r in summary["not_compared"]:
             print(f"not compared: {r['model']} {r['target']}: "
                   f"{r.get('skipped') or r.get('onnxslim_error') or r.get('ours_error')}")

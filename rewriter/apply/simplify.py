@@ -22,10 +22,12 @@ from rewriter.graph.walk import iter_scopes, normalize_domain
 
 #: above this many nodes the cleanup is left out (it walks the whole graph in Python)
 CLEANUP_MAX_NODES = 10_000
-#: a node is folded only when its inputs hold at most this many elements each
-FOLD_INPUT_LIMIT = 8_192
-#: and its outputs at most this many (a folded output becomes an initializer)
-FOLD_OUTPUT_LIMIT = 65_536
+#: a node is folded only when its inputs hold at most this many elements each (1 MiB of
+#: float32: shape and index computations of static shapes fold, big weights are left alone)
+FOLD_INPUT_LIMIT = 262_144
+#: and its outputs at most this many (a folded output becomes an initializer: more than
+#: this would trade a few nodes for megabytes of constants, as onnxslim does)
+FOLD_OUTPUT_LIMIT = 262_144
 _RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike",
                          "RandomNormalLike", "Bernoulli", "Multinomial", "Dropout"})
 
