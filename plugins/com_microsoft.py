@@ -67,8 +67,8 @@ Quantization:
   onnxruntime 1.32 ignores then) and with 2 or 8 bits (which it refuses or misreads).
   ``accuracy_level`` 4 ("A can be quantized with the same block_size to int8"): ``A`` is
   quantized per row and block along K, ``round(a / s) * s`` with ``s = max|a| / 127``, as
-  onnxruntime's CPU kernel computes it (not with float zero points, nor for 2 bits in
-  blocks of 16, where it does not).
+  onnxruntime's CPU kernel computes it (not with float zero points, with g_idx, nor for 2
+  bits in blocks of 16, where it does not).
 * ``GatherBlockQuantized(data, indices, scales[, zero_points])`` (``bits``, ``block_size``,
   ``gather_axis``, ``quantize_axis``): ``Gather`` of ``(q - zp) * scale`` with each scale
   repeated over its block; int4/uint4 data, or uint8 data packed along the last axis (``bits``
@@ -769,9 +769,11 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
             weight = b.slice(weight, [0], [k], [1])
     a = "A"
     if (ctx.attribute("accuracy_level", 0) == 4 and (bits, block) != (2, 16)
-            and not (_present(node.input, 3) and _any_elem_type(ctx, 3) == elem)):
-        # (onnxruntime 1.32 computes 2-bit blocks of 16 and float zero points in full
-        # precision whatever the accuracy level; measured against its CPU kernel)
+            and not (_present(node.input, 3) and _any_elem_type(ctx, 3) == elem)
+            and not _present(node.input, 4)):
+        # (onnxruntime 1.32 computes 2-bit blocks of 16, float zero points and g_idx in full
+        # precision whatever the accuracy level; measured against its CPU kernel,
+        # tests/test_matmul_nbits_oracle.py)
         a = _int8_blocks(b, a, k, block, elem)
     y = b.op("MatMul", a, b.op("Transpose", weight, perm=[1, 0]))
     if _present(node.input, 5):
