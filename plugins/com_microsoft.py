@@ -935,15 +935,30 @@ def _qdq_builder(op_type: str):
             quantized = TensorProto.UINT8  # no zero point: uint8, as the standard op
         needed = _qdq_opset(quantized, _elem_type(ctx, 1), dequantize)
         b = Body(_body_opset(ctx))
+        if (needed is not None and b.opset < needed and b.opset >= 13
+                and quantized in (TensorProto.INT16, TensorProto.UINT16)):
+            # 16-bit before opset 21 (onnxruntime's quantizer writes com.microsoft Q/DQ for
+            # that): the standard op's arithmetic, as onnx-standard writes it from 21
+            from rewriter_plugins import onnx_standard
+
+            standard = (onnx_standard.build_dequantize_linear if dequantize
+                        else onnx_standard.build_quantize_linear)
+            return standard(ctx)
         if needed is None or b.opset < needed:
             raise Declined("these element types need a later ai.onnx opset than the model's (or "
                            "none has them)")
         inputs = _inputs(node, ["x", "scale", "zero_point"])
         axis = ctx.attribute("axis")
         scale = ctx.constant(node.input[1])
-        if axis is None and (scale is None or scale.ndim != 0):
+        operands = list(inputs)
+        if axis is None and scale is not None and scale.shape == (1,):
+            # a one-element scale (and zero point) is per tensor for onnxruntime's kernel
+            # (onnxruntime's quantizer writes one for an int32 bias): the standard op's scalar
+            scalar = b.ints([])
+            operands[1:] = [b.op("Reshape", name, scalar) for name in inputs[1:]]
+        elif axis is None and (scale is None or scale.ndim != 0):
             raise Declined("per-tensor needs a scalar scale; unknown: not sure it is one")
-        y = b.op(op_type, *inputs, axis=axis)
+        y = b.op(op_type, *operands, axis=axis)
         return b.function(DOMAIN, op_type.lower(), inputs, [y])
 
     build.__name__ = f"build_{op_type.lower()}"

@@ -288,7 +288,7 @@ def build_dequantize_linear(ctx) -> FunctionProto | None:
         axis = ctx.attribute("axis", 1)
         scale = _along_axis(b, scale, axis, "x")
         zero_point = _along_axis(b, zero_point, axis, "x") if has_zp else ""
-    if ctx.opset >= 19:
+    if ctx.opset >= 19 or x_type in _SIXTEEN_BITS:
         # the difference in int32, then float (both exact), not Cast(float) -> Sub -> Mul:
         # the form OpenVINO's low-precision transformations take for a dequantization
         x = b.cast("x", TensorProto.INT32)

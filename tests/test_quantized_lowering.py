@@ -101,6 +101,46 @@ def test_qnn_recipe_model_rewritten_for_openvino_computes_onnxruntimes_numbers(
     assert np.abs(got - expected).max() <= step * 1.01
 
 
+def _at_opset_17(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same model importing ai.onnx 17 (as onnxruntime's quantizer wrote 16-bit
+    com.microsoft Q/DQ before it moved models to 21)."""
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    for entry in out.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = 17
+    out.ir_version = 8
+    return out
+
+
+@pytest.mark.parametrize("target,opset", [("reference", 21), ("opset:17", 21),
+                                          ("openvino", 17), ("reference", 17),
+                                          ("opset:17", 17)])
+def test_qnn_recipe_model_is_verified_on_every_target(plugins, tmp_path, target, opset):
+    model = _qnn_model(tmp_path, quantization.QuantType.QUInt8)
+    if opset == 17:
+        model = _at_opset_17(model)
+    # the int32 bias' DequantizeLinear has a one-element scale, per tensor for onnxruntime
+    bias_scale = next(t for t in model.graph.initializer if t.name == "B_quantized_scale")
+    assert list(bias_scale.dims) == [1]
+    result = rewrite(model, [target], plugins=plugins)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    left = [n.name for n in result.model.graph.node if n.domain == "com.microsoft"]
+    # (OpenVINO computes the int32 bias' com.microsoft DequantizeLinear as defined)
+    assert left == (["B_DequantizeLinear"] if target == "openvino" else [])
+    x = np.random.default_rng(6).normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    if target == "openvino":
+        got = _on_openvino(result.model, x)
+    elif target == "reference":
+        from onnx.reference import ReferenceEvaluator
+
+        got = ReferenceEvaluator(result.model).run(None, {"x": x})[0]
+    else:  # the reference evaluator of onnx 1.23 has no DequantizeLinear-13
+        got = _on_onnxruntime(result.model, x)
+    step = float(numpy_helper.to_array(next(t for t in model.graph.initializer
+                                            if t.name == "y_scale")))
+    assert np.abs(got - _on_onnxruntime(model, x)).max() <= step * 1.01
+
+
 def test_16bit_qdq_and_8bit_weights_in_a_16bit_model_are_openvino_findings(plugins, tmp_path):
     (target,) = resolve_targets(plugins, ["openvino"])
     model = _qnn_model(tmp_path, quantization.QuantType.QUInt8)
