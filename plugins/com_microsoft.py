@@ -1372,12 +1372,18 @@ def _oracles() -> dict[str, dict]:
             for x_type, dtype, axis, opset in [
                 ("int8", "float", None, 13), ("uint8", "float", 1, 13),
                 ("int32", "float", -2, 13), ("int8", "float16", 1, 19),
-                ("int16", "float", None, 21)]]),
+                ("int16", "float", None, 21), ("uint16", "float", None, 17),
+                ("int16", "float", 1, 13)]] + [
+            sample(Arg("int32[8]", low=-5000, high=5000), Arg("T[1]", values=[0.03],
+                                                             constant=True),
+                   Arg("int32[]", values=0, constant=True), outputs=["T"], dtypes=f32,
+                   opset=17, name="int32-one-element-scale")]),
         "QuantizeLinear": dict(oracle=ort, samples=[
             qdq("QuantizeLinear", x_type, axis, opset, dtype)
             for x_type, dtype, axis, opset in [
                 ("uint8", "float", None, 13), ("int8", "float", 1, 13),
-                ("int8", "float16", 1, 19), ("uint16", "float", 1, 21)]] + [
+                ("int8", "float16", 1, 19), ("uint16", "float", 1, 21),
+                ("uint16", "float", None, 17), ("int16", "float", -2, 13)]] + [
             sample(Arg("T[12]", low=-3, high=300), Arg("T[]", values=0.7, constant=True),
                    outputs=["uint8"], dtypes=f32, opset=13, name="no-zero-point")]),
         "NhwcConv": dict(oracle="kernel", samples=_NHWC_CONV_SAMPLES),
