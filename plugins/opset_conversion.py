@@ -2265,7 +2265,7 @@ class OpsetConversionPass(RewritePass):
             if t is None and known:
                 t = type_proto(known)
             if name in facts.widened and to.get("", 21) < 21 and t is not None:
-                t = helper.make_tensor_type_proto(facts.widened[name], _dims(t))
+                t = helper.make_tensor_type_proto(facts.widened[name], _type_dims(t))
             if t is not None:
                 types[name] = t
             const = facts.constants.get(name)
@@ -2466,7 +2466,7 @@ def _copy(model: ModelProto) -> ModelProto:
     return out
 
 
-def _dims(t: TypeProto) -> list | None:
+def _type_dims(t: TypeProto) -> list | None:
     """The dimensions of a tensor type (values or names), None without a shape."""
     if not t.tensor_type.HasField("shape"):
         return None
