@@ -67,8 +67,8 @@ Quantization:
   onnxruntime 1.32 ignores then) and with 2 or 8 bits (which it refuses or misreads).
   ``accuracy_level`` 4 ("A can be quantized with the same block_size to int8"): ``A`` is
   quantized per row and block along K, ``round(a / s) * s`` with ``s = max|a| / 127``, as
-  onnxruntime's CPU kernel computes it (not with float zero points, nor for 2 bits in
-  blocks of 16, where it does not).
+  onnxruntime's CPU kernel computes it (not with float zero points, with g_idx, nor for 2
+  bits in blocks of 16, where it does not).
 * ``GatherBlockQuantized(data, indices, scales[, zero_points])`` (``bits``, ``block_size``,
   ``gather_axis``, ``quantize_axis``): ``Gather`` of ``(q - zp) * scale`` with each scale
   repeated over its block; int4/uint4 data, or uint8 data packed along the last axis (``bits``
@@ -769,9 +769,11 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
             weight = b.slice(weight, [0], [k], [1])
     a = "A"
     if (ctx.attribute("accuracy_level", 0) == 4 and (bits, block) != (2, 16)
-            and not (_present(node.input, 3) and _any_elem_type(ctx, 3) == elem)):
-        # (onnxruntime 1.32 computes 2-bit blocks of 16 and float zero points in full
-        # precision whatever the accuracy level; measured against its CPU kernel)
+            and not (_present(node.input, 3) and _any_elem_type(ctx, 3) == elem)
+            and not _present(node.input, 4)):
+        # (onnxruntime 1.32 computes 2-bit blocks of 16, float zero points and g_idx in full
+        # precision whatever the accuracy level; measured against its CPU kernel,
+        # tests/test_matmul_nbits_oracle.py)
         a = _int8_blocks(b, a, k, block, elem)
     y = b.op("MatMul", a, b.op("Transpose", weight, perm=[1, 0]))
     if _present(node.input, 5):
@@ -933,15 +935,30 @@ def _qdq_builder(op_type: str):
             quantized = TensorProto.UINT8  # no zero point: uint8, as the standard op
         needed = _qdq_opset(quantized, _elem_type(ctx, 1), dequantize)
         b = Body(_body_opset(ctx))
+        if (needed is not None and b.opset < needed and b.opset >= 13
+                and quantized in (TensorProto.INT16, TensorProto.UINT16)):
+            # 16-bit before opset 21 (onnxruntime's quantizer writes com.microsoft Q/DQ for
+            # that): the standard op's arithmetic, as onnx-standard writes it from 21
+            from rewriter_plugins import onnx_standard
+
+            standard = (onnx_standard.build_dequantize_linear if dequantize
+                        else onnx_standard.build_quantize_linear)
+            return standard(ctx)
         if needed is None or b.opset < needed:
             raise Declined("these element types need a later ai.onnx opset than the model's (or "
                            "none has them)")
         inputs = _inputs(node, ["x", "scale", "zero_point"])
         axis = ctx.attribute("axis")
         scale = ctx.constant(node.input[1])
-        if axis is None and (scale is None or scale.ndim != 0):
+        operands = list(inputs)
+        if axis is None and scale is not None and scale.shape == (1,):
+            # a one-element scale (and zero point) is per tensor for onnxruntime's kernel
+            # (onnxruntime's quantizer writes one for an int32 bias): the standard op's scalar
+            scalar = b.ints([])
+            operands[1:] = [b.op("Reshape", name, scalar) for name in inputs[1:]]
+        elif axis is None and (scale is None or scale.ndim != 0):
             raise Declined("per-tensor needs a scalar scale; unknown: not sure it is one")
-        y = b.op(op_type, *inputs, axis=axis)
+        y = b.op(op_type, *operands, axis=axis)
         return b.function(DOMAIN, op_type.lower(), inputs, [y])
 
     build.__name__ = f"build_{op_type.lower()}"
@@ -1355,12 +1372,18 @@ def _oracles() -> dict[str, dict]:
             for x_type, dtype, axis, opset in [
                 ("int8", "float", None, 13), ("uint8", "float", 1, 13),
                 ("int32", "float", -2, 13), ("int8", "float16", 1, 19),
-                ("int16", "float", None, 21)]]),
+                ("int16", "float", None, 21), ("uint16", "float", None, 17),
+                ("int16", "float", 1, 13)]] + [
+            sample(Arg("int32[8]", low=-5000, high=5000), Arg("T[1]", values=[0.03],
+                                                             constant=True),
+                   Arg("int32[]", values=0, constant=True), outputs=["T"], dtypes=f32,
+                   opset=17, name="int32-one-element-scale")]),
         "QuantizeLinear": dict(oracle=ort, samples=[
             qdq("QuantizeLinear", x_type, axis, opset, dtype)
             for x_type, dtype, axis, opset in [
                 ("uint8", "float", None, 13), ("int8", "float", 1, 13),
-                ("int8", "float16", 1, 19), ("uint16", "float", 1, 21)]] + [
+                ("int8", "float16", 1, 19), ("uint16", "float", 1, 21),
+                ("uint16", "float", None, 17), ("int16", "float", -2, 13)]] + [
             sample(Arg("T[12]", low=-3, high=300), Arg("T[]", values=0.7, constant=True),
                    outputs=["uint8"], dtypes=f32, opset=13, name="no-zero-point")]),
         "NhwcConv": dict(oracle="kernel", samples=_NHWC_CONV_SAMPLES),

@@ -145,10 +145,84 @@ _INT64_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", 
 _INT32_RANGE = (-2 ** 31, 2 ** 31 - 1)
 
 
+# 16-bit QuantizeLinear / DequantizeLinear (ai.onnx from 21, com.microsoft): OpenVINO
+# folds them into its FakeQuantize, which computes them otherwise (OpenVINO 2026.4,
+# measured against onnxruntime: QuantizeLinear alone one unit off on 1 in 10 values; a
+# QuantizeLinear -> DequantizeLinear pair of uint16 activations 4.6 off on values up to 5.3;
+# the QNN recipe's uint16 model 7.7 off on outputs up to 13.6). A finding, so that the
+# Cast/Sub/Mul arithmetic of the op's definition runs instead.
+_QDQ_16BIT = ("OpenVINO computes 16-bit {op} otherwise than onnxruntime and the op's "
+              "definition (it folds Q/DQ into FakeQuantize; measured: a uint16 Quantize -> "
+              "Dequantize pair 4.6 off on values up to 5.3)")
+_SIXTEEN_BITS = frozenset({"tensor(int16)", "tensor(uint16)"})
+# In a model with 16-bit Q/DQ, 8-bit weights' DequantizeLinear too: OpenVINO runs a MatMul
+# of dequantized 8-bit weights followed by a scale (the next QuantizeLinear's) with a kernel
+# that is 4e-3 of the output's range off (measured on one DequantizeLinear(uint8 weights)
+# -> MatMul -> Div node chain: 3.9e-3; without the Div 1.2e-6), below 8-bit activations'
+# resolution, 130 units of 16-bit ones. The arithmetic folds the weights to float instead.
+_WEIGHTS_IN_16BIT = (
+    "OpenVINO computes a MatMul of 8-bit weights dequantized by {op} and followed by a scale "
+    "4e-3 of its range off (measured), 130 units of this model's 16-bit activations")
+_EIGHT_BITS = frozenset({"tensor(int8)", "tensor(uint8)"})
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _qdq_16bit(query: NodeQuery) -> str | None:
+    """The 16-bit (De)QuantizeLinear finding above, or None."""
+    node, types = query.node, query.types
+    if query.domain not in ("", "com.microsoft") or node.op_type not in (
+            "QuantizeLinear", "DequantizeLinear"):
+        return None
+    if node.op_type == "DequantizeLinear":
+        quantized = types.get(node.input[0]) if node.input else None
+    elif len(node.input) > 2 and node.input[2]:
+        quantized = types.get(node.input[2])
+    else:
+        quantized = types.get(node.output[0]) if node.output else None
+        if quantized is None:
+            output_dtype = next((a.i for a in node.attribute if a.name == "output_dtype"), 0)
+            quantized = {4: "tensor(uint16)", 5: "tensor(int16)"}.get(output_dtype)
+    return _QDQ_16BIT.format(op=node.op_type) if quantized in _SIXTEEN_BITS else None
+
+
+def has_16bit_qdq(model) -> bool:
+    """Whether the model quantizes to 16 bits anywhere (a Q/DQ zero point or quantized
+    initializer of int16/uint16, in the main graph)."""
+    sixteen = {_INT16, _UINT16}
+    quantized = {t.name for t in model.graph.initializer if t.data_type in sixteen}
+    for node in model.graph.node:
+        if node.op_type in _QDQ_OPS and node.domain in ("", "ai.onnx", "com.microsoft"):
+            if any(name in quantized for name in node.input[::2]):
+                return True
+            if any(a.name == "output_dtype" and a.i in sixteen for a in node.attribute):
+                return True
+    return False
+
+
+_INT16, _UINT16 = 5, 4  # TensorProto element types (onnx is imported lazily here)
+
+
+def _weights_dequantized(query: NodeQuery, constants) -> str | None:
+    """The finding on an 8-bit DequantizeLinear of constant weights (see _WEIGHTS_IN_16BIT),
+    or None; ``constants``: the model's (a body's node reads weights its caller does not
+    feed)."""
+    node = query.node
+    if (query.domain not in ("", "com.microsoft") or node.op_type != "DequantizeLinear"
+            or not node.input or query.types.get(node.input[0]) not in _EIGHT_BITS):
+        return None
+    in_body = "/<body>/" in query.path
+    weight = (node.input[0] not in query.caller_fed) if in_body else (
+        node.input[0] in constants)
+    return _WEIGHTS_IN_16BIT.format(op=node.op_type) if weight else None
+
+
 def inexact_form(query: NodeQuery) -> str | None:
     """Why OpenVINO computes this node otherwise than its definition (one of the forms
     above), or None."""
     node, types = query.node, query.types
+    sixteen = _qdq_16bit(query)
+    if sixteen is not None:
+        return sixteen
     if query.domain != "":
         return None
     if node.op_type == "IsInf" and types.get(node.input[0]) == "tensor(double)":
@@ -521,6 +595,7 @@ class OpenVINOTarget(Target):
         self.confirm_option = options.confirm
         self.plugins = options.plugins
         self._constants: dict = {}  # name -> TensorProto of the model last checked
+        self._sixteen_bit_model = False  # it quantizes to 16 bits (has_16bit_qdq)
         self._shapes: dict = {}  # name -> TypeProto with shape (shape inference)
         self._model_compiles = False  # the model last checked compiled as a whole
         # where OpenVINO's refusal of the whole model last checked points (see _blame):
@@ -549,6 +624,7 @@ class OpenVINOTarget(Target):
         OpenVINO about the whole model first when it is small (then no node needs a probe,
         or its refusal names the node to blame)."""
         self._constants = model_constants(model)
+        self._sixteen_bit_model = has_16bit_qdq(model)
         self._shapes, self._ov_shapes, self._model = {}, {}, None
         self._dynamic_inputs = _has_dynamic_input(model)
         self._blamed, self._blamed_ops = {}, {}
@@ -634,7 +710,8 @@ class OpenVINOTarget(Target):
             return self.finding(query, "unknown-domain",
                                 f"OpenVINO's ONNX frontend knows no operators in domain "
                                 f"{query.domain!r}")
-        inexact = inexact_form(query)
+        inexact = inexact_form(query) or (
+            _weights_dequantized(query, self._constants) if self._sixteen_bit_model else None)
         if inexact is not None:
             return self.finding(query, INEXACT, inexact)
         found = self._openvino_finding(query, label)

@@ -545,9 +545,11 @@ def _dequantize_16bit(node: NodeProto, env: Env) -> list[NodeProto]:
     kernel computes it), cast to a float16 scale's type at the end."""
     x_type, scale_type = env.elem_type(node.input[0]), env.elem_type(_input(node, 1))
     if x_type in _NOT_BEFORE_21:
-        raise Decline(f"DequantizeLinear(19) takes no {_type_name(x_type)} input")
+        raise Decline(f"DequantizeLinear(19) takes no {_type_name(x_type)} input (4-bit "
+                      "weights are widened to 8 bits only where they are initializers of the "
+                      "main graph)")
     if _attr(node, "block_size", 0):
-        raise Decline("DequantizeLinear(19) has no block_size (blocked quantization)")
+        return _dequantize_blocked(node, env)
     if (x_type not in (TensorProto.INT16, TensorProto.UINT16) or env.rank(node.input[1]) != 0
             or _attr(node, "block_size", 0) or scale_type not in (TensorProto.FLOAT,
                                                                    TensorProto.FLOAT16)):
@@ -569,6 +571,113 @@ def _dequantize_16bit(node: NodeProto, env: Env) -> list[NodeProto]:
     else:
         nodes.append(helper.make_node("Mul", [x, scale], [node.output[0]]))
     return nodes
+
+
+def _dequantize_blocked(node: NodeProto, env: Env) -> list[NodeProto]:
+    """``block_size`` (opset 21) of 8/16-bit ``x`` (4-bit weights arrive widened to 8 bits,
+    see :func:`widen_4bit_initializers`): ``(Cast(x) - Cast(zero_point)) * scale`` with each
+    scale and zero point repeated over its block along ``axis`` (``Unsqueeze`` -> ``Expand``
+    -> ``Reshape`` -> ``Slice`` to x's size), the difference in int32 and the product in
+    float (exact up to the product's one rounding, as onnxruntime's kernel), cast to a
+    float16 scale's type at the end. Needs x's static shape."""
+    x, scale, zp, y = node.input[0], _input(node, 1), _input(node, 2), node.output[0]
+    x_type, scale_type = env.elem_type(x), env.elem_type(scale)
+    shape, block = env.shape(x), _attr(node, "block_size", 0)
+    if x_type not in (TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16,
+                      TensorProto.UINT16):
+        raise Decline(f"blocked DequantizeLinear of {_type_name(x_type)} x (8/16-bit, or 4-bit "
+                      "initializers widened to 8 bits, only)")
+    if scale_type not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        raise Decline("blocked DequantizeLinear lowered for a float or float16 scale only")
+    if shape is None or any(d is None for d in shape) or not shape:
+        raise Decline("blocked DequantizeLinear lowered for an x of static shape only")
+    rank = len(shape)
+    axis = _attr(node, "axis", 1) % rank
+    blocks = -(-shape[axis] // block)
+    nodes: list[NodeProto] = []
+
+    def const(value, hint):
+        name, c = _const_node(env, np.asarray(value), hint)
+        nodes.append(c)
+        return name
+
+    def spread(v: str) -> str:  # (.., blocks, ..) -> (.., blocks * block, ..) -> x's size
+        axes = const(np.array([axis + 1], np.int64), "axes")
+        wide = [*shape[:axis], blocks, block, *shape[axis + 1:]]
+        merged = [*shape[:axis], blocks * block, *shape[axis + 1:]]
+        unsqueezed, expanded, reshaped = (env.fresh(h) for h in ("unsq", "expand", "merge"))
+        nodes.extend([
+            helper.make_node("Unsqueeze", [v, axes], [unsqueezed]),
+            helper.make_node("Expand", [unsqueezed, const(np.array(wide, np.int64), "wide")],
+                             [expanded]),
+            helper.make_node("Reshape", [expanded, const(np.array(merged, np.int64), "merged")],
+                             [reshaped])])
+        if blocks * block == shape[axis]:
+            return reshaped
+        cut = env.fresh("cut")
+        nodes.append(helper.make_node(
+            "Slice", [reshaped, const(np.array([0], np.int64), "start"),
+                      const(np.array([shape[axis]], np.int64), "end"),
+                      const(np.array([axis], np.int64), "axis")], [cut]))
+        return cut
+
+    values = env.fresh("x32")
+    nodes.append(helper.make_node("Cast", [x], [values], to=TensorProto.INT32))
+    if zp:
+        zero, shifted = env.fresh("zp32"), env.fresh("shifted")
+        nodes += [helper.make_node("Cast", [spread(zp)], [zero], to=TensorProto.INT32),
+                  helper.make_node("Sub", [values, zero], [shifted])]
+        values = shifted
+    real = env.fresh("real")
+    nodes.append(helper.make_node("Cast", [values], [real], to=TensorProto.FLOAT))
+    scales = spread(scale)
+    if scale_type == TensorProto.FLOAT16:
+        wide_scales, product = env.fresh("scale32"), env.fresh("y32")
+        nodes += [helper.make_node("Cast", [scales], [wide_scales], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [real, wide_scales], [product]),
+                  helper.make_node("Cast", [product], [y], to=TensorProto.FLOAT16)]
+    else:
+        nodes.append(helper.make_node("Mul", [real, scales], [y]))
+    return nodes
+
+
+_WIDENED_4BIT = {TensorProto.INT4: TensorProto.INT8, TensorProto.UINT4: TensorProto.UINT8}
+
+
+def widened_4bit(model: ModelProto) -> dict[str, int]:
+    """The main graph's int4/uint4 initializers with their data in the file (not graph
+    inputs), by name, with the 8-bit type they become below opset 21 (which has no 4-bit
+    types): the same values, one per byte."""
+    inputs = {v.name for v in model.graph.input}
+    widened = {t.name: _WIDENED_4BIT[t.data_type] for t in model.graph.initializer
+               if t.data_type in _WIDENED_4BIT and t.data_location != TensorProto.EXTERNAL
+               and t.name not in inputs}
+    if widened:  # and the values the main graph only moves from them (a reshaped weight)
+        for node in model.graph.node:
+            if (node.op_type in _MOVES_VALUES and normalize_domain(node.domain) == ""
+                    and node.input and node.input[0] in widened and node.output):
+                widened[node.output[0]] = widened[node.input[0]]
+    return widened
+
+
+# ops whose output has the element type of their first input, holding its values moved
+_MOVES_VALUES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                           "Identity", "Slice", "Gather", "Expand"})
+
+
+def widen_4bit_initializers(model: ModelProto) -> list[str]:
+    """Rewrite the initializers :func:`widened_4bit` names as int8/uint8 (and the declared
+    types of the values moved from them); the names changed."""
+    widened = widened_4bit(model)
+    for i, t in enumerate(model.graph.initializer):
+        if t.name in widened:
+            values = numpy_helper.to_array(t).astype(np.int8 if widened[t.name] == TensorProto.INT8
+                                                     else np.uint8)
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(values, t.name))
+    for info in list(model.graph.value_info) + list(model.graph.output):
+        if info.name in widened and info.type.HasField("tensor_type"):
+            info.type.tensor_type.elem_type = widened[info.name]
+    return sorted(widened)
 
 
 @adapter("QuantizeLinear", 19)
@@ -1920,10 +2029,12 @@ class _ModelFacts:
                         self.constants[node.output[0]] = value
         for name, t in _inferred_types(model).items():
             self._add(name, t)
+        self.widened = widened_4bit(model)  # 4-bit weights, widened to 8 bits below 21
 
     def with_constants(self, extra: Mapping[str, TensorProto]) -> _ModelFacts:
         """These facts with the small tensors of ``extra`` as constants too (a copy)."""
         out = object.__new__(_ModelFacts)
+        out.widened = self.widened
         out.types = dict(self.types)
         out.constants = dict(self.constants)
         for name, tensor in extra.items():
@@ -2153,6 +2264,8 @@ class OpsetConversionPass(RewritePass):
             known = input_types[i] if i < len(input_types) else None
             if t is None and known:
                 t = type_proto(known)
+            if name in facts.widened and to.get("", 21) < 21 and t is not None:
+                t = helper.make_tensor_type_proto(facts.widened[name], _type_dims(t))
             if t is not None:
                 types[name] = t
             const = facts.constants.get(name)
@@ -2305,6 +2418,12 @@ class OpsetConversionPass(RewritePass):
             to[domain] = min(to.get(domain, older), older)  # a ceiling and an older version
         if not to:
             return None
+        if to.get("", 21) < 21 and widened_4bit(model):
+            model = _copy(model)
+            for name in widen_4bit_initializers(model):
+                ctx.record("conversion", self.plugin, "4-bit weights widened to 8 bits "
+                           "(no 4-bit types before opset 21)", name)
+            self._model, self._facts = model, None
         findings = find_unsupported(model, _CeilingTarget(to), keep_nodes=True)
         plans = []
         for f in findings:
@@ -2339,6 +2458,20 @@ class OpsetConversionPass(RewritePass):
         forget_contradicted_constant_shapes(out)  # genai builder scalars, see there
         self._model, self._facts = out, None
         return out
+
+
+def _copy(model: ModelProto) -> ModelProto:
+    out = ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def _type_dims(t: TypeProto) -> list | None:
+    """The dimensions of a tensor type (values or names), None without a shape."""
+    if not t.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in t.tensor_type.shape.dim]
 
 
 def _referenced(model: ModelProto) -> set[str]:
