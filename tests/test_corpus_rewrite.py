@@ -61,7 +61,20 @@ FIXED = {
 }
 
 
-@pytest.mark.parametrize("name", MODELS)
+# fixed before, not now, each with why: a regression to undo, not a smaller FIXED
+REGRESSED = {
+    # onnxruntime refuses the original (no total_sequence_length) and OpenVINO, its only
+    # oracle, now reports its GroupQueryAttention as known-inexact (it fails at run time
+    # beyond batch 1: issue 29 item 4), so no runtime evaluates the original; its failure
+    # is loud, so the oracle could take it where it runs (a design change, not yet made)
+    "ov_com_microsoft_gqa_rotary.onnx":
+        "no runtime is trusted to evaluate the original since OpenVINO's GQA is known-inexact",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason=REGRESSED[n], strict=True))
+    if n in REGRESSED else n for n in MODELS])
 def test_corpus_model_rewrites_for_onnxruntime(corpus, plugins, tmp_path, name):
     row = corpus_rewrite.measure(corpus / name, "onnxruntime", tmp_path, plugins)
     assert "internal error" not in row.rewrite, row

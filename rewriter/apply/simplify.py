@@ -1,6 +1,6 @@
 """The cleanup stage after a rewrite: the graph tidied with onnxscript's optimizer and onnx-ir's
 passes rather than by hand: constants folded (shape computations included, where shapes are
-known), ``Constant`` nodes lifted to initializers, dead nodes, unused functions and opset
+known), ``Constant`` nodes lifted to initializers, dead nodes and unused opset
 imports removed, common subexpressions merged. Nodes that remain keep their metadata (the
 rewrite's provenance).
 
@@ -92,8 +92,10 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
         steps.append(_constant_folding.FoldConstantsPass(
             shape_inference=True, input_size_limit=FOLD_INPUT_LIMIT,
             output_size_limit=FOLD_OUTPUT_LIMIT))
+    # (functions are left to the engine's own cleanup: one the model had without using it
+    # is not the rewrite's business)
     steps += [RewritePass(_DEFAULT_REWRITE_RULES), common.RemoveUnusedNodesPass(),
-              common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()]
+              common.RemoveUnusedOpsetsPass()]
     passes = [ir.passes.PassManager(steps, steps=2, early_stop=True),
               common.RemoveUnusedNodesPass()]
     if model.ir_version >= 4:  # before IR 4 an initializer must also be a graph input
