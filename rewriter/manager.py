@@ -153,7 +153,7 @@ def load_plugins(
             continue
         if not (autoload or builtin or ep.name in requested):
             continue
-        info = PluginInfo(ep.name, dist, version, builtin)
+        info = PluginInfo(ep.name, dist, version, builtin, ep.value.partition(":")[0])
         try:
             module = ep.load()
         except (Exception, SystemExit) as e:  # noqa: BLE001 - sys.exit() at import too
@@ -174,7 +174,7 @@ def load_plugins(
             raise
         except (Exception, SystemExit) as e:  # noqa: BLE001 - sys.exit() at import too
             raise PluginError(name, f"failed to import {spec!r}: {_one_line(e)}", _LOCAL) from e
-        _register(pm, registry, module, PluginInfo(name))
+        _register(pm, registry, module, PluginInfo(name, module=getattr(module, "__name__", None)))
 
     try:
         pm.check_pending()

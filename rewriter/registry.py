@@ -30,6 +30,7 @@ class PluginInfo:
     distribution: str | None = None
     version: str | None = None
     builtin: bool = False
+    module: str | None = None  # the module the plugin was loaded from
 
     @property
     def origin(self) -> str:

@@ -138,7 +138,10 @@ def operator_rows(registry: Registry) -> list[OperatorRow]:
     for (domain, op_type), n in registry.natives.items():
         r = row(domain, op_type)
         r.kernels.append(f"{n.plugin} (native {n.library})")
-        r.code.append(f"native kernel of {n.library} (registered by plugin {n.plugin})")
+        # the library's own C++ has the op's code; the module and hook that register it
+        # are where a contributor changes the mapping
+        module = _plugin_module(registry, n.plugin) or n.plugin
+        r.code.append(n.attributes or f"{module}:register_kernels")
         r.accuracy.add("exact")
         if not r.decompositions and not r.oracles:
             r.oracles.append(f"the {n.library} native kernel itself")
