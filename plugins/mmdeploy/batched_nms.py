@@ -8,7 +8,7 @@ from onnx import FunctionProto, TensorProto
 
 from rewriter.plugin import Declined
 
-from .common import BODY_DOMAIN, Body, declared_dims, declared_int_type, is_float, node_attributes
+from .common import BODY_DOMAIN, Body, declared_int_type, is_float, node_attributes
 
 _BATCHED_NMS_ATTRS = {"background_label_id", "num_classes", "topk", "keep_topk",
                       "score_threshold", "iou_threshold", "is_normalized", "clip_boxes",
@@ -35,8 +35,8 @@ def build_batched_nms(ctx) -> FunctionProto | None:
     score_threshold = float(attrs.get("score_threshold", 0.0))
     if keep_topk <= 0 or score_threshold < 0:
         raise Declined("keep_topk must be positive and score_threshold not negative")
-    score_dims = declared_dims(ctx, node.input[1])
-    box_dims = declared_dims(ctx, node.input[0])
+    score_dims = ctx.shape(node.input[1])
+    box_dims = ctx.shape(node.input[0])
     if score_dims is not None and (len(score_dims) != 3
                                    or score_dims[2] not in (None, num_classes)):
         raise Declined("scores are not (batch, boxes, num_classes)")

@@ -45,14 +45,6 @@ class Body(FunctionBuilder):
 INT_TYPES = {TensorProto.INT32, TensorProto.INT64}
 
 
-def declared_dims(ctx, name: str) -> list[int | None] | None:
-    declared = ctx.declared.get(name) if ctx.declared else None
-    if declared is None or not declared.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None
-            for d in declared.tensor_type.shape.dim]
-
-
 def declared_int_type(ctx, name: str) -> int | None:
     """The integer element type the model declares for ``name`` (int64 when it says none,
     as torch's exporter writes; None: a type the plugin cannot produce)."""

@@ -13,7 +13,6 @@ from .common import (
     BODY_DOMAIN,
     DEFORM_CONV_OPSETS,
     Body,
-    declared_dims,
     is_float,
     make_function,
     node_attributes,
@@ -86,7 +85,7 @@ def build_modulated_deform_conv(ctx) -> FunctionProto | None:
 
 def _kernel_size(ctx, weight: str) -> tuple[int, int] | None:
     """(kh, kw) of a weight, from its declared shape or its constant value."""
-    dims = declared_dims(ctx, weight)
+    dims = ctx.shape(weight)
     if dims is not None and len(dims) == 4 and dims[2] and dims[3]:
         return dims[2], dims[3]
     value = ctx.constant(weight)
