@@ -156,6 +156,7 @@ def _compare_type(ctx, as_tensor: bool) -> int:
 
 
 def float_or_tensor_attribute(ctx, name: str) -> np.ndarray | None:
+    """The float attribute ``name`` or its double ``name_as_tensor`` (Declined: both)."""
     tensor = _array(ctx, f"{name}_as_tensor", np.float64)
     plain = _array(ctx, name, np.float32)
     if tensor is not None and plain is not None and len(plain) and len(tensor):

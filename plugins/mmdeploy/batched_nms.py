@@ -14,6 +14,7 @@ _BATCHED_NMS_ATTRS = {"background_label_id", "num_classes", "topk", "keep_topk",
                       "score_threshold", "iou_threshold", "is_normalized", "clip_boxes",
                       "return_index"}
 
+
 def build_batched_nms(ctx) -> FunctionProto | None:
     """TRTBatchedNMS -> per-class NonMaxSuppression, then TopK over the kept (class, box)
     scores of each image (semantics: ``rewriter_custom_ops.mm_batched_nms``)."""
@@ -115,4 +116,3 @@ def build_batched_nms(ctx) -> FunctionProto | None:
         g.op("Cast", g.op("Where", valid, box_index, g.const(-1)), outputs=["index"],
              to=int_types[1])
     return g.function(BODY_DOMAIN, "trt_batched_nms", ["boxes", "scores"], outputs[:n_out])
-

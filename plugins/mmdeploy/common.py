@@ -1,5 +1,5 @@
 """What the mmdeploy bodies share: the domains, the opset ranges, the node's attributes, the
-body builder and the model's declared shapes and integer types."""
+body builder and the integer types the model declares."""
 
 from __future__ import annotations
 
@@ -22,16 +22,19 @@ BATCHED_NMS_OPSETS = (11, None)  # ScatterND, GatherND, Range, TopK with a k inp
 
 
 def node_attributes(node) -> dict:
+    """The node's attributes by name, as Python values."""
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def is_float(ctx) -> bool:
+    """The first input is float (or of a type not known)."""
     types = list(ctx.input_types or [])
     return not types or types[0] in (None, "tensor(float)")
 
 
 def make_function(name: str, inputs: list[str], outputs: list[str], nodes, opset: int
-              ) -> FunctionProto:
+                  ) -> FunctionProto:
+    """The body ``mmdeploy::name`` of ``nodes``, importing ai.onnx ``opset``."""
     return helper.make_function(BODY_DOMAIN, name, inputs, outputs, nodes,
                                 [helper.make_opsetid("", opset)])
 

@@ -62,6 +62,7 @@ def _grid(extreme: bool):
 
 
 def random_rois(rng, shape):
+    """Rois ``[batch, x1, y1, x2, y2]`` of two images, some reaching outside."""
     count = shape[0]
     x1, y1 = rng.uniform(-4, 20, count), rng.uniform(-4, 20, count)
     return np.stack([rng.integers(0, 2, count), x1, y1, x1 + rng.uniform(0, 12, count),
@@ -74,6 +75,7 @@ def random_offsets(rng, shape):
 
 
 def random_nms_boxes(rng, shape):
+    """Corner boxes in [0, 1], the first one reversed."""
     xy = rng.uniform(0, 1, (*shape[:-1], 2))
     out = np.concatenate([xy, xy + rng.uniform(0.05, 0.6, (*shape[:-1], 2))], -1)
     out[0, 0] = out[0, 0][..., [2, 3, 0, 1]]  # a reversed box overlaps nothing
@@ -81,6 +83,7 @@ def random_nms_boxes(rng, shape):
 
 
 def random_nms_scores(rng, shape):
+    """Scores in [0, 1], some equal in the last image."""
     scores = rng.uniform(0, 1, shape)
     scores[-1, :3] = 0.5  # equal scores: lower class, then lower box first
     return scores

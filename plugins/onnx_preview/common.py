@@ -30,6 +30,7 @@ FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, Tenso
 
 
 def element_type(type_str: str | None) -> int | None:
+    """The element type of a ``tensor(...)`` type string (None: unknown or not handled)."""
     return _ELEM_TYPES.get(type_str or "")
 
 
@@ -69,5 +70,6 @@ def plain_attributes(node: NodeProto, known: Iterable[str]) -> bool:
 
 
 def body_opset(ctx: DecompositionContext) -> int:
+    """The ai.onnx opset a body is written at (``NO_IMPORT_BODY_OPSET`` for a model
+    importing none)."""
     return ctx.opset if "" in ctx.opsets else NO_IMPORT_BODY_OPSET
-

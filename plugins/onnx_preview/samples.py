@@ -27,6 +27,7 @@ def _scalar(name: str, value, elem: int):
 
 
 def bias_mod(value: float = 0.5, elem: int = _F32) -> GraphProto:
+    """A score_mod graph adding ``value`` to every score."""
     return modifier("bias_mod", [helper.make_node("Add", ["s", "bias"], ["s_out"])], elem,
                     [_scalar("bias", value, elem)])
 
@@ -78,6 +79,7 @@ def _flex_sample(name, q_heads=2, kv_heads=2, e=4, ev=4, opset=26, dtypes=("floa
 
 
 def flex_samples() -> list[OpSample]:
+    """FlexAttention's samples: scales, grouped heads, modifier graphs, precisions."""
     return [
         _flex_sample("default"), _flex_sample("scale", scale=0.3),
         _flex_sample("gqa", q_heads=4, kv_heads=2), _flex_sample("head-sizes", e=6, ev=3),
@@ -108,6 +110,7 @@ OPTIMIZER_ATTRIBUTES = {
 
 def optimizer_sample(op_type: str, attributes: dict, count: int, t: int, opset: int = 13,
                      dtypes=("float",), rate: str = "T", oracle: str | None = None) -> OpSample:
+    """One optimizer sample: ``count`` tensors of each kind, step ``t``."""
     shapes = ["[3,4]", "[5]", "[2,1,3]"]
     tensors = [Arg(f"T{shapes[i % 3]}", low=0 if kind == "H" else -2, high=2)
                for kind in OPTIMIZER_INPUT_KINDS[op_type] for i in range(count)]
@@ -161,4 +164,3 @@ def adam_reference(*arrays, **attributes):
 def momentum_reference(*arrays, **attributes):
     """``Momentum`` by the reference evaluator, outputs in the tensors' type."""
     return _reference_in_tensor_types("Momentum", arrays, attributes)
-

@@ -229,6 +229,7 @@ def _integer_extremes(name: str):
 
 
 def bitcast_samples() -> list[OpSample]:
+    """BitCast's samples: bool to a byte, same-width integers, IEEE float bits."""
     samples = [OpSample(["T[2,3]"], [name], {"to": to}, name=name, dtypes=["bool"])
                for name, to in (("uint8", T.UINT8), ("int8", T.INT8))]
     for source, to in [("int8", T.UINT8), ("uint8", T.INT8), ("uint16", T.INT16),

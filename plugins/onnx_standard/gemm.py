@@ -42,6 +42,7 @@ def build_gemm(ctx) -> FunctionProto:
 
 
 def gemm_samples() -> list[OpSample]:
+    """Gemm's samples: plain, transposed with a bias, beta 0."""
     return [OpSample([Arg("T[3,4]"), Arg("T[4,5]")], opset=13, name="plain"),
             OpSample([Arg("T[4,3]"), Arg("T[5,4]"), Arg("T[5]")],
                      attributes={"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0},

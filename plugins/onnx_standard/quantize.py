@@ -115,6 +115,7 @@ def build_quantize_linear(ctx) -> FunctionProto | None:
 
 
 def dequantize_samples() -> list[OpSample]:
+    """DequantizeLinear-10 to 18: per tensor and per axis, 8-bit and int32 x."""
     samples = []
     for opset, x_type, axis, per_axis, zp in [
             (10, "uint8", None, False, True), (10, "int8", None, False, False),

@@ -104,5 +104,6 @@ def widened_samples(op: str) -> list[OpSample]:
 
 
 def dtype_name(narrow: str) -> str:
+    """The dtype name of a narrow ``tensor(...)`` type."""
     return {"tensor(bfloat16)": "bfloat16", "tensor(int16)": "int16",
             "tensor(uint16)": "uint16", "tensor(uint32)": "uint32"}[narrow]

@@ -90,7 +90,6 @@ _ATTENTION_OPS = (
 )
 
 
-
 @hookimpl
 def register_decompositions(registry):
     """Every op in each of its domains; the samples run in full in the first domain (the

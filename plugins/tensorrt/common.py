@@ -74,12 +74,14 @@ def check_form(ctx, allowed: set[str], float_inputs: int) -> None:
 
 
 def check_attributes(node, allowed: set[str]) -> None:
+    """Decline a node with an attribute not in ``allowed``."""
     unknown = sorted(a.name for a in node.attribute if a.name not in allowed)
     if unknown:
         raise Declined(f"unknown attribute(s) {', '.join(unknown)}")
 
 
 def check_same_float_type(types: list) -> None:
+    """Decline unless the first three inputs have one float type (float or float16)."""
     if len(types) < 3 or types[0] not in FLOAT_ELEM_TYPES or len(set(types[:3])) != 1:
         raise Declined("the three inputs must have one float type ("
                        + ", ".join(sorted(FLOAT_ELEM_TYPES)) + ")")
@@ -87,6 +89,7 @@ def check_same_float_type(types: list) -> None:
 
 def check_nms_settings(k_name: str, k: int, coding_name: str, coding: int,
                        iou_threshold: float) -> None:
+    """Decline an NMS node whose output count, box coding or IoU threshold is out of range."""
     if k <= 0:
         raise Declined(f"{k_name} must be positive (is {k})")
     if coding not in (0, 1):
@@ -96,15 +99,17 @@ def check_nms_settings(k_name: str, k: int, coding_name: str, coding: int,
 
 
 def is_plugin_version_one(ctx) -> bool:
+    """The node's ``plugin_version`` is 1 (the default)."""
     version = ctx.attribute("plugin_version", b"1")
     return (version.decode() if isinstance(version, bytes) else str(version)) == "1"
 
 
 def has_float_inputs(ctx, count: int) -> bool:
+    """The first ``count`` inputs are float32."""
     types = list(ctx.input_types or [])
     return len(types) >= count and all(t == FLOAT_TYPE for t in types[:count])
 
 
 def as_float32(value: float) -> float:
+    """``value`` rounded to float32, as the plugin stores its attributes."""
     return float(np.float32(value))
-

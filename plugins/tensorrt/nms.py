@@ -295,4 +295,3 @@ def build_batched_nms(ctx) -> FunctionProto | None:
                   g.const(-1.0, np.float32)], ["nmsed_classes"]))
     outputs = ["num_detections", "nmsed_boxes", "nmsed_scores", "nmsed_classes"]
     return g.function(BODY_DOMAIN, "batched_nms", ["boxes", "scores"], outputs)
-
