@@ -33,15 +33,8 @@ _ATTRIBUTES = {"strides", "dilations", "pads", "group", "deformable_groups", "au
 
 
 def _kernel_shape(ctx, name: str) -> list[int] | None:
-    value = ctx.constant(name)
-    if value is not None and value.ndim == 4:
-        return [int(v) for v in value.shape[2:]]
-    declared = (ctx.declared or {}).get(name)
-    if declared is None or not declared.tensor_type.HasField("shape"):
-        return None
-    dims = [d.dim_value if d.HasField("dim_value") else None
-            for d in declared.tensor_type.shape.dim]
-    return dims[2:] if len(dims) == 4 and None not in dims[2:] else None
+    dims = ctx.shape(name)  # the constant's shape, else the declared one
+    return dims[2:] if dims is not None and len(dims) == 4 and None not in dims[2:] else None
 
 
 def build_deformable_conv_2d(ctx) -> FunctionProto | None:

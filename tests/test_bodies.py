@@ -255,3 +255,16 @@ def test_declining():
     assert build.__name__ == "build"
     with pytest.raises(Declined, match="no"):
         build(None)
+
+
+@pytest.mark.parametrize("opset", [9, 13])
+@pytest.mark.parametrize("axis", [0, 2, -1, -3])
+def test_dim_and_dim_vector(opset, axis):
+    """``dim`` is ``Shape(x)[axis]`` as an int64 scalar, ``dim_vector`` the same as a
+    1-element vector (attributes of Slice below opset 10), usable to build a shape."""
+    b = FunctionBuilder(opset)
+    scalar, vector = b.dim("x", axis), b.dim_vector("x", axis)
+    shape = b.op("Concat", vector, b.dim_vector("x", 0), axis=0)
+    _check(b, ["x"], [scalar, vector, shape], {"x": X},
+           [np.array(X.shape[axis], np.int64), np.array([X.shape[axis]], np.int64),
+            np.array([X.shape[axis], X.shape[0]], np.int64)])

@@ -122,7 +122,7 @@ def test_roi_align_kernel_matches_onnxruntime_roialign(aligned, sampling_ratio):
 
     rng = np.random.default_rng(10 + aligned + sampling_ratio)
     x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
-    rois = mmdeploy._rois(rng, (9, 5)).astype(np.float32)
+    rois = mmdeploy.samples.random_rois(rng, (9, 5)).astype(np.float32)
     attrs = dict(output_height=3, output_width=4, spatial_scale=0.5,
                  sampling_ratio=sampling_ratio)
     got = roi_align(x, rois, mode="avg", aligned=aligned, **attrs)
@@ -146,7 +146,7 @@ def test_roi_align_kernel_where_roialign_differs(plugins, opset, attrs):
 
     rng = np.random.default_rng(30 + opset)
     x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
-    rois = mmdeploy._rois(rng, (9, 5)).astype(np.float32)
+    rois = mmdeploy.samples.random_rois(rng, (9, 5)).astype(np.float32)
     model = _roi_model(opset, output_height=2, output_width=3, spatial_scale=0.75, **attrs)
     result = rewrite_fully(model, "onnxruntime", plugins)
     assert result.model.graph.node[0].domain == "ai.onnx.contrib"
@@ -169,7 +169,8 @@ def _deform_case(rng, n=2, c=4, h=7, w=6, o=6, kh=3, kw=2, groups=1, dg=2, strid
     ow = (w + 2 * pad[1] - (dilation[1] * (kw - 1) + 1)) // stride[1] + 1
     return dict(
         input=rng.standard_normal((n, c, h, w)).astype(np.float32),
-        offset=mmdeploy._offsets(rng, (n, dg * 2 * kh * kw, oh, ow)).astype(np.float32),
+        offset=mmdeploy.samples.random_offsets(
+            rng, (n, dg * 2 * kh * kw, oh, ow)).astype(np.float32),
         mask=rng.uniform(0, 1, (n, dg * kh * kw, oh, ow)).astype(np.float32),
         weight=rng.standard_normal((o, c // groups, kh, kw)).astype(np.float32),
         bias=rng.standard_normal(o).astype(np.float32),
@@ -464,8 +465,8 @@ def test_batched_nms_rewrite_verifies(plugins):
                    [vi("dets", F32, [1, 5, 5]), vi("labels", TensorProto.INT64, [1, 5]),
                     vi("index", TensorProto.INT64, [1, 5])], 11)
     rng = np.random.default_rng(90)
-    feeds = {"boxes": mmdeploy._nms_boxes(rng, (1, 10, 1, 4)).astype(np.float32),
-             "scores": mmdeploy._nms_scores(rng, (1, 10, 3)).astype(np.float32)}
+    feeds = {"boxes": mmdeploy.samples.random_nms_boxes(rng, (1, 10, 1, 4)).astype(np.float32),
+             "scores": mmdeploy.samples.random_nms_scores(rng, (1, 10, 3)).astype(np.float32)}
     result = rewrite(model, ["onnxruntime"], plugins=plugins, confirm=False,
                      compare_options={"inputs": feeds})
     assert result.report.ok, result.report.verification

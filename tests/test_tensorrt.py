@@ -48,7 +48,7 @@ def test_efficient_nms_candidate_cap(plugins):
     """Only the 4096 best candidates enter NMS: with nothing suppressed and room for all,
     exactly 4096 come out of 4500."""
     rng = np.random.default_rng(1)
-    feeds = {"boxes": tensorrt._random_corners(rng, (1, 1500, 4)).astype(np.float32),
+    feeds = {"boxes": tensorrt.samples.random_corners(rng, (1, 1500, 4)).astype(np.float32),
              "scores": rng.random((1, 1500, 3)).astype(np.float32)}
     attrs = dict(score_threshold=0.0, iou_threshold=1.0, max_output_boxes=4500,
                  background_class=-1, score_activation=0, box_coding=0)

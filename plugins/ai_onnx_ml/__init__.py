@@ -12,6 +12,8 @@ module            ops
 trees             TreeEnsembleClassifier, TreeEnsembleRegressor (ml opsets 1 and 3),
                   TreeEnsemble (5); the lowering strategy chosen per ensemble by cost
                   (``tree_strategies``)
+tree_ensembles    the tree attributes (ml opsets 1, 3, 5) read into one canonical Ensemble
+tree_strategies   an Ensemble lowered by gemm or traversal, chosen by a cost model
 linear            LinearClassifier, LinearRegressor
 svm               SVMClassifier, SVMRegressor
 preprocessing     Scaler, Normalizer, Imputer, Binarizer, FeatureVectorizer,

@@ -1,6 +1,6 @@
-"""Lowering a canonical tree ensemble (:class:`trees.Ensemble`) into standard ops, by one of
-two strategies (Hummingbird's, from the ONNX graph rather than a scikit-learn object), chosen
-per ensemble by a cost model:
+"""Lowering a canonical tree ensemble (:class:`tree_ensembles.Ensemble`) into standard ops,
+by one of two strategies (Hummingbird's, from the ONNX graph rather than a scikit-learn object),
+chosen per ensemble by a cost model:
 
 * ``gemm``: every decision of every tree at once. ``Gather`` the features the internal
   nodes test, compare with the thresholds (``x <= t``; set membership as ``Equal`` with the

@@ -104,19 +104,6 @@ def zero_like(b: Body, elem: int) -> str:
     return b.const(np.zeros((), helper.tensor_dtype_to_np_dtype(elem)))
 
 
-def declared_shape(ctx, name: str) -> list[int | None] | None:
-    """``name``'s shape from its constant value or declared type (None per unknown dim)."""
-    constant = ctx.constant(name)
-    if constant is not None:
-        return list(constant.shape)
-    declared = (ctx.declared or {}).get(name)
-    if declared is None or not declared.HasField("tensor_type") \
-            or not declared.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None
-            for d in declared.tensor_type.shape.dim]
-
-
 def body_opset(ctx) -> int:
     """The ai.onnx opset a body is written at: the model's, or FALLBACK_OPSET for a model
     importing none (OpenVINO's test models)."""

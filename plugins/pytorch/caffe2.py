@@ -13,7 +13,7 @@ from onnx import FunctionProto, TensorProto, helper
 from rewriter.plugin import Declined
 from rewriter.plugin import present as _present
 
-from .body import Body, body_opset, declared_shape
+from .body import Body, body_opset
 from .calls import attributes
 
 _PROPOSAL_ATTRIBUTES = ("spatial_scale", "pre_nms_topN", "post_nms_topN", "nms_thresh",
@@ -25,7 +25,7 @@ MIN_PROPOSALS_OPSET = 9  # NonZero, Where, ConstantOfShape, IsNaN
 
 def _proposal_count(ctx, scores: str) -> int | None:
     """``A * H * W`` when the scores' shape says so."""
-    shape = declared_shape(ctx, scores)
+    shape = ctx.shape(scores)
     if shape is None or len(shape) != 4 or any(d is None for d in shape[1:]):
         return None
     return int(np.prod(shape[1:]))
@@ -92,7 +92,7 @@ def build_generate_proposals(ctx) -> FunctionProto | None:
     if list(ctx.input_types or [])[:4] != ["tensor(float)"] * 4:
         raise Declined("the four inputs must be float")
     opset = body_opset(ctx)
-    anchor_shape = declared_shape(ctx, node.input[3])
+    anchor_shape = ctx.shape(node.input[3])
     if opset < MIN_PROPOSALS_OPSET or anchor_shape is None or len(anchor_shape) != 2 \
             or anchor_shape[1] != 4:
         raise Declined(f"needs ai.onnx opset {MIN_PROPOSALS_OPSET} and anchors declared (A, 4) "

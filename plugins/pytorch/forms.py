@@ -14,7 +14,7 @@ from onnx import FunctionProto, TensorProto, helper
 from rewriter.plugin import Declined
 
 from . import activations, indexing, normalization, resampling
-from .body import FLOAT_TYPES, Body, body_opset, compute_type, declared_shape
+from .body import FLOAT_TYPES, Body, body_opset, compute_type
 from .calls import AtenCall, attributes, first, resolve_named, resolve_positional, schema_names
 
 BODIES = {**normalization.BODIES, **activations.BODIES, **indexing.BODIES,
@@ -57,7 +57,7 @@ def build_call(call: AtenCall | None, ctx) -> FunctionProto | None:
                        "here")
     for arg, formal in call.tensors.items():
         if formal is not None:
-            call.shapes[arg] = declared_shape(ctx, ctx.node.input[int(formal[2:])])
+            call.shapes[arg] = ctx.shape(ctx.node.input[int(formal[2:])])
     b = Body(opset, compute_type(elem))
     outputs = BODIES[call.operator](b, call, elem)
     if outputs is None:

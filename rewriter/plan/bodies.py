@@ -208,6 +208,18 @@ class FunctionBuilder:
         """``x`` at ``index`` along ``axis`` (that axis removed): ``Gather`` of a scalar."""
         return self.op("Gather", x, self.const(np.array(index, np.int64)), axis=axis)
 
+    def dim(self, x: str, axis: int) -> str:
+        """``Shape(x)[axis]`` as an int64 scalar (``axis`` may be negative)."""
+        return self.take(self.op("Shape", x), axis)
+
+    def dim_vector(self, x: str, axis: int) -> str:
+        """``Shape(x)[axis]`` as a 1-element int64 vector (for ``Concat`` into a shape);
+        ``axis`` may be negative."""
+        end = axis + 1 if axis != -1 else np.iinfo(np.int64).max
+        if self.opset < SLICE_INPUTS:
+            return self.op("Slice", self.op("Shape", x), starts=[axis], ends=[end])
+        return self.op("Slice", self.op("Shape", x), self.ints([axis]), self.ints([end]))
+
     # -- ops whose form depends on the opset ----------------------------------------------
 
     def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
