@@ -114,7 +114,7 @@ def _declare_defaults(body, ctx: DecompositionContext) -> None:
 def build_stable_softplus(ctx: DecompositionContext):
     """``Softplus(X) = ln(exp(X) + 1)`` as ``Max(X, 0) + Log(1 + Exp(-|X|))``: equal in
     exact arithmetic, and finite wherever the result is (no ``Exp`` of a large X)."""
-    from rewriter_plugins.onnx_lowering import _float_elem
+    from rewriter_plugins.onnx_lowering.resampling import _float_elem
 
     from rewriter.plugin import FunctionBuilder
 
