@@ -103,7 +103,8 @@ from .tensor_ops import (
 )
 from .text import TFIDF_OPSETS, build_tfidf_vectorizer
 
-# what other plugins import from here (openvino_deformable, onnx_functions)
+# the names the package exported as a module, still importable from it (other plugins now
+# import them from convolution and linear_attention)
 __all__ = ["build_deform_conv", "build_linear_attention", "linear_attention_samples",
            "register_decompositions"]
 

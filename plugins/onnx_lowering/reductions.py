@@ -6,9 +6,10 @@
   triangular selection: exact, ``n^2`` memory.
 * ``ReduceSum``, ``ReduceMean``, ``ReduceMax``, ``ReduceMin``, ``ReduceL1``, ``ReduceL2``,
   ``ReduceLogSum``, ``ReduceLogSumExp``, ``ReduceSumSquare`` with ``axes`` computed at run
-  time and ``keepdims = 0``: the ``keepdims = 1`` form written with other ops, then the
-  listed axes squeezed (exact for ``ReduceMax`` and ``ReduceMin``; the others sum in
-  another order than the op's kernels).
+  time and ``keepdims = 0`` (OpenVINO's CPU plugin compiles no dynamic rank): the
+  ``keepdims = 1`` form written with other ops, then ``Reshape`` to the kept dimensions,
+  a target shape of static length (exact for ``ReduceMax`` and ``ReduceMin``; the others
+  sum in another order than the op's kernels).
 """
 
 from __future__ import annotations
