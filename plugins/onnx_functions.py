@@ -114,11 +114,11 @@ def _declare_defaults(body, ctx: DecompositionContext) -> None:
 def build_stable_softplus(ctx: DecompositionContext):
     """``Softplus(X) = ln(exp(X) + 1)`` as ``Max(X, 0) + Log(1 + Exp(-|X|))``: equal in
     exact arithmetic, and finite wherever the result is (no ``Exp`` of a large X)."""
-    from rewriter_plugins.onnx_lowering import _float_elem
+    from rewriter_plugins.onnx_lowering.common import float_elem
 
     from rewriter.plugin import FunctionBuilder
 
-    elem = _float_elem(ctx)
+    elem = float_elem(ctx)
     b = FunctionBuilder(ctx.opset, elem)
     zero, one = b.literal(0.0, like="X"), b.literal(1.0, like="X")
     tail = b.op("Log", b.op("Add", one, b.op("Exp", b.op("Neg", b.op("Abs", "X")))))
@@ -135,13 +135,16 @@ def _softplus_samples() -> list[OpSample]:
 def _own_bodies() -> dict[str, tuple]:
     """Ops lowered to a body of this plugin's rather than the spec's: (builder, note,
     oracle, samples)."""
-    from rewriter_plugins import onnx_lowering
+    from rewriter_plugins.onnx_lowering.linear_attention import (
+        build_linear_attention,
+        linear_attention_samples,
+    )
 
     return {
         # the spec's body is a Scan that OpenVINO 2026.4 cannot convert; the same
         # recurrence as a Loop
-        "LinearAttention": (onnx_lowering.build_linear_attention, "a Loop over time",
-                            "reference", onnx_lowering.linear_attention_samples()),
+        "LinearAttention": (build_linear_attention, "a Loop over time", "reference",
+                            linear_attention_samples()),
         # the spec's body overflows for large x
         "Softplus": (build_stable_softplus, "max(x, 0) + log(1 + exp(-|x|))", "onnxruntime",
                      _softplus_samples()),

@@ -11,8 +11,8 @@ the mask ``m`` 1 when absent. ``x`` is read bilinearly: a point outside ``[0, H)
 row and column extend to the border. ONNX ``DeformConv`` differs only there (torchvision's
 rule: points with ``-1 < y < H`` mix their in-image neighbours), so the body is the
 ``onnx-lowering`` plugin's ``DeformConv`` body (:func:`rewriter_plugins.onnx_lowering.
-build_deform_conv`) with OpenVINO's border rule, written at the model's opset (from 7; below
-11 for a declared batch size and output size).
+convolution.build_deform_conv`) with OpenVINO's border rule, written at the model's opset
+(from 7; below 11 for a declared batch size and output size).
 
 Attributes as the importer reads them: ``strides``, ``dilations`` (2 values), ``pads``
 (``[top, left, bottom, right]``), ``group``, ``deformable_groups``; ``auto_pad`` other than
@@ -40,7 +40,7 @@ def _kernel_shape(ctx, name: str) -> list[int] | None:
 def build_deformable_conv_2d(ctx) -> FunctionProto | None:
     """``DeformableConv2D`` -> ``DeformConv``'s body (onnx-lowering) with OpenVINO's border
     rule, inputs and attributes renamed."""
-    from rewriter_plugins.onnx_lowering import build_deform_conv
+    from rewriter_plugins.onnx_lowering.convolution import build_deform_conv
 
     node = ctx.node
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}

@@ -120,7 +120,6 @@ KNOWN_PRIVATE_IMPORTS = {
      "_Body"),
     ("rewriter_plugins.com_microsoft_quantization", "rewriter_plugins.com_microsoft_attention",
      "_unknown_attributes"),
-    ("rewriter_plugins.onnx_functions", "rewriter_plugins.onnx_lowering", "_float_elem"),
     ("rewriter_plugins.onnx_removed.activations", "rewriter_plugins.com_microsoft",
      "_activation"),
 }
