@@ -601,10 +601,10 @@ class OnnxRuntimeTarget(Target):
         feeds, note = None, f"not run: larger than {RUN_BY_DEFAULT_BELOW // 2**20} MiB"
         if self.confirm_by_size(None, model_size(model, base_dir), RUN_BY_DEFAULT_BELOW):
             feeds, note = generated_feeds(model)
-        from rewriter_plugins.probe_models import model_file
+        from rewriter.plugin import probe_models
 
         try:
-            with model_file(model, base_dir, data) as file:
+            with probe_models.model_file(model, base_dir, data) as file:
                 payload = pickle.dumps({"model": data, "path": file.path, "feeds": feeds})
                 result = confirm_in_child(
                     self, "onnxruntime",
