@@ -32,6 +32,7 @@ from rewriter.detect.targets import (
     model_size,
     refused_node,
 )
+from rewriter.errors import RewriterError
 
 # check_model's verdict on a model it did not ask the runtime about (too big, external data)
 NOT_ASKED = ("not-asked", "")
@@ -245,7 +246,8 @@ class RuntimeTarget(Target):
         return ()
 
     def early_confirmation(self, model, base_dir) -> Confirmation | None:
-        """A confirmation decided without the child (cached like the child's), or None."""
+        """A confirmation decided without the child (cached like the child's), or None; a
+        RewriterError it raises is a refusal at load (not cached)."""
         return None
 
     def clean_message(self, message: str) -> str:
@@ -266,7 +268,10 @@ class RuntimeTarget(Target):
         key = (hashlib.sha256(data).digest(), str(base_dir), *self.confirmation_key())
         if key in self.confirmations:
             return self.confirmations[key]
-        early = self.early_confirmation(model, base_dir)
+        try:
+            early = self.early_confirmation(model, base_dir)
+        except RewriterError as e:
+            return Confirmation(str(e), "load")
         if early is not None:
             self.confirmations[key] = early
             return early
