@@ -146,7 +146,7 @@ class OpenVINOTarget(RuntimeTarget):
         if present:
             self._blamed_ops.update(dict.fromkeys(present, verdict))
             return []
-        self.unplace(verdict)
+        self.keep_model_refusal(verdict)
         return []
 
     # -- per node -----------------------------------------------------------------------------

@@ -101,7 +101,7 @@ class TractTarget(RuntimeTarget):
                                             r"([\w.]+)", detail) for m in pair if m}
         if missing & {s.node.op_type for s in iter_nodes(model)}:
             return []  # the probes of those nodes say it
-        self.unplace((verdict[0], f"tract refuses the whole model: {detail}"))
+        self.keep_model_refusal((verdict[0], f"tract refuses the whole model: {detail}"))
         return []
 
     def _interface_findings(self, model) -> list[Finding]:

@@ -188,7 +188,7 @@ class RuntimeTarget(Target):
         the model (:meth:`check_done`, when no node finding explains it)."""
         if self.blame_node(model, verdict):
             return []
-        self.unplace(verdict)
+        self.keep_model_refusal(verdict)
         return []
 
     def blame_node(self, model, verdict: tuple[str, str]) -> bool:
@@ -199,7 +199,7 @@ class RuntimeTarget(Target):
         self.blamed[site.path] = verdict
         return True
 
-    def unplace(self, verdict: tuple[str, str]) -> None:
+    def keep_model_refusal(self, verdict: tuple[str, str]) -> None:
         """Keep ``verdict`` as a finding on the model, for :meth:`check_done`."""
         self.unplaced = Finding(target=self.name, path="model", domain="", op_type="",
                                 version=None, reason=verdict[0], detail=verdict[1])
