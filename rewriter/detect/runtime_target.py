@@ -93,7 +93,7 @@ class RuntimeTarget(Target):
         self.shapes: dict = {}
         self.model_runs = False
         self.blamed: dict[str, tuple[str, str]] = {}
-        self.unplaced: Finding | None = None
+        self.model_refusal: Finding | None = None
         self.confirmations: dict[tuple, Confirmation] = {}
 
     @property
@@ -129,7 +129,7 @@ class RuntimeTarget(Target):
         whole model first when it is small (then no node needs a probe, or its refusal
         names the node to blame); infer shapes for the probes when it does not run."""
         self.constants = model_constants(model)
-        self.shapes, self.blamed, self.unplaced = {}, {}, None
+        self.shapes, self.blamed, self.model_refusal = {}, {}, None
         self.remember(model)
         verdict = self.whole_model_verdict(model)
         self.model_runs = self.runs_whole(verdict)
@@ -201,16 +201,16 @@ class RuntimeTarget(Target):
 
     def keep_model_refusal(self, verdict: tuple[str, str]) -> None:
         """Keep ``verdict`` as a finding on the model, for :meth:`check_done`."""
-        self.unplaced = Finding(target=self.name, path="model", domain="", op_type="",
+        self.model_refusal = Finding(target=self.name, path="model", domain="", op_type="",
                                 version=None, reason=verdict[0], detail=verdict[1])
 
     def check_done(self, model, findings) -> list[Finding]:
         """The runtime's refusal of the whole model that names no node (see :meth:`blame`),
         when no node finding of this target explains it."""
-        unplaced, self.unplaced = self.unplaced, None
-        if unplaced is None or any(f.target == self.name for f in findings):
+        refusal, self.model_refusal = self.model_refusal, None
+        if refusal is None or any(f.target == self.name for f in findings):
             return []
-        return [unplaced]
+        return [refusal]
 
     # -- per node ------------------------------------------------------------------------------
 
