@@ -396,10 +396,10 @@ USER_ROUTES = {
 def _openvino_route(path: str, feeds: dict) -> str | None:
     import openvino
     from rewriter_plugins.openvino_target import (
-        _from_openvino,
-        _port_names,
-        _to_openvino,
         clean_message,
+        from_openvino,
+        port_names,
+        to_openvino,
     )
 
     core = openvino.Core()
@@ -411,13 +411,13 @@ def _openvino_route(path: str, feeds: dict) -> str | None:
             stage = "compile"
             compiled = core.compile_model(model, "CPU")
             stage = "run"
-            names = _port_names(compiled.inputs, list(feeds))
+            names = port_names(compiled.inputs, list(feeds))
             request = compiled.create_infer_request()
-            request.start_async([_to_openvino(feeds[n], port.get_element_type())
+            request.start_async([to_openvino(feeds[n], port.get_element_type())
                                  for n, port in zip(names, compiled.inputs)])
             request.wait()
             for i, port in enumerate(compiled.outputs):
-                _from_openvino(request.get_output_tensor(i), port.get_element_type())
+                from_openvino(request.get_output_tensor(i), port.get_element_type())
         except Exception as e:  # noqa: BLE001 - the runtime's answer
             return f"{how}: {stage}: {clean_message(str(e))}"
     return None

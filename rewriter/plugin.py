@@ -9,7 +9,9 @@ decompositions (``DecompositionContext``, ``Declined``, ``FunctionBuilder`` and 
 ``OpSample``/``Arg`` to declare an oracle's samples); kernels (``kernel``); the errors.
 
 Provisional (for target and pass authors; may change in a minor version): ``Target`` and what
-a target works with (``Finding``, ``NodeQuery``, ``TargetOptions``, confirmation helpers), the
+a target works with (``Finding``, ``NodeQuery``, ``TargetOptions``, confirmation helpers),
+``RuntimeTarget`` (a target that answers by loading models in its runtime) with
+``probe_models`` (one-node probe models, the model as a file) and ``ProbeWorker``, the
 schema and type helpers, graph walking, ``RewritePass``/``PassContext`` and the splice
 primitives passes use, the kernel runtime adapters.
 """
@@ -18,7 +20,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rewriter.detect import probe_models
 from rewriter.detect.ranks import forget_contradicted_constant_shapes
+from rewriter.detect.runtime_target import (
+    NOT_ASKED,
+    ProbeCrashed,
+    ProbeWorker,
+    RuntimeTarget,
+    serve_probes,
+)
 from rewriter.detect.targets import (
     BY_NODE,
     BY_TYPES,
@@ -122,6 +132,13 @@ __all__ = [
     "schema_arity_problem",
     "find_unsupported",
     "forget_contradicted_constant_shapes",
+    # provisional: targets that answer by loading models in a runtime
+    "RuntimeTarget",
+    "NOT_ASKED",
+    "probe_models",
+    "ProbeWorker",
+    "ProbeCrashed",
+    "serve_probes",
     # provisional: schemas, types, graph walking
     "OpSchema",
     "SchemaIndex",

@@ -111,10 +111,10 @@ def test_verdicts_are_cached_per_node_signature(target):
                               [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [7, 11])],
                               [helper.make_tensor_value_info("v300", TensorProto.FLOAT, None)])
     model = make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    before = len(openvino_target._VERDICTS)
+    before = len(openvino_target.OpenVINOTarget.verdicts)
     assert find_unsupported(model, target) == []
     # shape inference gives every Relu the same input type and shape: one probe for all
-    assert len(openvino_target._VERDICTS) - before <= 1
+    assert len(openvino_target.OpenVINOTarget.verdicts) - before <= 1
 
 
 def test_check_confirms_by_compiling(tmp_path, plugins):
@@ -181,9 +181,9 @@ def test_the_stricter_of_the_ways_users_load_a_model_wins(plugins, target, tmp_p
 
     (nll,) = [c.model for c in bench.all_cases() if c.name == "test_nllloss_NCd1_ii"]
     data = nll.SerializeToString()
-    from rewriter_plugins.probe_models import written
+    from rewriter.plugin import probe_models
 
-    with written(data) as path:
+    with probe_models.written(data) as path:
         compiled, refusal = openvino_target.compiled_by_routes(path, data, "CPU")
     assert [route for route, _ in compiled] == [openvino_target.BY_BYTES]
     assert "refused by Core.read_model(path), openvino.convert_model(path); " \
@@ -240,7 +240,7 @@ def test_a_model_read_by_path_finds_its_external_data_beside_it(tmp_path, monkey
     is asked, when it holds these bytes; nothing changes the working directory."""
     import os
 
-    from rewriter_plugins import probe_models
+    from rewriter.plugin import probe_models
 
     folder = tmp_path / "model"
     (folder / "weights").mkdir(parents=True)

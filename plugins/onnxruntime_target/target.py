@@ -1,4 +1,5 @@
-"""Target ``onnxruntime[:PROVIDER]``: capability read from onnxruntime's live kernel registry.
+"""The ``onnxruntime`` target's class: capability read from onnxruntime's live kernel registry
+(:class:`OnnxRuntimeTarget`).
 
 A node runs when a kernel of the provider (or the CPU fallback) covers its resolved schema
 version and type binding, or when the op is an ONNX function whose body runs. Ops from
@@ -9,34 +10,20 @@ running it once on generated inputs.
 
 from __future__ import annotations
 
-import hashlib
-import pickle
-import subprocess
-import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
-
 from rewriter.plugin import (
     BY_NODE,
     BY_TYPES,
     REFUSED,
-    RUN_BY_DEFAULT_BELOW,
     BodyUnavailable,
     Confirmation,
     Finding,
     NodeQuery,
     OpSchema,
+    RuntimeTarget,
     SchemaIndex,
-    Target,
-    TargetError,
     TargetOptions,
     bind_type_params,
-    confirm_in_child,
-    generated_feeds,
-    hookimpl,
     infer_node_outputs,
-    model_size,
     normalize_domain,
     onnx_schemas,
     onnxruntime_schemas,
@@ -47,178 +34,53 @@ from rewriter.plugin import (
     type_proto,
 )
 
-CPU = "CPUExecutionProvider"
+from .confirm import CONFIRM_CHILD, CONFIRM_TIMEOUT_S, confirm_with_kernels_in_child
+from .runtime import (
+    CPU,
+    FOLDED_OPS,
+    OPEN_END,
+    QDQ_MATMULNBITS_ACCURACY_LEVEL,
+    accepts,
+    clean_ort_message,
+    ort_kernels,
+    resolve_library,
+    runtime_ceilings,
+    runtime_max_ir_version,
+    short_types,
+    version_matches,
+)
+
 CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
-QDQ_MATMULNBITS_ACCURACY_LEVEL = "session.qdq_matmulnbits_accuracy_level"
-CONFIRM_TIMEOUT_S = 300
-EXTENSIONS = "extensions"
-# Nodes onnxruntime turns into initializers while loading; they need no kernel.
-_FOLDED_OPS = frozenset({"Constant"})
 # Ops whose CPU kernels reject some attribute values when constructed (e.g. layout=1).
 _KERNEL_VALIDATES_ATTRIBUTES = frozenset({"LSTM", "GRU", "RNN", "StringNormalizer"})
 _FLOAT16, _FLOAT = "tensor(float16)", "tensor(float)"
 _EXPANDS = ("expands", "")  # sentinel verdict: runs by inlining the op's function body
 
 
-@dataclass(frozen=True)
-class KernelDef:
-    start: int
-    end: int
-    constraints: Mapping[str, frozenset[str]]
+class OnnxRuntimeTarget(RuntimeTarget):
+    """onnxruntime with one execution provider (CPU by default). A
+    :class:`rewriter.plugin.RuntimeTarget` for its confirmation (a session in a child
+    process); capability comes from the kernel registry, not from probing the whole model."""
 
-
-@cache
-def _ort_kernels(provider: str) -> dict[tuple[str, str], list[KernelDef]]:
-    from onnxruntime.capi import _pybind_state as C
-
-    table: dict[tuple[str, str], list[KernelDef]] = {}
-    for k in C.get_all_opkernel_def():
-        if k.provider != provider:
-            continue
-        start, end = k.version_range
-        constraints = {p: frozenset(ts) for p, ts in k.type_constraints.items()}
-        table.setdefault((normalize_domain(k.domain), k.op_name), []).append(
-            KernelDef(start, end, constraints)
-        )
-    return table
-
-
-# Domains whose opset ceiling onnxruntime declares and the opset-conversion pass can lower to.
-_CEILING_DOMAINS = ("", "ai.onnx.ml")
-
-
-def runtime_ceilings(schemas: SchemaIndex) -> dict[str, int] | None:
-    """The installed onnxruntime's highest ai.onnx and ai.onnx.ml opsets, where they are
-    below the newest the installed onnx knows (onnxruntime 1.23 stops at ai.onnx 23): an
-    opset-conversion pass lowers newer models to them. None when onnxruntime knows every
-    opset onnx does (no model onnx writes is above it)."""
-    newest = onnx_schemas().max_version
-    loads = released_opsets(tuple((d, schemas.max_version[d]) for d in _CEILING_DOMAINS
-                                  if d in schemas.max_version))
-    out = {}
-    for d in _CEILING_DOMAINS:
-        if d in schemas.max_version:
-            ceiling = min(schemas.max_version[d], loads.get(d, schemas.max_version[d]))
-            if ceiling < newest.get(d, 0):
-                out[d] = ceiling
-    return out or None
-
-
-@cache
-def released_opsets(known: tuple[tuple[str, int], ...]) -> dict[str, int]:
-    """Where the installed onnxruntime has schemas for an opset it refuses to load (1.30
-    knows ai.onnx 27 but loads "official released" opsets only, up to 26): the highest it
-    loads, per domain of ``known`` ((domain, highest schema version) pairs), asked with
-    one-node models. Empty when it loads all it knows."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "opset", [x], [y])
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    ir = runtime_max_ir_version()
-    out = {}
-    for domain, top in known:
-        for version in range(top, max(top - 3, 0), -1):
-            imports = {"": 13, domain: version}
-            model = helper.make_model(graph, opset_imports=[
-                helper.make_opsetid(d, v) for d, v in imports.items()])
-            if ir is not None:
-                model.ir_version = min(model.ir_version, ir)
-            try:
-                ort.InferenceSession(model.SerializeToString(), so,
-                                     providers=["CPUExecutionProvider"])
-            except Exception as e:  # noqa: BLE001 - "only *guarantees* support for ... released"
-                if "released" in str(e):
-                    continue
-                break  # refused for another reason: the probe tells nothing
-            if version < top:
-                out[domain] = version
-            break
-    return out
-
-
-@cache
-def runtime_max_ir_version() -> int | None:
-    """The highest IR version the installed onnxruntime loads, asked with one-node models
-    (onnxruntime 1.23 loads up to IR 11); None when it loads the newest onnx writes."""
-    import onnxruntime as ort
-    from onnx import IR_VERSION, TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "ir", [x], [y])
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    for ir in range(IR_VERSION, 6, -1):
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
-                                  ir_version=ir)
-        try:
-            ort.InferenceSession(model.SerializeToString(), so,
-                                 providers=["CPUExecutionProvider"])
-        except Exception:  # noqa: BLE001 - "Unsupported model IR version": try an older one
-            continue
-        return None if ir == IR_VERSION else ir
-    return None
-
-
-def available_providers() -> list[str]:
-    import onnxruntime
-
-    return onnxruntime.get_available_providers()
-
-
-def resolve_provider(argument: str | None) -> str:
-    if not argument:
-        return CPU
-    name = argument if argument.endswith("ExecutionProvider") else f"{argument}ExecutionProvider"
-    providers = available_providers()
-    for p in providers:
-        if p.lower() == name.lower():
-            return p
-    raise TargetError(
-        f"onnxruntime provider {argument!r} is not available here; installed: "
-        + ", ".join(p.removesuffix("ExecutionProvider") for p in providers)
-    )
-
-
-def resolve_library(spec: str) -> str:
-    if spec == EXTENSIONS:
-        import onnxruntime_extensions
-
-        return onnxruntime_extensions.get_library_path()
-    return spec
-
-
-def _short_types(types) -> str:
-    names = sorted(t.removeprefix("tensor(").removesuffix(")") for t in types)
-    return "{" + ", ".join(names) + "}"
-
-
-class OnnxRuntimeTarget(Target):
-    """onnxruntime with one execution provider (CPU by default)."""
-
+    runtime = "onnxruntime"
+    confirm_by_default_below = CONFIRM_BY_DEFAULT_BELOW
+    confirm_timeout_s = CONFIRM_TIMEOUT_S
     # onnxruntime is the first runtime of the oracle chain: its numbers are the yardstick
     compares_numbers = False
 
     def __init__(self, provider: str = CPU, options: TargetOptions | None = None) -> None:
         options = options or TargetOptions()
-        self.provider = provider
         short = provider.removesuffix("ExecutionProvider")
-        self.name = "onnxruntime" if provider == CPU else f"onnxruntime:{short}"
-        self.description = f"onnxruntime ({provider})"
+        super().__init__("onnxruntime" if provider == CPU else f"onnxruntime:{short}",
+                         f"onnxruntime ({provider})", options)
+        self.provider = provider
         self.libraries = tuple(resolve_library(x) for x in options.custom_op_libraries)
         self._given_libraries = self.libraries  # the model's kernels may add to them
-        self.plugins = options.plugins
-        self.confirm_option = options.confirm
-        self._kernels = dict(_ort_kernels(CPU))
+        self._kernels = dict(ort_kernels(CPU))
         if provider != CPU:  # ORT falls back to CPU for nodes the provider cannot take
-            for key, defs in _ort_kernels(provider).items():
+            for key, defs in ort_kernels(provider).items():
                 self._kernels[key] = self._kernels.get(key, []) + defs
         self._verdicts: dict[tuple, tuple[str, str] | None] = {}
-        self._confirmations: dict[tuple, Confirmation] = {}
         self._fast: dict[tuple, tuple[str, str, int | None] | None] = {}
         self._probes: dict[tuple, tuple[str, str] | None] = {}
         self._known_domains = (
@@ -426,12 +288,12 @@ class OnnxRuntimeTarget(Target):
         return self._probes[key]
 
     def _kernel_matches(self, kernels, binding) -> bool:
-        if any(_accepts(k, binding) for k in kernels):
+        if any(accepts(k, binding) for k in kernels):
             return True
         # onnxruntime's InsertCastTransformer runs float16 nodes through float kernels
         if _FLOAT16 in binding.values():
             widened = {p: (_FLOAT if t == _FLOAT16 else t) for p, t in binding.items()}
-            return any(_accepts(k, widened) for k in kernels)
+            return any(accepts(k, widened) for k in kernels)
         return False
 
     def _schema_verdict(
@@ -440,10 +302,10 @@ class OnnxRuntimeTarget(Target):
         """None if a kernel takes the node; _EXPANDS if its function body runs instead;
         else (reason, detail)."""
         op = f"{node.op_type}({schema.since_version})"
-        if schema.domain == "" and node.op_type in _FOLDED_OPS:
+        if schema.domain == "" and node.op_type in FOLDED_OPS:
             return None
         kernels = self._kernels.get((schema.domain, node.op_type), [])
-        in_range = [k for k in kernels if _version_matches(k, schema.since_version)]
+        in_range = [k for k in kernels if version_matches(k, schema.since_version)]
         if in_range and self._kernel_matches(in_range, binding):
             return None
         # onnxruntime inlines a function op's body when no kernel takes the node
@@ -454,7 +316,7 @@ class OnnxRuntimeTarget(Target):
             if kernels:
                 ranges = sorted({(k.start, k.end) for k in kernels})
                 shown = ", ".join(
-                    f"{a}-{b}" if b != _OPEN_END else f"{a} (exactly)" for a, b in ranges
+                    f"{a}-{b}" if b != OPEN_END else f"{a} (exactly)" for a, b in ranges
                 )
                 reason = (
                     "no-kernel",
@@ -470,7 +332,7 @@ class OnnxRuntimeTarget(Target):
                 for p, ts in k.constraints.items():
                     expected.setdefault(p, set()).update(ts)
             bad = [
-                f"{p}={binding[p]} (kernels take {p} in {_short_types(ts)})"
+                f"{p}={binding[p]} (kernels take {p} in {short_types(ts)})"
                 for p, ts in sorted(expected.items())
                 if p in binding and binding[p] not in ts
             ]
@@ -563,60 +425,37 @@ class OnnxRuntimeTarget(Target):
                         f"provide {query.domain or 'ai.onnx'}::{node.op_type}")
             if "Could not find an implementation" in message or "Failed to find kernel" in message:
                 return ("no-kernel", "onnxruntime found no kernel and did not inline a function "
-                        f"body: {_clean_ort_message(message)}")
+                        f"body: {clean_ort_message(message)}")
             guessed = any(n and not t for n, t in zip(node.input, in_types))
             if guessed and "Type Error" in message:
                 return None  # the op exists; we only guessed its input types wrong
-            return ("runtime-refused", _clean_ort_message(message))
+            return ("runtime-refused", clean_ort_message(message))
         return None
 
     # -- confirmation ---------------------------------------------------------------------
 
-    def wants_confirm(self, loaded) -> bool:
-        return self.confirm_by_size(self.confirm_option, loaded, CONFIRM_BY_DEFAULT_BELOW)
+    def confirmation_key(self) -> tuple:
+        return (self.libraries,)  # verdicts depend on the custom-op libraries
 
-    def confirm(self, model, base_dir) -> str | None:
-        """onnxruntime's refusal of the model (see :meth:`confirmation`), or None."""
-        return self.confirmation(model, base_dir).refusal
+    def early_confirmation(self, model, base_dir) -> Confirmation | None:
+        """A model whose metadata lists custom kernels: a session built in a child process
+        that loads the same plugins and registers them (not run)."""
+        from rewriter.plugin import read_needs
 
-    def confirmation(self, model, base_dir) -> Confirmation:
-        """Build a real session in a child process and, for models up to
-        RUN_BY_DEFAULT_BELOW bytes, run it once on generated inputs (a crash is an answer,
-        not our crash). Cached per model bytes and folder."""
-        from rewriter.plugin import RewriterError, read_needs
+        if not read_needs(model):
+            return None
+        error = self._confirm_with_kernels(model, base_dir)
+        return Confirmation(error, "load" if error else "",
+                            note="" if error else "not run: it needs custom kernels")
 
-        data = model.SerializeToString()
-        key = (hashlib.sha256(data).digest(), str(base_dir), self.libraries)
-        if key in self._confirmations:
-            return self._confirmations[key]
-        try:
-            if read_needs(model):
-                error = self._confirm_with_kernels(model, base_dir)
-                result = Confirmation(error, "load" if error else "",
-                                      note="" if error else "not run: it needs custom kernels")
-                self._confirmations[key] = result
-                return result
-        except RewriterError as e:
-            return Confirmation(str(e), "load")
-        feeds, note = None, f"not run: larger than {RUN_BY_DEFAULT_BELOW // 2**20} MiB"
-        if self.confirm_by_size(None, model_size(model, base_dir), RUN_BY_DEFAULT_BELOW):
-            feeds, note = generated_feeds(model)
-        from rewriter_plugins.probe_models import model_file
+    def clean_message(self, message: str) -> str:
+        return clean_ort_message(message)
 
-        try:
-            with model_file(model, base_dir, data) as file:
-                payload = pickle.dumps({"model": data, "path": file.path, "feeds": feeds})
-                result = confirm_in_child(
-                    self, "onnxruntime",
-                    [_CONFIRM_CHILD, self.provider, str(base_dir or ""), *self.libraries],
-                    payload, base_dir, CONFIRM_TIMEOUT_S, _clean_ort_message)
-        except ValueError as e:  # an external-data location leaving the model's folder
-            return Confirmation(str(e), "load")
-        note = "; ".join(n for n in (file.note, note) if n)
-        if note and result.refusal is None and not result.note:
-            result = Confirmation(ran=result.ran, note=note)
-        self._confirmations[key] = result
-        return result
+    def confirm_job(self, model, base_dir, data, path, feeds):
+        """A real session in a child process (:data:`CONFIRM_CHILD`), made by path and from
+        bytes, run once on the input sets."""
+        return ([CONFIRM_CHILD, self.provider, str(base_dir or ""), *self.libraries],
+                {"model": data, "path": path, "feeds": feeds})
 
     def run_refuses(self, message: str) -> bool:
         """A run error is a refusal when its status is NOT_IMPLEMENTED or its message says
@@ -651,7 +490,7 @@ class OnnxRuntimeTarget(Target):
 
             session = KernelSession(model.SerializeToString(), so, providers=[self.provider])
         except Exception as e:  # noqa: BLE001 - say it without onnxruntime's boilerplate
-            raise RuntimeError(_clean_ort_message(str(e).strip().splitlines()[0]
+            raise RuntimeError(clean_ort_message(str(e).strip().splitlines()[0]
                                                   if str(e).strip() else type(e).__name__)
                                ) from None
         inputs = [i.name for i in session.get_inputs()]
@@ -667,7 +506,7 @@ class OnnxRuntimeTarget(Target):
                 values = run_once(session, {n: feeds[n] for n in inputs if n in feeds})
             except Exception as e:  # noqa: BLE001
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise RuntimeError(_clean_ort_message(first)) from None
+                raise RuntimeError(clean_ort_message(first)) from None
             if values is None:
                 raise RuntimeError("an output is of a kind onnxruntime's Python API cannot "
                                    "return (neither a tensor nor readable from its bits)")
@@ -694,85 +533,8 @@ class OnnxRuntimeTarget(Target):
             "    print(error)\n"
             "    sys.exit(3)\n"
         )
-        return _confirm_in_child([script, json.dumps(args)], model, base_dir)
+        return confirm_with_kernels_in_child([script, json.dumps(args)], model, base_dir)
 
-
-def _confirm_in_child(argv: list[str], model, base_dir) -> str | None:
-    """Run ``python -c argv[0] argv[1:]`` with the model on stdin: None if the session was
-    built, else onnxruntime's error (exit code 3) or what the crash left behind."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", *argv], input=model.SerializeToString(),
-            capture_output=True, timeout=CONFIRM_TIMEOUT_S,
-            cwd=str(base_dir) if base_dir is not None else None,
-        )
-    except subprocess.TimeoutExpired:
-        return f"building a session took longer than {CONFIRM_TIMEOUT_S}s"
-    if proc.returncode == 0:
-        return None
-    if proc.returncode == 3:
-        return _clean_ort_message(proc.stdout.decode(errors="replace").strip())
-    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
-    return (f"onnxruntime crashed while loading the model (exit code {proc.returncode})"
-            + (f": {tail[0]}" if tail else ""))
-
-
-# The confirming child (rewriter.detect.targets.confirm_in_child): argv provider, external-data
-# folder, custom-op libraries; stdin a pickle of {"model": bytes, "path": the model as a file
-# (None: not asked by path), "feeds": [input sets] or None}. A session is made as users make
-# one, InferenceSession(path), and from the bytes (external data from the folder): the
-# stricter answer wins, and a refusal by one says so; the session by path runs. It imports no
-# onnx (a second): the inputs are generated by the parent.
-_CONFIRM_CHILD = """
-import pickle, sys
-import onnxruntime as ort
-from rewriter.detect.targets import child_says, run_sets
-from rewriter_plugins.onnxruntime_feeds import run_once
-
-job = pickle.load(sys.stdin.buffer)
-so = ort.SessionOptions()
-so.log_severity_level = 4
-so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                            sys.argv[2])
-routes = [("InferenceSession(path)", job["path"])] if job["path"] else []
-routes.append(("InferenceSession(bytes)", job["model"]))
-sessions, refusals = [], []
-try:
-    for library in sys.argv[3:]:
-        so.register_custom_ops_library(library)
-except Exception as e:
-    text = str(e).strip()
-    child_says("load", text.splitlines()[0] if text else type(e).__name__)
-    sys.exit(0)
-for route, source in routes:
-    try:
-        sessions.append((route, ort.InferenceSession(source, so, providers=[sys.argv[1]])))
-    except Exception as e:
-        text = str(e).strip()
-        refusals.append((route, text.splitlines()[0] if text else type(e).__name__))
-if refusals:
-    said = ", ".join(r for r, _ in refusals)
-    ok = f"; {sessions[0][0]} loads it" if sessions else ""
-    child_says("load", f"{refusals[0][1]} [refused by {said}{ok}]" if len(routes) > 1
-               else refusals[0][1])
-    sys.exit(0)
-child_says("loaded")
-session = sessions[0][1]
-if job["feeds"] is not None:
-    error, values = run_sets(lambda feeds: run_once(session, feeds), job["feeds"])
-    child_says("run", error, values=values) if error else child_says("ran")
-"""
-
-
-_OPEN_END = 2**31 - 1
-
-
-def _version_matches(kernel: KernelDef, since_version: int) -> bool:
-    """onnxruntime's rule (KernelRegistry::VerifyKernelDef): an open-ended kernel ("since
-    N") matches only schema version N exactly; a closed range matches any version in it."""
-    if kernel.start == since_version:
-        return True
-    return kernel.start < since_version <= kernel.end and kernel.end != _OPEN_END
 
 
 def _versioned(verdict, version):
@@ -783,112 +545,3 @@ def _versioned(verdict, version):
         return (verdict.reason, verdict.detail, verdict.version)
     return (verdict[0], verdict[1], version)
 
-
-def _accepts(kernel: KernelDef, binding: Mapping[str, str]) -> bool:
-    for param, allowed in kernel.constraints.items():
-        actual = binding.get(param)
-        if actual is not None and actual not in allowed:
-            return False
-    return True
-
-
-def _clean_ort_message(message: str) -> str:
-    """Drop onnxruntime's '[ONNXRuntimeError] : 1 : FAIL :' prefix and source locations."""
-    import re
-
-    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", message)
-    message = re.sub(r"/onnxruntime_src/\S+:\d+ [^\]]*?\) ", "", message)
-    return message.strip()
-
-
-class ReducedBuildTarget(OnnxRuntimeTarget):
-    """A reduced onnxruntime build (``onnxruntime:ops=FILE``): the kernels of the installed
-    onnxruntime that the build's operator configuration keeps. Models run (``compare``,
-    confirmation) on the full installed onnxruntime."""
-
-    def __init__(self, config_path: str, provider: str = CPU,
-                 options: TargetOptions | None = None) -> None:
-        from rewriter_plugins.onnxruntime_reduced import read_config
-
-        super().__init__(provider, options)
-        self.build = read_config(config_path)
-        self.name = (f"{self.name},ops={config_path}" if provider != CPU
-                     else f"onnxruntime:ops={config_path}")
-        self.description = f"a reduced onnxruntime build ({provider}) with the ops of {config_path}"
-        self._reduced: dict[tuple, tuple[str, str, int | None] | None] = {}
-
-    def check_op(self, domain: str, op_type: str, opset: int | None) -> str:
-        """As onnxruntime's: the build's own verdict depends on the op and its types."""
-        return super().check_op(domain, op_type, opset)
-
-    def check_node(self, query: NodeQuery) -> Finding | None:
-        finding = super().check_node(query)
-        if finding is not None or self.build.all_ops:
-            return finding
-        node, types = query.node, query.types
-        ins = tuple(types.get(n) if n else None for n in query.inputs)
-        outs = tuple(types.get(n) if n else None for n in query.outputs)
-        key = (query.domain, node.op_type, query.opset, ins, outs)
-        verdict = self._reduced.get(key, ...)
-        if verdict is ...:
-            verdict = self._reduced[key] = self._build_verdict(query, ins, outs)
-        return None if verdict is None else self.finding(query, *verdict[:2], version=verdict[2])
-
-    def _build_verdict(self, query: NodeQuery, ins, outs):
-        from rewriter_plugins.onnxruntime_reduced import type_problem
-
-        node, domain = query.node, query.domain
-        if domain == "" and node.op_type in _FOLDED_OPS:
-            return None
-        opset = query.opset or self.schemas.max_version.get(domain)
-        schema = self.schemas.resolve(domain, node.op_type, opset or 0)
-        if schema is None:
-            return None  # a custom-op library's op: not the build's kernels
-        label = f"{domain or 'ai.onnx'}::{node.op_type}({schema.since_version})"
-        kernels = [k for k in self._kernels.get((domain, node.op_type), [])
-                   if _version_matches(k, schema.since_version)]
-        listed = self.build.listed_opsets(domain, node.op_type)
-        if not kernels:
-            return ("no-kernel", f"{label} runs in onnxruntime by inlining its function body; "
-                    f"the reduced build ({self.build.path}) is checked by its kernels only",
-                    schema.since_version)
-        if not any(k.start <= o <= k.end for k in kernels for o in listed):
-            where = (f"lists it only at opset {', '.join(map(str, sorted(listed)))}" if listed
-                     else "does not list it")
-            return ("no-kernel", f"the reduced build's operator config ({self.build.path}) "
-                    f"{where}: no kernel for {label}", schema.since_version)
-        problem = type_problem(self.build, domain, node.op_type, ins, outs)
-        if problem:
-            return ("type-binding", f"the reduced build ({self.build.path}): {problem}",
-                    schema.since_version)
-        return None
-
-    def kernel_problem(self, remedy) -> str | None:
-        return (f"{self.name}: a reduced build is checked against its operator config, "
-                "not with custom kernels")
-
-
-_OPS = "ops="
-
-
-def _make(argument: str | None, options: TargetOptions | None = None) -> OnnxRuntimeTarget:
-    """``onnxruntime``, ``onnxruntime:PROVIDER``, ``onnxruntime:ops=FILE`` (a reduced build),
-    ``onnxruntime:PROVIDER,ops=FILE``."""
-    provider, _, config = (argument or "").partition(_OPS)
-    if config or (argument or "").endswith(_OPS):
-        if not config:
-            raise TargetError("onnxruntime:ops= needs a reduced-build operator config file, "
-                              "e.g. onnxruntime:ops=required_operators.config")
-        return ReducedBuildTarget(config, resolve_provider(provider.rstrip(",") or None),
-                                  options)
-    return OnnxRuntimeTarget(resolve_provider(argument), options)
-
-
-@hookimpl
-def register_targets(registry):
-    registry.add(
-        "onnxruntime",
-        _make,
-        description="onnxruntime's kernel registry (onnxruntime:PROVIDER for other providers; "
-        "onnxruntime:ops=FILE for a reduced build's operator config)",
-    )

@@ -1,12 +1,14 @@
 """What one-node probe models are made of: a model's constants, value shapes, and tensors.
 
-Targets that ask a runtime about one node at a time (``openvino``, ``tract``) build a model of
-that node alone; these helpers give it the model's constant inputs (small ones with their
-values: translators read shapes, axes and pads from them; big ones as zeros of their shape)
-and the shapes onnx's inference gives the node's inputs.
+Targets that ask a runtime about one node at a time (``openvino``, ``tract``: subclasses of
+:class:`rewriter.detect.runtime_target.RuntimeTarget`) build a model of that node alone
+(:func:`probe_inputs`, :func:`one_node_model`); these helpers give it the model's constant
+inputs (small ones with their values: translators read shapes, axes and pads from them; big
+ones as zeros of their shape) and the shapes onnx's inference gives the node's inputs.
 
 A runtime is asked about a whole model the way its users load one: from a file
-(:func:`model_file`), with its external data beside it.
+(:func:`model_file`), with its external data beside it. Plugins reach this module as
+``rewriter.plugin.probe_models``.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def inferred_shapes(model) -> dict:
     """Every value's TypeProto with its shape, from onnx's shape inference (all graphs)."""
     from onnx import shape_inference
 
-    from rewriter.plugin import iter_scopes
+    from rewriter.graph.walk import iter_scopes
 
     try:
         inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
@@ -138,6 +140,129 @@ def onnxruntime_runs(data: bytes, feeds: dict) -> bool:
     return True
 
 
+def value_producers(model) -> dict[str, str]:
+    """Value name -> the name of the node computing it (every graph): what a runtime's error
+    naming a value or a node is read against (:func:`rewriter.detect.targets.refused_node`)."""
+    from rewriter.graph.walk import iter_nodes
+
+    return {o: site.node.name for site in iter_nodes(model) for o in site.node.output if o}
+
+
+def with_external_data(model, base_dir):
+    """``model`` with its external data read in from ``base_dir`` (a copy; the model itself
+    when it has none), for a runtime given bytes, not files."""
+    from rewriter.graph.walk import iter_tensors
+
+    if not any(external(t) for _, t in iter_tensors(model)):
+        return model
+    from onnx import ModelProto
+    from onnx.external_data_helper import load_external_data_for_model
+
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    load_external_data_for_model(copy, str(base_dir or "."))
+    return copy
+
+
+# -- one-node probe models ----------------------------------------------------------------------
+
+@dataclass
+class ProbeInputs:
+    """What a one-node probe is given (:func:`probe_inputs`): ``parts``, (name, TensorProto or
+    TypeProto, zeros) each (zeros: None for a graph input of that TypeProto, False for a
+    constant with its values, True for a constant as zeros of its shape); ``key``, what a
+    verdict depends on per input (a constant's value or its type and shape; an input's type
+    string and shape); ``unranked``, some tensor input's rank is unknown; ``guessed``, some
+    input's type was not known (given as float)."""
+
+    parts: list
+    key: tuple
+    unranked: bool
+    guessed: bool
+
+
+def probe_inputs(query, constants, input_type, *, external_constants: bool = True,
+                 guess: tuple | None = None) -> ProbeInputs:
+    """The inputs of a one-node probe of ``query``'s node (a
+    :class:`rewriter.detect.targets.NodeQuery`): its inputs and the values it reads from
+    enclosing graphs, each once. A constant of ``constants`` (name -> TensorProto) up to
+    SMALL_CONSTANT_BYTES is given with its values (not when stored externally), one up to
+    PROBE_CONSTANT_LIMIT as zeros of its shape (``external_constants`` False: an external
+    one is given as an input instead); any other input as a graph input of the TypeProto
+    ``input_type(name)`` returns (None: unknown, given as float of rank ``guess[0]`` with
+    dimensions ``guess[1]``, or of unknown rank)."""
+    from onnx import TensorProto, helper
+
+    from rewriter.graph.walk import outer_references
+
+    node = query.node
+    parts, key_inputs, seen = [], [], set()
+    unranked = guessed = False
+    names = [n for n in query.inputs if n]
+    if node.attribute:
+        names += outer_references(node)
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        tensor = constants.get(name)
+        if tensor is not None and (external_constants or not external(tensor)):
+            size = tensor_bytes(tensor)
+            if size <= SMALL_CONSTANT_BYTES and not external(tensor):
+                parts.append((name, tensor, False))
+                if tensor.data_type in VALUE_TYPES:  # shapes, axes, pads, indices...
+                    key_inputs.append(("const", tensor.SerializeToString()))
+                else:  # weights: conversion depends on their type and shape only
+                    key_inputs.append(("weight", tensor.data_type, tuple(tensor.dims)))
+                continue
+            if size <= PROBE_CONSTANT_LIMIT:
+                parts.append((name, tensor, True))
+                key_inputs.append(("weight", tensor.data_type, tuple(tensor.dims)))
+                continue
+        proto = input_type(name)
+        if proto is None:  # type unknown (it comes from an op nobody has a schema for)
+            guessed = True
+            rank, dim = guess or (None, None)
+            proto = helper.make_tensor_type_proto(
+                TensorProto.FLOAT, None if rank is None else [dim] * rank)
+        shape = shape_key(proto)
+        unranked = unranked or (shape is None and proto.WhichOneof("value") == "tensor_type")
+        parts.append((name, proto, None))
+        key_inputs.append((query.types.get(name), shape))
+    return ProbeInputs(parts, tuple(key_inputs), unranked, guessed)
+
+
+def attributes_digest(node) -> bytes:
+    """A digest of ``node``'s attributes (part of a probe verdict's key)."""
+    import hashlib
+
+    return hashlib.sha256(b"".join(
+        a.SerializeToString(deterministic=True) for a in node.attribute)).digest()
+
+
+def one_node_model(node, parts, outputs, versions, input_type=None):
+    """The model of ``node`` alone: graph inputs and initializers from ``parts`` (see
+    :class:`ProbeInputs`; ``input_type(name, proto)`` may change an input's TypeProto), its
+    non-empty ``outputs`` untyped, the opsets ``versions`` (domain -> version), IR version
+    at least 8."""
+    from onnx import TypeProto, helper
+
+    inputs, initializers = [], []
+    for name, value, zeros in parts:
+        if zeros is None:
+            proto = value if input_type is None else input_type(name, value)
+            inputs.append(helper.make_value_info(name, proto))
+        else:
+            tensor = renamed(value, name)
+            initializers.append(zeros_like(tensor) if zeros else tensor)
+    graph_outputs = [helper.make_value_info(o, TypeProto()) for o in outputs if o]
+    graph = helper.make_graph([node], "probe", inputs, graph_outputs, initializers)
+    opsets = [helper.make_opsetid(d, v) for d, v in versions.items()]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = max(helper.find_min_ir_version_for(opsets, ignore_unknown=True), 8)
+    return model
+
+
 # -- the model as a file, the way users hand it to a runtime ----------------------------------
 
 # External data of a model written to a temporary folder is copied beside it up to this many
@@ -161,7 +286,7 @@ class ModelFile:
 def external_locations(model, base_dir) -> dict[str, Path]:
     """Location -> file of every external-data location of ``model``, resolved in
     ``base_dir`` (the working directory when None); ValueError for one leaving it."""
-    from rewriter.plugin import iter_tensors
+    from rewriter.graph.walk import iter_tensors
 
     base = Path(base_dir if base_dir is not None else os.getcwd()).resolve()
     out: dict[str, Path] = {}

@@ -1,0 +1,69 @@
+"""Target ``onnxruntime[:PROVIDER]``: capability read from onnxruntime's live kernel registry
+(``docs/targets.md``, ``onnxruntime``).
+
+Modules:
+
+* ``target``: :class:`OnnxRuntimeTarget` (a :class:`rewriter.plugin.RuntimeTarget` for its
+  confirmation): kernels and type bindings, function bodies, custom-op libraries probed
+  with one-node sessions, runs.
+* ``reduced``: :class:`ReducedBuildTarget`, a reduced build's operator config
+  (``onnxruntime:ops=FILE``).
+* ``runtime``: onnxruntime itself: its kernel registry, the opsets and IR version it loads,
+  providers, custom-op libraries, its messages in one line.
+* ``confirm``: the confirming children (a session by path and from bytes, run once; one with
+  the plugins' custom kernels).
+"""
+
+from __future__ import annotations
+
+from rewriter.plugin import TargetError, TargetOptions, hookimpl
+
+from .confirm import CONFIRM_CHILD, CONFIRM_TIMEOUT_S
+from .reduced import ReducedBuildTarget
+from .runtime import (
+    CPU,
+    EXTENSIONS,
+    QDQ_MATMULNBITS_ACCURACY_LEVEL,
+    KernelDef,
+    available_providers,
+    clean_ort_message,
+    released_opsets,
+    resolve_library,
+    resolve_provider,
+    runtime_ceilings,
+    runtime_max_ir_version,
+)
+from .target import CONFIRM_BY_DEFAULT_BELOW, OnnxRuntimeTarget
+
+__all__ = [
+    "CONFIRM_BY_DEFAULT_BELOW", "CONFIRM_CHILD", "CONFIRM_TIMEOUT_S", "CPU", "EXTENSIONS",
+    "QDQ_MATMULNBITS_ACCURACY_LEVEL", "KernelDef", "OnnxRuntimeTarget", "ReducedBuildTarget",
+    "available_providers", "clean_ort_message", "make_target", "register_targets",
+    "released_opsets", "resolve_library", "resolve_provider", "runtime_ceilings",
+    "runtime_max_ir_version",
+]
+
+_OPS = "ops="
+
+
+def make_target(argument: str | None, options: TargetOptions | None = None) -> OnnxRuntimeTarget:
+    """``onnxruntime``, ``onnxruntime:PROVIDER``, ``onnxruntime:ops=FILE`` (a reduced build),
+    ``onnxruntime:PROVIDER,ops=FILE``."""
+    provider, _, config = (argument or "").partition(_OPS)
+    if config or (argument or "").endswith(_OPS):
+        if not config:
+            raise TargetError("onnxruntime:ops= needs a reduced-build operator config file, "
+                              "e.g. onnxruntime:ops=required_operators.config")
+        return ReducedBuildTarget(config, resolve_provider(provider.rstrip(",") or None),
+                                  options)
+    return OnnxRuntimeTarget(resolve_provider(argument), options)
+
+
+@hookimpl
+def register_targets(registry):
+    registry.add(
+        "onnxruntime",
+        make_target,
+        description="onnxruntime's kernel registry (onnxruntime:PROVIDER for other providers; "
+        "onnxruntime:ops=FILE for a reduced build's operator config)",
+    )
