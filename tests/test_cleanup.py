@@ -5,6 +5,7 @@ never merged, the interface and the op set kept), and ``--no-cleanup``."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -92,6 +93,35 @@ def test_common_subexpressions_are_merged_and_constants_folded():
     (y,) = _run(cleaned, {"x": x})
     np.testing.assert_allclose(y, 8 * np.exp(x), rtol=1e-6)
     assert [o.name for o in cleaned.graph.output] == ["y"]
+
+
+def _contrib_model(extra_op: tuple[str, str]) -> onnx.ModelProto:
+    """Two alike Exp beside two alike ``extra_op`` nodes, each pair summed."""
+    domain, op = extra_op
+    nodes = [helper.make_node("Exp", ["x"], ["e1"]), helper.make_node("Exp", ["x"], ["e2"]),
+             helper.make_node(op, ["x"], ["f1"], domain=domain),
+             helper.make_node(op, ["x"], ["f2"], domain=domain),
+             helper.make_node("Add", ["e1", "e2"], ["s"]),
+             helper.make_node("Add", ["f1", "f2"], ["t"])]
+    model = _model(nodes, [_float("x", [3])], [_float("s", [3]), _float("t", [3])])
+    model.opset_import.append(helper.make_opsetid(domain, 1))
+    return model
+
+
+def test_onnxruntime_contrib_ops_are_merged_but_not_unknown_or_random_ones():
+    """A graph with onnxruntime's contrib ops (a MatMulNBits the target runs) still has its
+    duplicates merged (the genai models kept them twice); a custom op may keep state and a
+    dropout draws, so neither allows it."""
+    cleaned, _ = simplify(_contrib_model(("com.microsoft", "Gelu")))
+    assert _ops(cleaned)["Exp"] == 1 and _ops(cleaned)["Gelu"] == 1, _ops(cleaned)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    s, t = _run(cleaned, {"x": x})
+    np.testing.assert_allclose(s, 2 * np.exp(x), rtol=1e-6)
+    gelu = 0.5 * x * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x], np.float32))
+    np.testing.assert_allclose(t, 2 * gelu, rtol=1e-5)
+    for op in (("com.acme", "Stateful"), ("com.microsoft", "BitmaskDropout")):
+        cleaned, _ = simplify(_contrib_model(op))
+        assert _ops(cleaned)["Exp"] == 2 and _ops(cleaned)[op[1]] == 2, (op, _ops(cleaned))
 
 
 def test_weights_in_external_data_are_never_read(tmp_path):

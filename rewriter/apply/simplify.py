@@ -30,6 +30,8 @@ FOLD_INPUT_LIMIT = 262_144
 FOLD_OUTPUT_LIMIT = 262_144
 _RANDOM_OPS = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike",
                          "RandomNormalLike", "Bernoulli", "Multinomial", "Dropout"})
+#: domains whose ops are pure functions of their inputs (the random ones excepted)
+_DETERMINISTIC_DOMAINS = frozenset({"", "ai.onnx.ml", "com.microsoft"})
 
 
 @dataclass
@@ -70,7 +72,12 @@ def _has_external_data(model: ModelProto) -> bool:
 
 
 def _may_merge_subexpressions(model: ModelProto) -> bool:
-    return all(normalize_domain(n.domain) == "" and n.op_type not in _RANDOM_OPS
+    """Whether two alike nodes may become one: every op is known to compute the same
+    outputs from the same inputs (standard, ai.onnx.ml and onnxruntime's contrib ops, none
+    drawing random numbers); a custom op may keep state or draw."""
+    return all(normalize_domain(n.domain) in _DETERMINISTIC_DOMAINS
+               and n.op_type not in _RANDOM_OPS
+               and not any(word in n.op_type for word in ("Random", "Dropout"))
                for scope in iter_scopes(model) for n in scope.nodes)
 
 
