@@ -162,12 +162,13 @@ def build_deform_conv(ctx, sampling: str = "zeros") -> FunctionProto | None:
         rows = b.op("Reshape", b.op("Transpose", flat_x, perm=[0, 1, 3, 2]),
                     b.op("Concat", b.ints([-1]), channels, axis=0))
         first_row = b.op("Mul", b.const(np.arange(static[0] * offset_group).reshape(
-            static[0], offset_group, 1)), b.op("Mul", height, width))      # (N, G, 1)
+            static[0], offset_group, 1)), b.op("Mul", height, width)) \
+            if static[0] * offset_group > 1 else None                     # (N, G, 1)
     total = None
     for dy, wy in ((0, b.op("Sub", real(1.0), fh)), (1, fh)):
         for dx, wx in ((0, b.op("Sub", real(1.0), fw)), (1, fw)):
-            yy = b.op("Add", h0, real(float(dy)))
-            xx = b.op("Add", w0, real(float(dx)))
+            yy = b.op("Add", h0, real(float(dy))) if dy else h0
+            xx = b.op("Add", w0, real(float(dx))) if dx else w0
             if inside is not None:  # the far neighbour of the last row/column is itself
                 valid = inside
                 if dy:
@@ -193,8 +194,9 @@ def build_deform_conv(ctx, sampling: str = "zeros") -> FunctionProto | None:
                                                    channels, b.ints([1]), axis=0))
                 sampled = b.op("GatherElements", flat_x, index, axis=3)  # (N, G, C/G, K*P)
             else:
-                index = b.op("Add", b.reshape(index, [static[0], offset_group, -1]),
-                             first_row)                                # (N, G, K*P)
+                index = b.reshape(index, [static[0], offset_group, -1])  # (N, G, K*P)
+                if first_row is not None:  # (one (n, g): its first row is 0)
+                    index = b.op("Add", index, first_row)
                 sampled = b.op("Transpose", b.op("Gather", rows, index, axis=0),
                                perm=[0, 1, 3, 2])                      # (N, G, C/G, K*P)
             weight = b.op("Reshape", weight, b.op("Concat", n_1, b.ints([offset_group, 1, -1]),
