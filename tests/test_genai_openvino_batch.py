@@ -79,3 +79,21 @@ def test_rewritten_for_openvino_runs_at_batch_1_and_2(stem, tmp_path):
             assert want.shape[0] == batch
             np.testing.assert_allclose(got[name], want, atol=ATOL, rtol=0,
                                        err_msg=f"{stem} batch {batch} {name}")
+
+
+@pytest.mark.parametrize("stem", MODELS)
+def test_generated_inputs_fit_the_symbolic_head_size(stem):
+    """The head size these models name ``kv_cache_dim`` is read from the attention node (the
+    packed query's width over its heads), so generated inputs run the original: before, it
+    got the default 3 and onnxruntime refused every generated set."""
+    from rewriter.io.inputs import cache_dims, generate_inputs
+
+    model = onnx.load(str(DATA / f"{stem}.onnx"))
+    with np.load(DATA / f"{stem}.inputs.npz") as data:
+        committed = data["past_key_values.0.key"].shape[-1]
+    assert cache_dims(model)["kv_cache_dim"] == committed
+    feeds = generate_inputs(model, seed=1)
+    session = ort.InferenceSession(str(DATA / f"{stem}.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    outputs = session.run(None, feeds)
+    assert all(np.isfinite(o).all() for o in outputs if o.dtype.kind == "f")

@@ -215,6 +215,7 @@ def cache_dims(model: ModelProto, default: int = DEFAULT_DIM) -> dict[str, int]:
     dims = {n: PAST_LENGTH for n in names if "past" in n.lower() and "+" not in n}
     if not dims:
         return {}
+    dims.update(attention_head_dims(model))
     dims.update({n: 1 for n in names if n.lower() in _NEW_TOKENS})
     for name in names:
         if "+" in name:
@@ -223,6 +224,81 @@ def cache_dims(model: ModelProto, default: int = DEFAULT_DIM) -> dict[str, int]:
         elif "total" in name.lower():
             dims[name] = PAST_LENGTH + 1
     return dims
+
+
+# where an attention op of onnxruntime takes its past key and value, and whether it has a
+# separate key input (without one, the query input packs query, key and value)
+_PAST_KEY_INPUTS = {"GroupQueryAttention": (3, 4), "MultiHeadAttention": (6, 7)}
+
+
+def attention_head_dims(model: ModelProto) -> dict[str, int]:
+    """The head size for a symbolic last dimension of a past key/value input of onnxruntime's
+    ``GroupQueryAttention``/``MultiHeadAttention`` (onnxruntime-genai names it
+    ``kv_cache_dim``): the query's width over the heads it holds, the width read from its
+    producer (``MatMulNBits``' ``N``, a ``MatMul``/``Gemm`` weight, a ``Reshape`` to a constant
+    shape, a declared type), else twice the rotary cache's width. Any other value fails at
+    run time, so no input generated for such a model could run."""
+    graph = model.graph
+    inputs = {i.name: i for i in graph.input}
+    producers = {o: n for n in graph.node for o in n.output}
+    constants = {t.name: t for t in graph.initializer}
+    declared = {v.name: v for v in (*graph.value_info, *graph.input)}
+    out: dict[str, int] = {}
+    for node in graph.node:
+        where = _PAST_KEY_INPUTS.get(node.op_type)
+        if node.domain != "com.microsoft" or where is None:
+            continue
+        symbols = set()
+        for index in where:
+            value = inputs.get(node.input[index]) if index < len(node.input) else None
+            last = value.type.tensor_type.shape.dim[-1] if value is not None and \
+                value.type.tensor_type.shape.dim else None
+            if last is not None and last.dim_param:
+                symbols.add(last.dim_param)
+        if not symbols:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        heads = attrs.get("num_heads", 0)
+        packed = len(node.input) < 2 or not node.input[1]
+        if packed and node.op_type == "GroupQueryAttention":
+            heads += 2 * attrs.get("kv_num_heads", 0)
+        elif packed:
+            heads *= 3
+        width = _last_dim(node.input[0], producers, constants, declared)
+        size = width // heads if width and heads and width % heads == 0 else None
+        if size is None and node.op_type == "GroupQueryAttention" and attrs.get("do_rotary") \
+                and len(node.input) > 7 and node.input[7] in constants:
+            cos = constants[node.input[7]].dims
+            size = 2 * cos[-1] if len(cos) == 2 else None
+        if size:
+            out.update(dict.fromkeys(symbols, size))
+    return out
+
+
+def _last_dim(name: str, producers, constants, declared) -> int | None:
+    """The static last dimension of value ``name``, from its declaration or its producer."""
+    value = declared.get(name)
+    dims = value.type.tensor_type.shape.dim if value is not None else ()
+    if dims and dims[-1].dim_value:
+        return dims[-1].dim_value
+    node = producers.get(name)
+    if node is None:
+        return None
+    if node.op_type == "MatMulNBits":
+        return next((a.i for a in node.attribute if a.name == "N"), None)
+    if node.op_type in ("MatMul", "Gemm") and node.input[1] in constants:
+        weight = constants[node.input[1]].dims
+        trans = node.op_type == "Gemm" and any(a.name == "transB" and a.i
+                                               for a in node.attribute)
+        return (weight[0] if trans else weight[-1]) if weight else None
+    if node.op_type == "Reshape" and node.input[1] in constants:
+        from onnx import numpy_helper
+
+        shape = numpy_helper.to_array(constants[node.input[1]]).ravel()
+        return int(shape[-1]) if shape.size and shape[-1] > 0 else None
+    if node.op_type in ("Add", "Cast", "Identity") or node.op_type.endswith("Normalization"):
+        return _last_dim(node.input[0], producers, constants, declared)
+    return None
 
 
 def generate_inputs(
