@@ -1,4 +1,4 @@
-"""The com.microsoft attention family (``rewriter_plugins.com_microsoft_attention``) beyond
+"""The com.microsoft attention family (``rewriter_plugins.com_microsoft.attention``) beyond
 its samples: every decomposition against its oracle (onnxruntime's CPU contrib kernels, or
 numpy where onnxruntime has none) on the samples the plugin registers, at ai.onnx opsets 12
 and 17, is in ``tests/test_oracles.py``. Here: the numpy oracles themselves, declines, a
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper, load, numpy_helper
 from onnx.checker import check_model
-from rewriter_plugins import com_microsoft_attention as attention
-from rewriter_plugins.com_microsoft_attention import (
+from rewriter_plugins.com_microsoft import attention
+from rewriter_plugins.com_microsoft.attention import (
     attention_reference,
     remove_padding_kernel,
     restore_padding_kernel,

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from onnx import FunctionProto, TensorProto
-from rewriter_plugins.com_microsoft_attention import (
+from rewriter_plugins.com_microsoft.attention import (
     _Body,
     _unknown_attributes,
     attention_from_qkv,

@@ -1282,13 +1282,13 @@ GQA_CASES = ["prompt", "prompt-padded", "prompt-past-buffer", "token", "token-gr
 DMMHA_CASES = ["plain", "bias", "mask", "attention-bias", "scale", "first-step",
                "last-slot", "beams", "beams-mask", "beam-width-1", "one-head"]
 _F32, _F16 = ["float"], ["float16"]
-_OWN = "rewriter_plugins.com_microsoft_attention:"
+_OWN = "rewriter_plugins.com_microsoft.attention:"
 
 
 def _oracles() -> dict[str, dict]:
     """Per op: its oracle (onnxruntime's CPU contrib kernel, or this module's numpy where
     onnxruntime has none) and samples, float32 at opsets 12 and 17, some float16."""
-    own = "rewriter_plugins.com_microsoft_attention:"
+    own = "rewriter_plugins.com_microsoft.attention:"
     return {
         "Attention": dict(oracle="onnxruntime", samples=[
             *[_attention_sample(c, o, _F32) for c in ATTENTION_CASES for o in _OPSETS],
@@ -1476,7 +1476,7 @@ def attention_kernel(x, weights, bias=None, mask_index=None, past=None, **attrib
 
 def register_kernels(registry) -> None:
     """Numpy kernels (the lead calls this from ``com_microsoft``'s ``register_kernels``)."""
-    module = "rewriter_plugins.com_microsoft_attention"
+    module = "rewriter_plugins.com_microsoft.attention"
     for op_type, attr in (("RemovePadding", "remove_padding_kernel"),
                           ("RestorePadding", "restore_padding_kernel"),
                           ("Attention", "attention_kernel")):

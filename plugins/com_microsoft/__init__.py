@@ -1101,9 +1101,9 @@ def register_kernels(registry):
         registry.add(DOMAIN, op_type, f"rewriter_plugins.com_microsoft:{attr}",
                      description=f"com-microsoft:{op_type} (numpy oracle)")
 
-    from rewriter_plugins import com_microsoft_attention
+    from rewriter_plugins.com_microsoft import attention
 
-    com_microsoft_attention.register_kernels(registry)
+    attention.register_kernels(registry)
 
 
 # -- registration -------------------------------------------------------------------------
@@ -1440,12 +1440,8 @@ def register_decompositions(registry):
     add("DequantizeLinear", build_dequantize_linear, QDQ_OPSETS)
     add("QuantizeLinear", build_quantize_linear, QDQ_OPSETS)
 
-    from rewriter_plugins import (
-        com_microsoft_attention,
-        com_microsoft_qoperator,
-        com_microsoft_quantization,
-    )
+    from rewriter_plugins.com_microsoft import attention, dynamic_quantization, qoperator
 
-    com_microsoft_attention.register_decompositions(registry)
-    com_microsoft_quantization.register_decompositions(registry)
-    com_microsoft_qoperator.register_decompositions(registry)
+    attention.register_decompositions(registry)
+    dynamic_quantization.register_decompositions(registry)
+    qoperator.register_decompositions(registry)
