@@ -114,18 +114,13 @@ _FOLDERS = {"plugins": "rewriter_plugins", "custom_ops": "rewriter_custom_ops"}
 # what plugins/ still does that it must not, until com_microsoft becomes a package of op-family
 # modules (issue 31): each entry must still be true (the list only shrinks)
 KNOWN_PRIVATE_IMPORTS = {
-    ("rewriter_plugins.com_microsoft.attention", "rewriter_plugins.com_microsoft",
-     "_onnxruntime_node"),
     ("rewriter_plugins.com_microsoft.dynamic_quantization",
      "rewriter_plugins.com_microsoft.attention", "_Body"),
     ("rewriter_plugins.com_microsoft.dynamic_quantization",
      "rewriter_plugins.com_microsoft.attention", "_unknown_attributes"),
     ("rewriter_plugins.onnx_functions", "rewriter_plugins.onnx_lowering", "_float_elem"),
-    ("rewriter_plugins.onnx_removed.activations", "rewriter_plugins.com_microsoft",
-     "_activation"),
 }
-KNOWN_CYCLES = [["rewriter_plugins.com_microsoft", "rewriter_plugins.com_microsoft.attention",
-                 "rewriter_plugins.com_microsoft.dynamic_quantization"]]
+KNOWN_CYCLES = []
 
 
 def _plugin_modules() -> dict[str, Path]:

@@ -1421,7 +1421,7 @@ def megatron_attention_oracle(x, weights, bias, mask_index, past, **attributes):
     kernel (which refuses the 4-D mask) on rows ``P .. P + S``, columns ``0 .. T`` of it as
     a 3-D (B, S, T) mask, the part onnxruntime's CUDA kernel reads (``attention_softmax.cu``:
     mask row ``total - sequence_length + s``)."""
-    from rewriter_plugins.com_microsoft import _onnxruntime_node
+    from .common import onnxruntime_node as _onnxruntime_node
 
     seq, total = x.shape[1], past.shape[3] + x.shape[1]
     rows = np.ascontiguousarray(mask_index[:, 0, total - seq:total, :total])
@@ -1434,7 +1434,7 @@ def mha_unpacked_oracle(query, key=None, value=None, bias=None, key_padding_mask
     """``MultiHeadAttention`` with packed QKV (B, S, N, 3, H) or packed KV (B, L, N, 2, H):
     onnxruntime's own CPU kernel (which refuses the packed forms) on Q, K and V unpacked as
     onnxruntime's ``fusion_attention_unet.py`` packs them (``[..., i, :]`` is Q, K, V)."""
-    from rewriter_plugins.com_microsoft import _onnxruntime_node
+    from .common import onnxruntime_node as _onnxruntime_node
 
     def flat(x):  # (B, L, N, H) -> (B, L, N * H)
         return np.ascontiguousarray(x.reshape(*x.shape[:2], -1))
