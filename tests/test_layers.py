@@ -111,13 +111,9 @@ def test_every_subpackage_is_installed():
 # -- the built-in plugins and kernels (plugins/, custom_ops/) ---------------------------------
 
 _FOLDERS = {"plugins": "rewriter_plugins", "custom_ops": "rewriter_custom_ops"}
-# what plugins/ still does that it must not, until com_microsoft becomes a package of op-family
-# modules (issue 31): each entry must still be true (the list only shrinks)
+# what plugins/ still does that it must not (issue 31): each entry must still be true (the list
+# only shrinks)
 KNOWN_PRIVATE_IMPORTS = {
-    ("rewriter_plugins.com_microsoft.dynamic_quantization",
-     "rewriter_plugins.com_microsoft.attention", "_Body"),
-    ("rewriter_plugins.com_microsoft.dynamic_quantization",
-     "rewriter_plugins.com_microsoft.attention", "_unknown_attributes"),
     ("rewriter_plugins.onnx_functions", "rewriter_plugins.onnx_lowering", "_float_elem"),
 }
 KNOWN_CYCLES = []
