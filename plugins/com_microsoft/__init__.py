@@ -16,13 +16,16 @@ module                     ops
 ``trilu``                  ``Trilu``
 ``quantization``           ``MatMulNBits``, ``GatherBlockQuantized``, ``DequantizeLinear``,
                            ``QuantizeLinear``
-``attention``              ``Attention``, ``MultiHeadAttention``, ``RotaryEmbedding``,
-                           ``GroupQueryAttention``, ``DecoderMaskedMultiHeadAttention``,
-                           ``EmbedLayerNormalization``, ``RemovePadding``, ``RestorePadding``
+``attention/``             the attention family, a module per op family (its ``__init__``
+                           indexes them): ``Attention``, ``MultiHeadAttention``,
+                           ``RotaryEmbedding``, ``GroupQueryAttention``,
+                           ``DecoderMaskedMultiHeadAttention``, ``EmbedLayerNormalization``,
+                           ``RemovePadding``, ``RestorePadding``
 ``dynamic_quantization``   ``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``,
                            ``QAttention``, ``QEmbedLayerNormalization``
-``qoperator``              QOperator ops (``QLinearConv``, ``QLinearMatMul``, ``QGemm``,
-                           ``QLinear*``) as DequantizeLinear -> float op -> QuantizeLinear
+``qoperator/``             QOperator ops (``QLinearConv``, ``QLinearMatMul``, ``QGemm``,
+                           ``QLinear*``) as DequantizeLinear -> float op -> QuantizeLinear,
+                           a module per op family (its ``__init__`` indexes them)
 =========================  ==================================================================
 
 Each module's docstring gives its ops' semantics and what it declines. Every builder picks

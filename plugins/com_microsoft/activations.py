@@ -142,7 +142,6 @@ def build_bias_softmax(ctx) -> FunctionProto | None:
     return b.function(DOMAIN, "bias_softmax", ["data", "bias"], [y])
 
 
-
 def _fast_gelu_np(x: np.ndarray) -> np.ndarray:
     return x * (0.5 + 0.5 * np.tanh(x * (FAST_GELU_C + FAST_GELU_B * x * x)))
 
@@ -194,7 +193,6 @@ def gemm_fast_gelu_kernel(x, w, bias=None):
     if bias is not None:
         y = y + bias
     return _fast_gelu_np(y).astype(x.dtype)
-
 
 
 def register_kernels(registry) -> None:

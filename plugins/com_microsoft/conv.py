@@ -50,7 +50,6 @@ def _conv_activation(b: Body, x: str, kind: str, params: Sequence[float]) -> str
     return activation(b, x, kind, *params)
 
 
-
 _CONV_ATTRIBUTES = {
     "auto_pad": AttributeProto.STRING,
     "dilations": AttributeProto.INTS,
@@ -156,7 +155,6 @@ def nhwc_conv_kernel(x, w, bias=None, **attributes):
     return np.ascontiguousarray(np.transpose(y, [0, *range(2, rank + 2), 1]))
 
 
-
 def nhwc_fused_conv_reference(x, w, bias=None, z=None, **attributes):
     """``NhwcFusedConv``: onnxruntime's own ``FusedConv`` kernel on ``X`` (and ``Z``)
     transposed to channels-first, its result transposed back."""
@@ -166,7 +164,6 @@ def nhwc_fused_conv_reference(x, w, bias=None, z=None, **attributes):
     (y,) = onnxruntime_node("FusedConv", DOMAIN, [np.transpose(x, first), w, bias, z],
                              **attributes)
     return np.ascontiguousarray(np.transpose(y, last))
-
 
 
 def register_kernels(registry) -> None:

@@ -207,7 +207,6 @@ def simplified_layer_norm_reference(x, scale, **attributes):
                                    **attributes))
 
 
-
 _ORACLE = f"{__name__}:"
 
 # min_onnxruntime of the samples older onnxruntime kernels compute otherwise (found on
@@ -231,7 +230,6 @@ def _oracles() -> dict[str, dict]:
             kw["min_onnxruntime"] = _SKIP_LN_STATISTICS
         return sample(*[shapes[n] if n else None for n in names], outputs=outputs,
                       attributes={} if epsilon is None else {"epsilon": epsilon}, **kw)
-
 
     return {
         "SkipLayerNormalization": dict(oracle=ort, samples=[

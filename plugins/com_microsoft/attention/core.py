@@ -66,8 +66,6 @@ def attention_elem_type(ctx, *indices: int) -> int | None:
     return None
 
 
-
-
 # -- the shared attention core -------------------------------------------------------------
 
 def split_heads(b: AttentionBody, x: str, num_heads: int) -> str:
@@ -193,7 +191,6 @@ def dispatch_rank(b: AttentionBody, x: str, ranks: list[int], make) -> str:
                 else_branch=_graph(else_b, else_out))
 
 
-
 def add_qkv_bias(b: AttentionBody, q: str, k: str, v: str, bias: str) -> tuple[str, str, str]:
     """``q, k, v`` (B, S, D), (B, L, D), (B, L, D_v) plus the three parts of ``bias``
     (D + D + D_v)."""
@@ -208,4 +205,3 @@ def add_qkv_bias(b: AttentionBody, q: str, k: str, v: str, bias: str) -> tuple[s
         bk = b.slice(bias, end_q, end_k, [0])
         bv = b.slice(bias, end_k, b.ints([np.iinfo(np.int64).max]), [0])
     return b.op("Add", q, bq), b.op("Add", k, bk), b.op("Add", v, bv)
-

@@ -120,4 +120,3 @@ def _through_beams(b: AttentionBody, present: str, past_len: str, total: str) ->
     index = b.op("Concat", b.unsqueeze(source, [2]), b.unsqueeze(steps_2d, [2]), axis=2)
     gathered = b.op("GatherND", b.op("Transpose", present, perm=[0, 2, 1, 3]), index)
     return b.op("Transpose", gathered, perm=[0, 2, 1, 3])
-

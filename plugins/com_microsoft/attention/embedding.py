@@ -90,4 +90,3 @@ def embed_layer_norm_body(ctx, b: AttentionBody, tables: list[str], inputs: list
         b.op("Identity", total, outputs=["embedding_sum"])
         outputs.append("embedding_sum")
     return b.function(DOMAIN, node.op_type.lower(), inputs, outputs)
-

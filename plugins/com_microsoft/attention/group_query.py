@@ -215,4 +215,3 @@ def _gqa_present(b: AttentionBody, past: str | None, new: str, past_b: str, seq:
     target = b.op("Concat", lead, b.unsqueeze(present_len, [0]), head, axis=0)
     return b.op("GatherElements", rows, b.op("Expand", b.unsqueeze(index, [1, 3]), target),
                 axis=2)
-

@@ -15,6 +15,7 @@ from .core import DEFAULT_MASK_FILTER_VALUE, DOMAIN
 # -- numpy kernels: oracles for the reference evaluator (onnxruntime has no CPU kernel for
 # RemovePadding / RestorePadding, and its CPU Attention refuses Megatron's 4-D mask) -------
 
+
 @kernel(signatures=["float, int32 -> float, int32, int32, int32"])
 def remove_padding_kernel(x: np.ndarray, counts: np.ndarray):
     """RemovePadding as documented (right padding)."""

@@ -140,7 +140,6 @@ def attention_from_qkv(ctx, b: AttentionBody, qkv: str, sizes: list[int] | None,
     return b.function(DOMAIN, name, inputs, outputs)
 
 
-
 # -- MultiHeadAttention ---------------------------------------------------------------------
 
 _MHA_ATTRIBUTES = {"num_heads", "unidirectional", "scale", "mask_filter_value"}
@@ -228,4 +227,3 @@ def build_multi_head_attention(ctx) -> FunctionProto | None:
         b.op("Identity", vh, outputs=["present_value"])
         outputs += ["present_key", "present_value"]
     return b.function(DOMAIN, "multi_head_attention", inputs, outputs)
-

@@ -71,4 +71,3 @@ def build_restore_padding(ctx) -> FunctionProto | None:
     b.op("Reshape", scattered, b.op("Concat", b.op("Shape", "token_offset"), b.ints([-1]),
                                     axis=0), outputs=["output"])
     return b.function(DOMAIN, "restore_padding", ["input", "token_offset"], ["output"])
-

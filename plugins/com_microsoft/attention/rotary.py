@@ -107,4 +107,3 @@ def build_rotary_embedding(ctx) -> FunctionProto | None:
     b.op("Identity", out, outputs=["output"])
     return b.function(DOMAIN, "rotary_embedding",
                       ["input", "position_ids", "cos_cache", "sin_cache"], ["output"])
-

@@ -351,4 +351,3 @@ def oracles() -> dict[str, dict]:
         "DecoderMaskedMultiHeadAttention": dict(oracle="onnxruntime", samples=[
             _dmmha_sample(c, o) for c in DMMHA_CASES for o in _OPSETS]),
     }
-

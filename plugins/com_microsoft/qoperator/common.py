@@ -27,7 +27,6 @@ _NAMES = {"tensor(uint8)": TensorProto.UINT8, "tensor(int8)": TensorProto.INT8,
 _8BIT = (TensorProto.UINT8, TensorProto.INT8)
 
 
-
 class QBody(FunctionBuilder):
     """A body with the dequantize/quantize forms of its opset."""
 
@@ -102,7 +101,6 @@ def formal_names(node, formal: Sequence[str]) -> list[str]:
     return list(formal[:len(node.input)])
 
 
-
 def needs_inputs(node, indices: Sequence[int], count: int, what: str) -> None:
     if (not all(_present(node.input, i) for i in indices) or len(node.input) > count
             or len(node.output) != 1 or not node.output[0]):
@@ -130,6 +128,7 @@ def finish(b: QBody, node, formal: Sequence[str], y: str, name: str,
     b.op("Identity", y, outputs=[output])
     return b.function(DOMAIN, name, formal_names(node, formal), [output])
 
+
 UNARY = ["X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point"]
 
 
@@ -139,7 +138,6 @@ def channels_first(b: QBody, x: str, rank: int) -> str:
 
 def channels_last(b: QBody, x: str, rank: int) -> str:
     return b.op("Transpose", x, perm=[0, *range(2, rank), 1])
-
 
 
 # -- oracle samples --------------------------------------------------------------------------
@@ -162,4 +160,3 @@ def scale_arg(value: float) -> Arg:
 def zp_arg(elem: str, value: int | None = None) -> Arg:
     zp = _ZERO_POINTS[elem] if value is None else value
     return Arg(f"{elem}[]", values=zp, constant=True)
-

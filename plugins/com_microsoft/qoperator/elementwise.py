@@ -95,6 +95,7 @@ def build_qlinear_where(ctx) -> FunctionProto:
     return finish(b, node, _WHERE, q_output(b, ctx, y, 7, _WHERE, elem), "qlinear_where",
                    output="Z")
 
+
 @declining
 def build_qlinear_concat(ctx) -> FunctionProto:
     node = ctx.node
@@ -163,5 +164,3 @@ def concat_samples() -> list[OpSample]:
             samples.append(OpSample(inputs, [elem], {"axis": axis}, opset=17,
                                     name=f"{elem}-axis{axis}-{count}-inputs"))
     return samples
-
-

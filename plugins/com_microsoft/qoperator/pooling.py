@@ -96,7 +96,6 @@ def build_qlinear_global_average_pool(ctx) -> FunctionProto:
                    "qlinear_global_average_pool")
 
 
-
 def pool_samples() -> list[OpSample]:
     cases = [("plain", {"kernel_shape": [3, 3]}),
              ("strided-padded", {"kernel_shape": [3, 3], "strides": [2, 2],
@@ -126,5 +125,3 @@ def global_pool_samples() -> list[OpSample]:
             for elem in TYPES for last, shape in ((0, "[2,3,5,5]"), (1, "[2,5,5,3]"),
                                                    (0, "[2,3,7]"), (1, "[2,4,6,3]"))
             for opset in ((10, 17) if shape == "[2,3,5,5]" else (17,))]
-
-

@@ -163,7 +163,6 @@ def build_qgemm(ctx) -> FunctionProto:
     return finish(body, node, _QGEMM, y, "qgemm")
 
 
-
 def _weight_quantization(elem: str, count: int, per_channel: bool) -> tuple[Arg, Arg]:
     """A weight's scale and zero point: per tensor, or per channel (``count``; onnxruntime
     takes one zero point repeated: its kernels read a per-channel weight zero point as one)."""
@@ -273,5 +272,3 @@ def qgemm_samples() -> list[OpSample]:
                              f"-t{trans_a}{trans_b}{'-bias' if bias else ''}"
                              f"-{'quantized' if quantized else 'float'}-alpha{alpha:g}"))
     return samples
-
-

@@ -118,7 +118,6 @@ def build_qlinear_softmax(ctx) -> FunctionProto:
     return finish(b, node, UNARY, b.cast(y, elem), "qlinear_softmax")
 
 
-
 def softmax_samples() -> list[OpSample]:
     samples = []
     for elem in TYPES:
