@@ -15,7 +15,7 @@ A real plugin (load it with ``-p benchmarks/bench_plugin.py`` or
   ``y = x * sigmoid(alpha * x)``.
 
 The FastGelu and SkipLayerNormalization builders are the built-in ``com-microsoft`` plugin's
-(``plugins/com_microsoft.py``), registered here again under ``bench:`` rules (a file plugin
+(``plugins/com_microsoft/``), registered here again under ``bench:`` rules (a file plugin
 is asked before the built-ins). Each builder picks the body variant the node needs (bias or
 not, which outputs are used) and, when the input's element type is known, folds the
 ``CastLike`` of every literal into a constant of that type, so a call site inlines to the
@@ -31,14 +31,14 @@ from rewriter_plugins import com_microsoft
 from rewriter_plugins.com_microsoft import (  # noqa: F401 - re-exported for the benchmarks
     SKIPLN_DEFAULT_EPSILON,
     SKIPLN_OPSETS,
-    _elem_type,
-    _present,
     build_fast_gelu,
     build_skip_layer_norm,
     fold_literal_casts,
 )
+from rewriter_plugins.com_microsoft.common import input_elem_type as _elem_type
 
 from rewriter import hookimpl
+from rewriter.plugin import present as _present
 
 # ai.onnx opsets the bodies are valid at: CastLike (15) for the generic-dtype bodies,
 # LayerNormalization (17) for SkipLayerNormalization.

@@ -1,4 +1,4 @@
-"""The com.microsoft attention family (``rewriter_plugins.com_microsoft_attention``) beyond
+"""The com.microsoft attention family (``rewriter_plugins.com_microsoft.attention``) beyond
 its samples: every decomposition against its oracle (onnxruntime's CPU contrib kernels, or
 numpy where onnxruntime has none) on the samples the plugin registers, at ai.onnx opsets 12
 and 17, is in ``tests/test_oracles.py``. Here: the numpy oracles themselves, declines, a
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper, load, numpy_helper
 from onnx.checker import check_model
-from rewriter_plugins import com_microsoft_attention as attention
-from rewriter_plugins.com_microsoft_attention import (
+from rewriter_plugins.com_microsoft.attention import kernels, samples
+from rewriter_plugins.com_microsoft.attention.kernels import (
     attention_reference,
     remove_padding_kernel,
     restore_padding_kernel,
@@ -34,7 +34,7 @@ ort = pytest.importorskip("onnxruntime")
 MS = "com.microsoft"
 F32, I32 = TensorProto.FLOAT, TensorProto.INT32
 TOL = dict(rtol=1e-4, atol=1e-5)
-N = attention.N
+N = samples.N
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def _check(model, plugins, feeds, expected=None):
 
 def test_attention_known_mask_rank(plugins):
     """A declared mask shape skips the run-time rank dispatch (no If in the result)."""
-    model, feeds = _sample(plugins, "Attention", attention._attention_sample("mask-2d", 17))
+    model, feeds = _sample(plugins, "Attention", samples._attention_sample("mask-2d", 17))
     mask = feeds.pop("x3")
     mask[1] = [1, 0, 1, 1]  # a fully masked row is float32 rounding against float64
     model.graph.initializer.append(numpy_helper.from_array(mask, "x3"))
@@ -90,7 +90,7 @@ def test_attention_reference_matches_onnxruntime(plugins):
     """The numpy oracle itself agrees with onnxruntime's kernel (2-D mask, past, causal:
     future keys out of the softmax)."""
     model, feeds = _sample(plugins, "Attention",
-                           attention._attention_sample("past-causal-mask-2d", 17))
+                           samples._attention_sample("past-causal-mask-2d", 17))
     feeds["x3"][1, :3] = 1  # no fully masked row (its float32 scores lose ~1e-3 near -1e4)
     feeds["x3"][0, :2] = [0, 1]  # query 0 sees keys 0..3: key 0 masked, 1..3 in the past
     expected = run_ort(model, feeds)
@@ -113,8 +113,8 @@ def test_attention_numpy_kernel_with_megatron_mask_matches_onnxruntime(batch, se
     mask[..., 0] = rng.integers(0, 2, (batch, 1, 16))  # key 0 masked on some rows
     mask[..., past + seq - 1, past + seq - 1] = 1
     attrs = {"num_heads": N, "unidirectional": causal}
-    expected = attention.megatron_attention_oracle(x, weights, bias, mask, cache, **attrs)
-    got = attention.attention_kernel.fn(x, weights, bias, mask, cache, **attrs)
+    expected = kernels.megatron_attention_oracle(x, weights, bias, mask, cache, **attrs)
+    got = kernels.attention_kernel.fn(x, weights, bias, mask, cache, **attrs)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_allclose(g, e, **TOL)
 
@@ -186,12 +186,12 @@ def _inside_if(plugins, op_type, sample):
 
 def test_attention_inside_if_branch(plugins):
     """An Attention (mask rank unknown) inside an If branch."""
-    _inside_if(plugins, "Attention", attention._attention_sample("causal-mask-2d", 17))
+    _inside_if(plugins, "Attention", samples._attention_sample("causal-mask-2d", 17))
 
 
 def test_group_query_attention_inside_if_branch(plugins):
     """Token generation with rotary inside an If branch."""
-    _inside_if(plugins, "GroupQueryAttention", attention._gqa_sample("rotary-token", 17))
+    _inside_if(plugins, "GroupQueryAttention", samples._gqa_sample("rotary-token", 17))
 
 
 @pytest.mark.parametrize("attrs", [dict(past_present_share_buffer=0), dict(output_qk=1)])
@@ -199,7 +199,7 @@ def test_decoder_masked_mha_declines(plugins, attrs):
     """Past and present not sharing a buffer (which onnxruntime's CPU kernel refuses too)
     and the qk output are declined."""
     model, _ = _sample(plugins, "DecoderMaskedMultiHeadAttention",
-                       attention._dmmha_sample("plain", 17))
+                       samples._dmmha_sample("plain", 17))
     node = model.graph.node[0]
     kept = [a for a in node.attribute if a.name not in attrs]
     del node.attribute[:]

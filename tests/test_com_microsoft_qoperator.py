@@ -1,6 +1,6 @@
 """QOperator models (``quantize_static(..., quant_format=QuantFormat.QOperator)``) rewritten
 for targets without the QLinear ops: the com-microsoft plugin's DequantizeLinear -> float
-op -> QuantizeLinear bodies (``plugins/com_microsoft_qoperator.py``; per-op oracle checks:
+op -> QuantizeLinear bodies (``plugins/com_microsoft/qoperator/``; per-op oracle checks:
 ``tests/test_oracles.py``), verified end to end against onnxruntime's own kernels."""
 
 from __future__ import annotations

@@ -62,21 +62,21 @@ def _two_parameters(ctx, name: str) -> tuple[float, float]:
 
 
 def build_scaled_tanh(ctx) -> FunctionProto | None:
-    from rewriter_plugins.com_microsoft import _activation  # its fused activations
+    from rewriter_plugins.com_microsoft.common import activation  # its fused activations
 
     alpha, beta = _two_parameters(ctx, "ScaledTanh")
     b = float_body(ctx)
     return b.function(DOMAIN, "scaled_tanh", ["X"],
-                      [_activation(b, "X", "ScaledTanh", alpha, beta)])
+                      [activation(b, "X", "ScaledTanh", alpha, beta)])
 
 
 def build_parametric_softplus(ctx) -> FunctionProto | None:
-    from rewriter_plugins.com_microsoft import _activation
+    from rewriter_plugins.com_microsoft.common import activation
 
     alpha, beta = _two_parameters(ctx, "ParametricSoftplus")
     b = float_body(ctx)
     return b.function(DOMAIN, "parametric_softplus", ["X"],
-                      [_activation(b, "X", "ParametricSoftplus", alpha, beta)])
+                      [activation(b, "X", "ParametricSoftplus", alpha, beta)])
 
 
 def build_thresholded_relu(ctx) -> FunctionProto | None:

@@ -211,7 +211,7 @@ def build_generate_proposals(ctx) -> FunctionProto | None:
     rois = b.op("Concat", b.unsqueeze(b.cast(image, TensorProto.FLOAT), [1]), kept_boxes,
                 axis=1)
     probs = b.op("Gather", b.reshape(top, [-1]), flat_index, axis=0)
-    # (not com_microsoft's _trim_outputs: an unnamed Loop output crashes onnxruntime 1.32)
+    # (not com_microsoft.common.trim_outputs: an unnamed Loop output crashes onnxruntime 1.32)
     outputs = [rois, probs] if _present(node.output, 1) else [rois]
     return b.positional_function("caffe2_generate_proposals", 4, outputs)
 

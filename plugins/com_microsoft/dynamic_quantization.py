@@ -20,7 +20,7 @@ kernels do), scaled to float afterwards; tensors that enter a float op are dequa
   input_zero_point, weight_zero_point) * (input_scale * weight_scale) + bias`` (weight
   scale and zero point per tensor or per column), then ``Attention``'s body from ``QKV``
   (``mask_index``, ``past``/``present``, ``unidirectional``: see
-  ``com_microsoft_attention``). ``qkv_hidden_sizes`` is declined (onnxruntime's quantizer
+  ``attention.multi_head``). ``qkv_hidden_sizes`` is declined (onnxruntime's quantizer
   never writes it).
 * ``QEmbedLayerNormalization(input_ids, segment_ids, word_embedding, position_embedding,
   segment_embedding, gamma, beta[, mask], 5 scales, 5 zero points)``: the five tables
@@ -36,16 +36,14 @@ from collections.abc import Sequence
 
 import numpy as np
 from onnx import FunctionProto, TensorProto
-from rewriter_plugins.com_microsoft_attention import (
-    _Body,
-    _unknown_attributes,
-    attention_from_qkv,
-    attention_mask_declines,
-    embed_layer_norm_body,
-)
 
 from rewriter.plugin import Arg, Declined, OpSample
 from rewriter.plugin import present as _present
+
+from .attention.core import AttentionBody
+from .attention.embedding import embed_layer_norm_body
+from .attention.multi_head import attention_from_qkv, attention_mask_declines
+from .common import unknown_attributes
 
 DOMAIN = "com.microsoft"
 # Round/Clip with inputs (11) for the dynamic quantization; MatMulInteger from 10; the
@@ -70,7 +68,8 @@ def _is(ctx, index: int, allowed: Sequence[str]) -> bool:
     return _type(ctx, index) in (None, *allowed)
 
 
-def _integer_product(b: _Body, a: str, w: str, a_zp: str, w_zp: str, scale: str) -> str:
+def _integer_product(b: AttentionBody, a: str, w: str, a_zp: str, w_zp: str,
+                     scale: str) -> str:
     """``MatMulInteger(a, w, a_zp, w_zp)`` as float, times ``scale``."""
     inputs = [a, w, a_zp, w_zp]
     while not inputs[-1]:  # no trailing "": OpenVINO makes a node of unknown rank of it
@@ -79,7 +78,7 @@ def _integer_product(b: _Body, a: str, w: str, a_zp: str, w_zp: str, scale: str)
     return b.op("Mul", b.cast(acc, TensorProto.FLOAT), scale)
 
 
-def _dequantize(b: _Body, q: str, scale: str, zero_point: str | None) -> str:
+def _dequantize(b: AttentionBody, q: str, scale: str, zero_point: str | None) -> str:
     """``(Cast(q) - Cast(zero_point)) * scale`` in float."""
     value = b.cast(q, TensorProto.FLOAT)
     if zero_point:
@@ -99,7 +98,7 @@ def build_dynamic_quantize_matmul(ctx) -> FunctionProto | None:
             or not _is(ctx, 0, ["tensor(float)"]) or not _is(ctx, 1, _INT8)):
         raise Declined("takes no attributes; A (float), B (int8 or uint8) and b_scale given, "
                        "b_zero_point and bias optional; one output")
-    b = _Body(ctx.opset, TensorProto.FLOAT)
+    b = AttentionBody(ctx.opset, TensorProto.FLOAT)
     zero = b.literal(0.0)
     low = b.op("Min", b.op("ReduceMin", "A", keepdims=0), zero)
     high = b.op("Max", b.op("ReduceMax", "A", keepdims=0), zero)
@@ -127,7 +126,7 @@ def build_matmul_integer_to_float(ctx) -> FunctionProto | None:
             or not _is(ctx, 2, ["tensor(float)"])):
         raise Declined("takes no attributes; A and B (int8 or uint8), a_scale (float) and "
                        "b_scale given, zero points and bias optional; one output")
-    b = _Body(ctx.opset, TensorProto.FLOAT)
+    b = AttentionBody(ctx.opset, TensorProto.FLOAT)
     y = _integer_product(b, "A", "B", _zero_point(node, 4, "a_zero_point"),
                          _zero_point(node, 5, "b_zero_point"),
                          b.op("Mul", "a_scale", "b_scale"))
@@ -147,7 +146,7 @@ _QATTENTION_INPUTS = ["input", "weight", "bias", "input_scale", "weight_scale", 
 def build_qattention(ctx) -> FunctionProto | None:
     """``com.microsoft::QAttention`` (see the module docstring)."""
     node = ctx.node
-    if (_unknown_attributes(node, _QATTENTION_ATTRIBUTES) or not ctx.attribute("num_heads")
+    if (unknown_attributes(node, _QATTENTION_ATTRIBUTES) or not ctx.attribute("num_heads")
             or ctx.attribute("do_rotary", 0) or ctx.attribute("past_present_share_buffer", 0)
             or not all(_present(node.input, i) for i in range(5)) or len(node.input) > 9
             or not _present(node.output, 0) or len(node.output) > 2
@@ -159,7 +158,7 @@ def build_qattention(ctx) -> FunctionProto | None:
     if attention_mask_declines(ctx, 5):
         raise Declined("mask_index has a form the body cannot read (rank not 1-4, or the "
                        "GPU-only 1-D (3B + 2) form)")
-    b = _Body(ctx.opset, TensorProto.FLOAT)
+    b = AttentionBody(ctx.opset, TensorProto.FLOAT)
     qkv = _integer_product(b, "input", "weight", _zero_point(node, 6, "input_zero_point"),
                            _zero_point(node, 7, "weight_zero_point"),
                            b.op("Mul", "input_scale", "weight_scale"))
@@ -182,14 +181,14 @@ def build_qembed_layer_norm(ctx) -> FunctionProto | None:
     segments = _present(node.input, 1)
     tables = [2, 3, 4, 5, 6]
     needed = [0, 2, 3, 5, 6, 8, 9, 11, 12, 13, 14, 16, 17]
-    if (_unknown_attributes(node, {"epsilon"}) or len(node.input) != 18
+    if (unknown_attributes(node, {"epsilon"}) or len(node.input) != 18
             or not all(_present(node.input, i) for i in needed)
             or any(_present(node.input, i) != segments for i in (4, 10, 15))
             or not _present(node.output, 0) or len(node.output) > 2
             or not all(_is(ctx, i, _INT8) for i in tables if _present(node.input, i))):
         raise Declined("takes 18 inputs (segment inputs all given or all left empty), only "
                        "epsilon, int8/uint8 tables; one or two outputs")
-    b = _Body(ctx.opset, TensorProto.FLOAT)
+    b = AttentionBody(ctx.opset, TensorProto.FLOAT)
     dequantized = []
     for i in tables:
         if not _present(node.input, i):
