@@ -24,6 +24,9 @@ interface         ZipMap, DictVectorizer, graph outputs a target cannot return: 
                   otherwise declines naming the type and the flag
 ================  =========================================================================
 
+``_common`` holds what the modules share (the body builder, the opset a body is written
+at, the score transforms of onnxruntime's ML kernels).
+
 ``loop_free`` is a plugin of its own (``ai-onnx-ml-loop-free``): bodies written without
 ``Loop`` (the SVM classifier's probabilities), asked only where this plugin's are refused.
 """

@@ -17,7 +17,8 @@ module                  ops                                                     
                         ``ConstantFill``                                               numpy
 ======================  ===========================================================  ==========
 
-Each module's docstring gives its ops' semantics and what it declines. Left out:
+Each module's docstring gives its ops' semantics and what it declines; ``_body`` holds what
+they share (their opsets, a body in the input's float type, the attribute check). Left out:
 
 * ``GRUUnit``: its text names the inputs but not the computation (which gates, their
   layout, how ``t`` and ``seq_lengths`` are read, both typed float); only Caffe2's kernel

@@ -47,10 +47,6 @@ class AttentionBody(FunctionBuilder):
         self.zero = self.literal(0.0)
         self.filter = self.literal(mask_filter_value)
 
-    def dim(self, x: str, axis: int) -> str:
-        """``Shape(x)[axis]`` as an int64 scalar."""
-        return self.take(self.op("Shape", x), axis)
-
     def where_masked(self, keep: str) -> str:
         """``0`` where ``keep`` else the mask filter value (set by the caller)."""
         return self.op("Where", keep, self.zero, self.filter)
