@@ -1,4 +1,4 @@
-"""The ``openvino`` target (plugins/openvino_target.py): capability from OpenVINO's own answers,
+"""The ``openvino`` target (plugins/openvino_target/): capability from OpenVINO's own answers,
 confirmation, runs inside the isolation worker, several targets at once, a clean refusal
 when OpenVINO is absent, the conformance rescue count and the com.microsoft corpus models."""
 

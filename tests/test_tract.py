@@ -1,4 +1,4 @@
-"""The ``tract`` target (plugins/tract_target.py) against the real tract package: capability
+"""The ``tract`` target (plugins/tract_target/) against the real tract package: capability
 from what tract loads, types and optimizes, a tract crash as a verdict, confirmation by a
 run in a child, rewrites verified on tract's own outputs, a clean refusal when tract is
 absent, and the conformance rescue (benchmarks/conformance_tract.py)."""
