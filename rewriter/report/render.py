@@ -348,8 +348,24 @@ def print_operators(rows: list[dict[str, Any]], stream=None) -> None:
             for line in wrap("dtypes: " + ", ".join(r["dtypes"]), indent=6, first=4):
                 say(line)
         if r.get("code"):
-            for line in wrap("code: " + ", ".join(r["code"]), indent=6, first=4):
+            for line in _code_lines(r["code"]):
                 say(line)
+
+
+def _code_lines(locations: list[str]) -> list[str]:
+    """``code:`` and each ``module:function`` on its own line; one too long for the
+    terminal is broken after its colon (a module path and a function name are never cut)."""
+    from rewriter.console import width
+
+    lines = []
+    for i, where in enumerate(locations):
+        prefix = "    code: " if i == 0 else " " * 10
+        module, colon, function = where.partition(":")
+        if len(prefix + where) > width() and colon:
+            lines += [prefix + module + ":", " " * 12 + function]
+        else:
+            lines.append(prefix + where)
+    return lines
 
 
 def dumps(data: Any) -> str:
