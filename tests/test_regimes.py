@@ -104,6 +104,20 @@ def test_indices_shapes_and_counts_keep_typical_values():
     assert max(abs(int(x)) for s in edges.sets for x in s["v"]) > 2**20
 
 
+def test_shift_counts_span_the_width_of_the_shifted_type():
+    """A shift count is neither data at its type's edges (a count past the width is another
+    case) nor an index kept typical (counts of 0..2 on small values hide a runtime that
+    shifts in floating point): the edges regime puts counts from 0 to width - 1."""
+    model = _model("g (uint8[8] x, uint8[8] s, int32[8] v, int32[8] t) => (uint8[8] y, "
+                   "int32[8] w)", 'y = BitShift <direction = "RIGHT"> (x, s)\n'
+                   ' w = BitShift <direction = "LEFT"> (v, t)')
+    edges = next(r for r in input_regimes(model) if r.name == "edges")
+    for name, width in (("s", 8), ("t", 32)):
+        counts = {int(c) for feeds in edges.sets for c in feeds[name]}
+        assert {0, 1, width - 1} <= counts and max(counts) < width, (name, counts)
+    assert max(int(x) for feeds in edges.sets for x in feeds["x"]) == 255  # data: edges
+
+
 # -- booleans ------------------------------------------------------------------------------
 
 

@@ -14,7 +14,8 @@ regime             inputs
                    with 0, ±1, min and max (unsigned ones with the high bit set), floats with
                    negatives, zeros, large and tiny magnitudes; inputs read as indices,
                    axes, shapes, counts, ... (:data:`INDEX_INPUTS`) keep their typical values,
-                   and an input an operator needs positive or in (-1, 1) stays there
+                   shift counts span the type's width (:data:`SHIFT_INPUTS`), and an input
+                   an operator needs positive or in (-1, 1) stays there
 ``booleans``       every boolean scalar input True, then False (the typical set otherwise)
 ``dims=1``,        every symbolic dimension not given with ``--dim`` at 1, then at
 ``dims=5``         :data:`LARGE_DIM` (a KV-cache past length too, with as many new tokens)
@@ -83,7 +84,7 @@ INDEX_INPUTS: dict[str, tuple[int, ...]] = {
     "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,),
     "CenterCropPad": (1,), "DFT": (1, 2), "STFT": (1, 3), "Col2Im": (1, 2),
     "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,), "Bernoulli": (0,),
-    "Dropout": (1, 2), "BitShift": (1,), "Pow": (1,), "AffineGrid": (1,), "GridSample": (1,),
+    "Dropout": (1, 2), "Pow": (1,), "AffineGrid": (1,), "GridSample": (1,),
     "RotaryEmbedding": (3,), "Attention": (6,), "ImageDecoder": (0,), "DeformConv": (2, 4),
     "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "MatMulInteger": (2, 3),
     "ConvInteger": (2, 3), "QLinearMatMul": (1, 2, 4, 5, 6, 7),
@@ -91,6 +92,10 @@ INDEX_INPUTS: dict[str, tuple[int, ...]] = {
     "NegativeLogLikelihoodLoss": (1,), "Where": (0,),
     **{op: (1,) for op in _REDUCE_OPS},
 }
+# ai.onnx inputs read as a shift count: in the edges regime, counts over the whole width of
+# the shifted type (0, 1, width - 1 and between: a runtime that shifts in floating point is
+# exact on the small counts and values of a typical draw)
+SHIFT_INPUTS: dict[str, tuple[int, ...]] = {"BitShift": (1,)}
 # ai.onnx ops that multiply or accumulate integers: the result of an overflow is not the
 # specification's (runtimes wrap, saturate or accumulate wider), so an integer they read gets
 # edges bounded to keep products and sums of its elements in range
@@ -101,7 +106,7 @@ OVERFLOWING_OPS = frozenset({
     "ReduceLogSumExp"})
 # of those, the ones that multiply all of an input's elements together
 PRODUCT_OPS = frozenset({"Pow", "CumProd", "ReduceProd"})
-DATA, BOUNDED, PRODUCT, INDEX = "data", "bounded", "product", "index"
+DATA, BOUNDED, PRODUCT, INDEX, SHIFT = "data", "bounded", "product", "index", "shift"
 # ai.onnx ops whose bodies read their inputs under other names: what they do with an
 # integer is not known here, so it keeps its typical values
 OPAQUE_OPS = frozenset({"Loop", "Scan", "If", "SequenceMap"})
@@ -155,6 +160,7 @@ class Regime:
 
 def input_uses(models: Sequence[ModelProto]) -> dict[str, str]:
     """For each graph input how it is read: :data:`INDEX` (an index, axis, shape, count...),
+    :data:`SHIFT` (a shift count: :data:`SHIFT_INPUTS`),
     :data:`BOUNDED` (an integer some op multiplies or accumulates: :data:`OVERFLOWING_OPS`),
     :data:`PRODUCT` (one whose elements are all multiplied: :data:`PRODUCT_OPS`) or
     :data:`DATA`; looked through the ops that carry its values (Cast, Reshape, Concat...,
@@ -169,6 +175,8 @@ def input_uses(models: Sequence[ModelProto]) -> dict[str, str]:
         integer = _elem(declared.get(name)) not in _FLOAT_ELEMS
         if domain == "" and i in INDEX_INPUTS.get(node.op_type, ()):
             out[name] = INDEX
+        elif domain == "" and i in SHIFT_INPUTS.get(node.op_type, ()) and out[name] == DATA:
+            out[name] = SHIFT
         elif integer and (domain != "" or node.op_type in OPAQUE_OPS
                           or (node.domain, node.op_type) in local):
             out[name] = INDEX
@@ -287,7 +295,7 @@ def _edges(base: dict[str, Any], uses: Mapping[str, str], ranges, rng,
 
 def bound_kind(use: str) -> str | None:
     """How an input of this use is bounded in the edges regime (None: not)."""
-    return {BOUNDED: "sum", PRODUCT: "product"}.get(use)
+    return {BOUNDED: "sum", PRODUCT: "product", SHIFT: "shift"}.get(use)
 
 
 def edge_values(value: Any, rng: np.random.Generator,
@@ -302,13 +310,16 @@ def edge_values(value: Any, rng: np.random.Generator,
     are returned as they are. ``bounded``: integers some op multiplies and sums
     (``"sum"``: at most sqrt(max / size) in magnitude) or multiplies all together
     (``"product"``: at most max ** (1 / size)), so that no result overflows (the result of
-    an overflow is no specification's)."""
+    an overflow is no specification's); ``"shift"``: shift counts from 0 to the width - 1."""
     if not isinstance(value, np.ndarray) or value.size == 0:
         return value
     kind, name = value.dtype.kind, value.dtype.name
     if kind in "iu" and name not in ("int4", "uint4", "int2", "uint2"):
         info = np.iinfo(value.dtype)
-        if bounded and value_range is None:
+        if bounded == "shift":  # counts within the type's width, from 0 to width - 1
+            values = rng.integers(0, info.bits, size=value.shape, dtype=value.dtype)
+            named = [info.bits - 1, 1, info.bits // 2, 0]
+        elif bounded and value_range is None:
             top = max(1, int(np.sqrt(float(info.max) / value.size)) if bounded == "sum"
                       else int(float(info.max) ** (1.0 / value.size)))
             low = -top if kind == "i" else 0
