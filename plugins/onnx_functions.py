@@ -19,6 +19,9 @@ Softplus activation lowered for opset 13); here ``Max(x, 0) + Log(1 + Exp(-|x|))
 same function without the overflow, checked against onnxruntime's own Softplus kernel on
 values up to ±100.
 
+A ``ConstantOfShape`` of a spec body without ``value`` gets the default written out (float32
+zeros): tract 0.23 fills it with float64 zeros, so Attention's body did not type there.
+
 One spec body is wrong and is corrected here: ``Bernoulli``'s (onnx 1.23, opset 15+) draws
 ``Greater(RandomUniformLike(p), p)``, which is 1 with probability ``1 - p``; the op is
 documented as "an output of 1 is produced with probability p" (the reference evaluator's
@@ -77,6 +80,7 @@ def lower_to_function_body(ctx: DecompositionContext):
         if entry.domain in ("", "ai.onnx"):
             entry.version = ctx.opset
     _declare_defaults(body, ctx)
+    _explicit_zero_fill(body)
     if ctx.node.op_type == "Bernoulli" and ctx.node.domain in ("", "ai.onnx"):
         _draw_one_with_probability_p(body)
     return body
@@ -88,6 +92,20 @@ def _draw_one_with_probability_p(body) -> None:
     for node in body.node:
         if node.op_type == "Greater" and node.domain in ("", "ai.onnx"):
             node.op_type = "Less"
+
+
+def _explicit_zero_fill(body) -> None:
+    """A ``ConstantOfShape`` without ``value`` fills with float32 zeros (the spec's
+    default); tract 0.23 fills it with float64 zeros, and then cannot type the body
+    (Attention's bias: "Impossible to unify F64 with F32" at its MatMul). The default is
+    written out."""
+    from onnx import TensorProto, helper
+
+    for node in body.node:
+        if (node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx")
+                and not any(a.name == "value" for a in node.attribute)):
+            node.attribute.append(helper.make_attribute(
+                "value", helper.make_tensor("value", TensorProto.FLOAT, [1], [0.0])))
 
 
 def _declare_defaults(body, ctx: DecompositionContext) -> None:

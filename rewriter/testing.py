@@ -226,7 +226,7 @@ def build(entry: DecompositionEntry, sample: OpSample, dtype: str | None,
     while names and not names[-1]:
         names.pop()
     outputs = [f"y{i}" if t is not None else "" for i, t in enumerate(sample.outputs)]
-    node = helper.make_node(entry.op_type, names, outputs, domain=entry.domain)
+    node = helper.make_node(entry.op_type, names, outputs, domain=entry.domain, name=CHECKED)
     node.attribute.extend(helper.make_attribute(k, v) for k, v in sample.attributes.items())
     out_elems = [_elem(t, dtype) for t in sample.outputs if t is not None]
     graph = helper.make_graph([node], "sample", graph_inputs, [
@@ -632,12 +632,29 @@ def _ort_session(model: ModelProto, optimize: bool = True):
 # and float8 arrays), an opset beyond the ones it implements. The reference evaluator runs
 # the decomposed model then; any other refusal (an invalid graph) fails the check.
 RUNTIME_LIMITS = ("NOT_IMPLEMENTED", "can't be converted to MLDataType", "Unsupported",
+                  "No corresponding Numpy type",  # a float8e5m2 output of its Python API
                   "is under development", "opset", "is not currently registered or supported")
 # of those, a model above the opset or IR version onnxruntime loads: the decomposed model is
 # converted down to them (onnx 1.23's reference evaluator runs no iteration of a Loop
 # without a condition input, and stacks a Loop's scalar scan outputs as (n, 1))
 CEILING_REFUSALS = ("Unsupported model IR version", "is under development",
                     "support for domain ai.onnx is till opset")
+
+
+def _bits_as_declared(model: ModelProto, outputs: list[Any]) -> list[Any]:
+    """onnxruntime's outputs, a float 8 output (which its Python API returns as its uint8
+    bits) viewed as the type the model declares."""
+    fixed = list(outputs)
+    for i, (declared, value) in enumerate(zip(model.graph.output, outputs)):
+        elem = declared.type.tensor_type.elem_type
+        if (elem in _FLOAT8_TYPES and isinstance(value, np.ndarray)
+                and value.dtype == np.uint8):
+            fixed[i] = value.view(helper.tensor_dtype_to_np_dtype(elem))
+    return fixed
+
+
+_FLOAT8_TYPES = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                 TensorProto.FLOAT8E5M2FNUZ)
 
 
 @dataclass
@@ -667,6 +684,9 @@ def _alone(plugins: Plugins, entry) -> Plugins:
     registry = dataclasses.replace(plugins.registry, decompositions=[
         d for d in plugins.registry.decompositions if d not in others])
     return dataclasses.replace(plugins, registry=registry)
+
+
+CHECKED = "checked"  # the sample's node (a body keeping the op names its nodes otherwise)
 
 
 def decompose(check: Check, plugins: Plugins) -> Decomposed:
@@ -704,7 +724,7 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
     model = result.model
     left = [n.name or n.op_type for d, n in _nodes(model)
             if d == entry.domain and n.op_type == entry.op_type
-            and (not made or made in n.output)] if not typed else [
+            and (not made or n.name == CHECKED)] if not typed else [
         f.node_name or f.op_type for f in result.report.remaining]
     if left:
         raise AssertionError(f"{check.label}: {op} nodes remain after the rewrite: {left}")
@@ -714,7 +734,8 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
         output.ClearField("type")
     try:
         session = _ort_session(untyped, optimize=False)
-        return Decomposed(model, [session.run(None, f) for f in check.feeds], "onnxruntime")
+        return Decomposed(model, [_bits_as_declared(model, session.run(None, f))
+                                  for f in check.feeds], "onnxruntime")
     except Exception as e:  # noqa: BLE001 - sorted below
         refusal = (str(e).strip().splitlines() or [type(e).__name__])[0]
     if "can't be converted to MLDataType" in refusal:  # float4e2m1... feeds: as the target
@@ -793,7 +814,7 @@ def _tolerance(check: Check, dtype: np.dtype) -> tuple[float, float]:
 
 
 def _floating(dtype: np.dtype) -> bool:
-    return dtype.kind in "fc" or dtype.name == "bfloat16"
+    return dtype.kind in "fc" or dtype.name == "bfloat16" or dtype.name.startswith("float8")
 
 
 def differences(check: Check, expected: Sequence[Any], got: Sequence[Any],

@@ -47,6 +47,7 @@ module         contents
 ``gemm``       Gemm as MatMul
 ``widened``    ops computed in a wider type (bfloat16, 16-bit integers, uint32 exponents)
 ``shifts``     BitShift with its out-of-range shifts made explicit
+``casts``      Cast and CastLike with their out-of-range values made explicit
 =============  ============================================================================
 """
 
@@ -110,6 +111,16 @@ def register_decompositions(registry):
                              "explicit (the spec's fill where Y < 0 or Y >= the width)",
                  oracle="reference",  # the reference evaluator's own BitShift (numpy)
                  samples=bitshift_samples(), keeps_op=True)
+    from .casts import CAST_OPSETS, build_cast, cast_samples
+
+    for op_type in ("Cast", "CastLike"):
+        registry.add("", op_type, build_cast, opsets=CAST_OPSETS,
+                     dtypes=("float16", "float", "double", "int8", "uint8", "int16", "uint16",
+                             "int32", "uint32", "int64", "uint64"),
+                     description=f"onnx-standard:{op_type} with its out-of-range values made "
+                                 "explicit (infinities to float types, saturation to float 8)",
+                     oracle="reference",  # the reference evaluator's own Cast (numpy)
+                     samples=cast_samples(like=op_type == "CastLike"), keeps_op=True)
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
                  dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                          "float16", "float", "double", "int64", "uint64"),

@@ -123,6 +123,10 @@ SPECIAL_SAFE_OPS = frozenset({
     "Constant", "ConstantOfShape", "Pad"})
 _FLOAT_ELEMS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
                           TensorProto.BFLOAT16})
+# what a Cast of NaN and infinities gives is defined to these (the float 8 ones by the
+# spec's table: NaN, or the largest value with saturate)
+_SPECIAL_CAST_TARGETS = _FLOAT_ELEMS | {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
+                                        TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
 
 
 @dataclass
@@ -464,8 +468,8 @@ def special_outputs(model: ModelProto) -> tuple[set[str], dict[str, str]]:
         if node.op_type == "Cast":
             to = next((helper.get_attribute_value(a) for a in node.attribute
                        if a.name == "to"), 0)
-            if to not in _FLOAT_ELEMS:
-                return f"{label} casts to a non-float type (NaN/inf undefined there)"
+            if to not in _SPECIAL_CAST_TARGETS:
+                return f"{label} casts to a type where NaN/inf are undefined"
         return ""
 
     def why(value: str) -> str:

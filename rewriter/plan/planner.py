@@ -400,6 +400,11 @@ class Planner:
         node = finding.node
         model_opset = opsets.get("", 1)
         entries = self._by_op.get((normalize_domain(node.domain), node.op_type), [])
+        if finding.reason == "computes-differently":
+            # a body written for a runtime that computes the op differently (it keeps the
+            # op in a safe form) before the others, which may compute it as the runtime
+            # does (CastLike's spec body is the same Cast)
+            entries = sorted(entries, key=lambda entry: not entry.keeps_op)
         out: list[Candidate] = []
         older: list[tuple[DecompositionEntry, int, int]] = []  # (entry, opset, index in out)
         for entry in entries:
