@@ -94,7 +94,7 @@ from rewriter.plan.kernels import (
     register_onnxruntime,
 )
 from rewriter.plan.passes import PassContext, RewritePass
-from rewriter.registry import Arg, OpSample
+from rewriter.registry import REARRANGED, Arg, OpSample
 
 API_VERSION = (1, 0)
 
@@ -110,6 +110,7 @@ __all__ = [
     "typed_tensor",
     "OpSample",
     "Arg",
+    "REARRANGED",
     "kernel",
     "RewriterError",
     "PluginError",

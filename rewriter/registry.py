@@ -55,6 +55,8 @@ ORACLES: dict[str, str] = {
     "reference": "the ONNX reference evaluator's implementation of the op",
     "spec": "the expected outputs of the ONNX backend node test cases",
 }
+REARRANGED = "rearranged"  # keeps_op: the body is the op in another layout
+
 _ELEMENT = re.compile(r"^(T|[a-z][a-z0-9]*)\[([0-9, ]*)\]$")
 
 
@@ -165,9 +167,10 @@ class DecompositionEntry:
     exact: bool = True  # False: an approximation of the op (the description says how)
     oracle: str | None = None  # a key of ORACLES or "module:attr" (None: none declared)
     samples: tuple[OpSample, ...] = ()  # what the oracle test runs ("spec": the cases)
-    # the body keeps the op in a safe form (BitShift by in-range counts only): for a node a
-    # runtime computes differently, not for a runtime lacking the op
-    keeps_op: bool = False
+    # the body keeps the op in a safe form (True: BitShift by in-range counts only), for a
+    # node a runtime computes differently, not for a runtime lacking the op; REARRANGED:
+    # the op in another layout (batch-first LSTM as time-first), for either
+    keeps_op: bool | str = False
 
     def covers(self, opset: int | None) -> bool:
         """Whether the decomposition applies at ``opset`` of the ai.onnx domain (``None``:
@@ -324,7 +327,7 @@ class DecompositionRegistry(_Bound):
         exact: bool = True,
         oracle: str | None = None,
         samples: Sequence[OpSample] = (),
-        keeps_op: bool = False,
+        keeps_op: bool | str = False,
     ) -> None:
         """Offer ``builder`` as the decomposition of ``(domain, op_type)`` at ai.onnx opsets
         ``opsets``. ``dtypes`` lists the element types it is tested for (``"float"``,
@@ -336,7 +339,9 @@ class DecompositionRegistry(_Bound):
         written from the op's documentation) and ``samples`` the one-node models it is
         checked on, at every dtype of ``dtypes`` (``"spec"`` brings its own cases).
         ``keeps_op``: the body uses the op itself in a safe form (for a runtime that
-        computes some of its forms differently: a ``computes-differently`` finding)."""
+        computes some of its forms differently: a ``computes-differently`` finding), or
+        :data:`REARRANGED`: the op in another layout its inputs and outputs are moved to
+        and from (for a runtime refusing the node's layout, or computing it differently)."""
         if not isinstance(domain, str) or not isinstance(op_type, str) or not op_type:
             raise self._fail(f"decomposition key must be (domain, op_type) strings, got "
                              f"({domain!r}, {op_type!r})")
@@ -356,6 +361,9 @@ class DecompositionRegistry(_Bound):
         if oracle is not None and not _is_oracle(oracle):
             raise self._fail(f"decomposition {op_type!r}: oracle {oracle!r} is not one of "
                              f"{', '.join(ORACLES)} or a 'module:attr' function")
+        if keeps_op not in (False, True, REARRANGED):
+            raise self._fail(f"decomposition {op_type!r}: keeps_op is True, False or "
+                             f"{REARRANGED!r}, not {keeps_op!r}")
         if isinstance(samples, OpSample) or not all(isinstance(x, OpSample) for x in samples):
             raise self._fail(f"decomposition {op_type!r}: samples must be a list of OpSample")
         lo, hi = opsets
@@ -372,7 +380,7 @@ class DecompositionRegistry(_Bound):
         self._registry.decompositions.append(
             DecompositionEntry(domain, op_type, builder, (lo, hi), description, self.plugin,
                                tuple(dtypes), bool(exact), oracle, tuple(samples),
-                               bool(keeps_op))
+                               keeps_op)
         )
 
 

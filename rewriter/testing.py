@@ -705,7 +705,8 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
         result = rewrite(check.model, [f"{LACKING}:{op}"], plugins=plugins, confirm=False,
                          verify=False)
     except UnfixableError:
-        if entry.keeps_op:  # a body keeping the op in a safe form: that node alone lacks it
+        if entry.keeps_op:  # a body keeping the op (in a safe form, or another layout):
+            # that node alone lacks it
             made = next(o for o in check.model.graph.node[0].output if o)
             result = rewrite(check.model, [f"{LACKING}:{op}->{made}"], plugins=plugins,
                              confirm=False, verify=False)

@@ -222,3 +222,27 @@ def test_cast_node_cases_on_openvino_with_their_own_inputs(plugins, name):
     assert result.report.verdict == "verified", result.report.verdict_reason
     got = _as_float64(_on_openvino(result.model, feeds, plugins)[0], np.asarray(expected[0]))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op_type", ["Greater", "GreaterOrEqual"])
+def test_greater_with_nan_is_found_and_fixed_on_openvino(plugins, op_type):
+    """OpenVINO 2026.4's Greater and GreaterOrEqual are true for a NaN on either side: the
+    special-values regime finds it, and the rewritten model (Less/LessOrEqual, operands
+    swapped) gives numpy's comparison there, NaN and infinities included."""
+    pytest.importorskip("openvino")
+    from rewriter.api import check
+
+    io_ = ([helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n"]) for n in "ab"],
+           [helper.make_tensor_value_info("z", TensorProto.BOOL, ["n"])])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node(op_type, ["a", "b"], ["z"])], "g", *io_),
+        opset_imports=[helper.make_opsetid("", 17)])
+    report = check(model, ["openvino"], plugins=plugins)
+    assert [(f.op_type, f.reason) for f in report.findings] == [(op_type, "computes-differently")]
+    result = rewrite(model, ["openvino"], plugins=plugins)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    a = np.array([np.nan, 1, np.nan, np.inf, -np.inf, 0, 2, 3, np.inf, 1], np.float32)
+    b = np.array([1, np.nan, np.nan, np.inf, np.inf, -0.0, 2, 1, 1e30, -np.inf], np.float32)
+    want = np.greater(a, b) if op_type == "Greater" else np.greater_equal(a, b)
+    (got,) = _on_openvino(result.model, {"a": a, "b": b}, plugins)
+    np.testing.assert_array_equal(got, want)

@@ -48,12 +48,14 @@ module         contents
 ``widened``    ops computed in a wider type (bfloat16, 16-bit integers, uint32 exponents)
 ``shifts``     BitShift with its out-of-range shifts made explicit
 ``casts``      Cast and CastLike with their out-of-range values made explicit
+``comparisons`` Greater and GreaterOrEqual as Less and LessOrEqual, operands swapped
+``recurrent``  RNN, GRU and LSTM batch first (layout 1) as time first between transposes
 =============  ============================================================================
 """
 
 from __future__ import annotations
 
-from rewriter.plugin import hookimpl
+from rewriter.plugin import REARRANGED, hookimpl
 
 from .bitcast import BITCAST_OPSETS, bitcast_samples, build_bitcast
 from .gemm import build_gemm, gemm_samples
@@ -121,6 +123,22 @@ def register_decompositions(registry):
                                  "explicit (infinities to float types, saturation to float 8)",
                      oracle="reference",  # the reference evaluator's own Cast (numpy)
                      samples=cast_samples(like=op_type == "CastLike"), keeps_op=True)
+    from .comparisons import SWAPPED, build_swapped_comparison, comparison_samples
+
+    for op_type, swapped in SWAPPED.items():
+        registry.add("", op_type, build_swapped_comparison, opsets=(12, None),
+                     dtypes=("float16", "float", "double", "int32", "int64", "bfloat16"),
+                     description=f"onnx-standard:{op_type} as {swapped} with the operands "
+                                 "swapped (false for NaN; bfloat16 in float)",
+                     oracle="onnxruntime", samples=comparison_samples(op_type))
+    from .recurrent import RECURRENT, build_time_major, time_major_samples
+
+    for op_type in RECURRENT:
+        registry.add("", op_type, build_time_major, opsets=(14, None), dtypes=("float",),
+                     description=f"onnx-standard:{op_type} batch first (layout 1) as time "
+                                 "first between transposes",
+                     oracle="reference",  # the reference evaluator's own RNN/GRU/LSTM
+                     samples=time_major_samples(op_type), keeps_op=REARRANGED)
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
                  dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                          "float16", "float", "double", "int64", "uint64"),

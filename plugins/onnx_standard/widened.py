@@ -26,7 +26,7 @@ WIDENED_OPS: dict[str, tuple[tuple[int, ...] | None, int | None, bool, tuple[str
        for op in ("Max", "Min")},
     **{op: (None, 0, False, _BF16) for op in (
         "MatMul", "Exp", "Log", "Tanh", "Sigmoid", "Erf", "ReduceSum", "ReduceMean")},
-    **{op: (None, None, True, _BF16) for op in ("Equal", "Less", "Greater")},
+    **{op: (None, None, True, _BF16) for op in ("Equal", "Less")},  # Greater: comparisons
     "Where": ((1, 2), 1, True, _BF16),
     "OneHot": ((2,), 2, True, _BF16),
     "Pow": ((1,), 0, True, ("tensor(uint32)",)),

@@ -42,6 +42,7 @@ _LOWERING_DOMAIN = "rewriter.lowering"
 
 # domains whose nodes the opset-conversion pass lowers itself: no older-opset bodies for them
 _STANDARD = ("", "ai.onnx.ml")
+SPEC_BODIES = "onnx-functions"  # the built-in plugin lowering an op to the spec's body
 
 MAX_DEPTH = 4
 
@@ -402,13 +403,15 @@ class Planner:
         entries = self._by_op.get((normalize_domain(node.domain), node.op_type), [])
         if finding.reason == "computes-differently":
             # a body written for a runtime that computes the op differently (it keeps the
-            # op in a safe form) before the others, which may compute it as the runtime
-            # does (CastLike's spec body is the same Cast)
-            entries = sorted(entries, key=lambda entry: not entry.keeps_op)
+            # op in a safe form) first, the spec's own body last: it is the op's
+            # definition, which the runtime tends to compute as it computes the op
+            # (CastLike's is the same Cast, GreaterOrEqual's a Greater)
+            entries = sorted(entries, key=lambda entry: (not entry.keeps_op,
+                                                         entry.plugin == SPEC_BODIES))
         out: list[Candidate] = []
         older: list[tuple[DecompositionEntry, int, int]] = []  # (entry, opset, index in out)
         for entry in entries:
-            if entry.keeps_op and finding.reason != "computes-differently":
+            if entry.keeps_op is True and finding.reason != "computes-differently":
                 out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin,
                                      entry.description or entry.op_type, False,
                                      "its body keeps the op (a safe form for a runtime that "
