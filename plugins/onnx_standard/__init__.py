@@ -49,7 +49,7 @@ module         contents
 ``shifts``     BitShift with its out-of-range shifts made explicit
 ``casts``      Cast and CastLike with their out-of-range values made explicit
 ``comparisons`` Greater and GreaterOrEqual as Less and LessOrEqual, operands swapped
-``recurrent``  RNN, GRU and LSTM batch first (layout 1) as time first between transposes
+``recurrent``  RNN, GRU and LSTM batch first or reverse as time first and forward
 =============  ============================================================================
 """
 
@@ -135,8 +135,9 @@ def register_decompositions(registry):
 
     for op_type in RECURRENT:
         registry.add("", op_type, build_time_major, opsets=(14, None), dtypes=("float",),
-                     description=f"onnx-standard:{op_type} batch first (layout 1) as time "
-                                 "first between transposes",
+                     description=f"onnx-standard:{op_type} batch first (layout 1) or "
+                                 "reverse as time first and forward (transposed, sequences "
+                                 "reversed)",
                      oracle="reference",  # the reference evaluator's own RNN/GRU/LSTM
                      samples=time_major_samples(op_type), keeps_op=REARRANGED)
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
