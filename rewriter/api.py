@@ -169,13 +169,15 @@ def _check(model: ModelLike, targets: TargetsLike, plugins: Plugins, confirm: bo
                 confirmation, refused = confirm_model(given.model, target, given.base_dir,
                                                       detection.main_types)
             result.confirmation = confirmation.describe()
-            if not refused and confirmation.ran and target.compares_numbers:
-                from rewriter.comparison.numbers import check_numbers
+            from rewriter.comparison.numbers import check_numbers, numbers_inputs
 
+            inputs = numbers_inputs(given, confirmation) if not refused else None
+            if inputs is not None and target.compares_numbers:
                 with progress.stage("confirm", f"{target.name}'s numbers"):
                     numbers = check_numbers(given, target, plugins=plugins,
                                             types=detection.main_types,
-                                            custom_op_libraries=custom_op_libraries)
+                                            custom_op_libraries=custom_op_libraries,
+                                            **inputs)
                 refused = numbers.findings
                 result.confirmation += f"; {numbers.note}" if numbers.note else ""
             result.confirmed = not refused

@@ -243,7 +243,7 @@ def _rewrite_proto(
     adapt_interface: bool = False,
     base_dir=None,
     data_locations: Collection[str] | None = None,
-    numbers: Callable[[ModelProto, Target, Mapping], list[Finding]] | None = None,
+    numbers: Callable[..., list[Finding]] | None = None,
     clean: bool = True,
 ) -> tuple[ModelProto, RewriteReport]:
     """The engine on a ModelProto (a copy is rewritten; ``model`` is left as it is).
@@ -295,11 +295,11 @@ def _rewrite_proto(
                       for t in targets]
     if numbers is not None:
         for t, d in zip(targets, detections):
-            if d.findings or d.confirmation is None or not d.confirmation.ran or \
-                    not t.compares_numbers:
+            if d.findings or d.confirmation is None or not t.compares_numbers or not (
+                    d.confirmation.ran or d.confirmation.inconclusive_run):
                 continue
             with progress.stage("detect", f"{t.name}'s numbers"):
-                found = numbers(model, t, d.main_types)
+                found = numbers(model, t, d.main_types, d.confirmation)
             d.findings.extend(found)
             d.in_main.update(id(f) for f in found if f.node is not None)
     findings = [f for d in detections for f in d.findings]

@@ -246,3 +246,43 @@ def test_greater_with_nan_is_found_and_fixed_on_openvino(plugins, op_type):
     want = np.greater(a, b) if op_type == "Greater" else np.greater_equal(a, b)
     (got,) = _on_openvino(result.model, {"a": a, "b": b}, plugins)
     np.testing.assert_array_equal(got, want)
+
+
+def _batch_first_lstm() -> onnx.ModelProto:
+    """A PyTorch-like batch-first LSTM: bias, no sequence_lens, initial states."""
+    hidden, size, batch, seq = 3, 2, 2, 4
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, shape).astype(np.float32), name)
+               for name, shape in (("W", (1, 4 * hidden, size)), ("R", (1, 4 * hidden, hidden)),
+                                   ("B", (1, 8 * hidden)))]
+    node = helper.make_node("LSTM", ["X", "W", "R", "B", "", "h0", "c0"], ["Y", "Yh", "Yc"],
+                            hidden_size=hidden, layout=1)
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("X", f, [batch, seq, size]),
+                      helper.make_tensor_value_info("h0", f, [batch, 1, hidden]),
+                      helper.make_tensor_value_info("c0", f, [batch, 1, hidden])],
+        [helper.make_tensor_value_info("Y", f, [batch, seq, 1, hidden]),
+         helper.make_tensor_value_info("Yh", f, [batch, 1, hidden]),
+         helper.make_tensor_value_info("Yc", f, [batch, 1, hidden])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+def test_batch_first_lstm_runs_on_onnxruntime_with_the_reference_numbers(plugins):
+    """onnxruntime 1.32 refuses layout 1 ("Batchwise recurrent operations ... are not
+    supported"): the rewrite (time first between transposes) is verified, and onnxruntime
+    then gives the reference evaluator's LSTM outputs."""
+    model = _batch_first_lstm()
+    with pytest.raises(Exception, match="layout"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    result = rewrite(model, ["onnxruntime"], plugins=plugins)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    rng = np.random.default_rng(1)
+    feeds = {"X": rng.standard_normal((2, 4, 2)).astype(np.float32),
+             "h0": rng.standard_normal((2, 1, 3)).astype(np.float32),
+             "c0": rng.standard_normal((2, 1, 3)).astype(np.float32)}
+    want = ReferenceEvaluator(model).run(None, feeds)
+    session = ort.InferenceSession(result.model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for got, expected in zip(session.run(None, feeds), want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

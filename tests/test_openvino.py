@@ -690,3 +690,44 @@ def test_bitshift_body_is_exact_on_openvino_over_every_shift_and_value(plugins, 
     want = ReferenceEvaluator(original).run(None, {"x": x, "y": y})[0]
     wrong = np.nonzero(got != want)[0]
     assert wrong.size == 0, list(zip(x[wrong][:5], y[wrong][:5], want[wrong][:5], got[wrong][:5]))
+
+
+def _node_case_folder(name: str, folder: Path) -> Path:
+    """The ONNX node case ``name`` laid out as the ONNX repository does (its model beside
+    ``test_data_set_0``); the model's path."""
+    import warnings
+
+    from _common import write_case
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        (case,) = [c for c in collect_testcases() if c.name == name]
+    return write_case(case, folder)
+
+
+def test_a_run_failing_on_generated_inputs_is_compared_on_the_test_data(plugins, tmp_path):
+    """OpenVINO cannot run this Resize on generated scales (its confirmation's run fails,
+    not a refusal) and runs it on the case's own scales with other numbers than
+    onnxruntime (0.21 off): check compares the numbers on the test data beside the model,
+    a computes-differently finding on the Resize."""
+    path = _node_case_folder("test_resize_downsample_scales_linear_antialias", tmp_path)
+    (result,) = check(str(path), ["openvino"], plugins=plugins).results
+    assert [(f.op_type, f.reason) for f in result.findings] == [
+        ("Resize", "computes-differently")], result.confirmation
+    assert "than onnxruntime" in result.findings[0].detail
+
+
+def test_test_data_outputs_are_a_third_opinion(plugins, tmp_path):
+    """onnxruntime and OpenVINO compute this Resize alike, and both differ from the outputs
+    shipped beside the model (1.05 off): a finding that says so, on the node."""
+    path = _node_case_folder("test_resize_downsample_scales_cubic_align_corners", tmp_path)
+    (result,) = check(str(path), ["openvino"], plugins=plugins).results
+    assert [(f.op_type, f.reason) for f in result.findings] == [
+        ("Resize", "computes-differently")], result.confirmation
+    detail = result.findings[0].detail
+    assert "test data beside the model" in detail and "onnxruntime computes what" in detail
+    (path.parent / "test_data_set_0" / "output_0.pb").unlink()  # no outputs: no opinion
+    (again,) = check(str(path), ["openvino"], plugins=plugins).results
+    assert not again.findings

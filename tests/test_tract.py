@@ -316,24 +316,29 @@ def test_tract_blames_the_node_its_own_loader_names(plugins, tmp_path):
     assert not any("Clashing" in f.detail or "unk__" in f.detail for f in result.findings)
 
 
-def test_attention_spec_body_types_and_computes_right_on_tract(plugins, target):
-    """tract 0.23 runs Attention-25 with a sliding window but computes other numbers (0.126
-    off on the case: a ``computes-differently`` finding); the spec's body fills its bias with
-    ``ConstantOfShape`` and no value, which tract filled with float64 zeros and could not
-    type ("Impossible to unify F64 with F32"). The rewritten model runs on tract with the
-    case's own inputs and gives its expected outputs."""
+@pytest.mark.parametrize("name", ["test_attention_3d_local_window", "test_gru_reverse"])
+def test_node_cases_tract_computes_otherwise_are_rewritten_right(plugins, target, name):
+    """tract 0.23 runs these with other numbers (a ``computes-differently`` finding):
+    Attention-25 with a sliding window (0.126 off), whose spec body filled its bias with a
+    ``ConstantOfShape`` without value, which tract made float64 and could not type
+    ("Impossible to unify F64 with F32"); a reverse GRU, rewritten as a forward one on the
+    reversed sequence. The rewritten model runs on tract with the case's own inputs and
+    gives its expected outputs."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from onnx.backend.test.case.node import collect_testcases
 
-        (case,) = [c for c in collect_testcases() if c.name == "test_attention_3d_local_window"]
+        (case,) = [c for c in collect_testcases() if c.name == name]
     inputs, expected = case.data_sets[0]
     feeds = {i.name: np.asarray(v) for i, v in zip(case.model.graph.input, inputs)}
+    outputs = [o.name for o in case.model.graph.output]
     before = target.prepare(case.model, None)(feeds)
-    assert not np.allclose(before["Y"], expected[0], atol=1e-4), "tract computes it right now"
+    assert not all(np.allclose(before[n], e, atol=1e-4) for n, e in zip(outputs, expected)), \
+        "tract computes it right now"
     result = rewrite(case.model, ["tract"], plugins=plugins)
     assert result.report.verdict == "verified", result.report.verdict_reason
     got = target.prepare(result.model, None)(feeds)
-    np.testing.assert_allclose(got["Y"], expected[0], rtol=1e-4, atol=1e-5)
+    for n, e in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(got[n], e, rtol=1e-4, atol=1e-5)

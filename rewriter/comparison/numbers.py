@@ -59,10 +59,16 @@ def check_numbers(loaded: LoadedModel, target: Target, *, plugins: Any,
         return NumbersCheck("numbers not compared: no other runtime ran the model on these "
                             f"inputs ({tried})")
     sets = report.inputs.get("sets", 0)
+    tc = next((t for t in report.targets if t.status == MISMATCH), None)
+    if tc is None:
+        shipped = _against_test_data(loaded, target, plugins, types, custom_op_libraries,
+                                     compare_options, oracle if report.verdict == VERIFIED
+                                     else None)
+        if shipped is not None:
+            return shipped
     if report.verdict == VERIFIED:
         return NumbersCheck(f"its outputs equal {oracle}'s on {sets} input set(s)",
                             compared=True)
-    tc = next((t for t in report.targets if t.status == MISMATCH), None)
     if tc is None:  # it did not run on these inputs, or the runtimes disagree on the model
         return NumbersCheck(f"numbers not compared: {report.summary()}")
     bad = [c for c in tc.outputs if not c.ok]
@@ -85,6 +91,61 @@ def check_numbers(loaded: LoadedModel, target: Target, *, plugins: Any,
     return NumbersCheck(f"computes differently from {oracle}", [finding], compared=True)
 
 
+def _against_test_data(loaded: LoadedModel, target: Target, plugins: Any,
+                       types: Mapping[str, str] | None, custom_op_libraries,
+                       compare_options: Mapping[str, Any], agreeing: str | None
+                       ) -> NumbersCheck | None:
+    """The target's outputs on the test data beside the model (``test_data_set_*`` with
+    their ``output_*.pb``) against those outputs, when the comparison with the oracle found
+    nothing (``agreeing``: the oracle, which computed what the target did): a difference is
+    a finding, on the node of a one-node model, else on the model. None: no such test
+    data, or the target's outputs equal them."""
+    from rewriter.comparison.compare import MISMATCH, compare
+    from rewriter.io.regimes import test_data_folders
+
+    folders = test_data_folders(loaded.path) if loaded.path is not None else []
+    if not folders or not all(any(p.glob("output_*.pb")) for p in folders):
+        return None
+    options = {k: v for k, v in compare_options.items() if k not in ("inputs", "quick")}
+    paths = [str(p) for p in folders]
+    report = compare(loaded, None, [target.name], plugins=plugins, expected=paths,
+                     inputs=paths, custom_op_libraries=custom_op_libraries, **options)
+    tc = next((t for t in report.targets if t.status == MISMATCH), None)
+    if tc is None:
+        return None
+    bad = [c for c in tc.outputs if not c.ok]
+    worst = max(bad, key=lambda c: -1.0 if c.max_abs is None else c.max_abs)
+    error = (f"max abs error {worst.max_abs:.3g}" if worst.max_abs is not None
+             else worst.detail or "values differ")
+    detail = (f"{target.name} runs it but computes other numbers than the test data beside "
+              f"the model: output {worst.name!r} differs ({error}, test data set "
+              f"{worst.input_set})" + (f"; {agreeing} computes what {target.name} does"
+                                       if agreeing else ""))
+    if len(loaded.model.graph.node) == 1:
+        finding = finding_at(loaded.model, target.name, 0, COMPUTES_DIFFERENTLY, detail,
+                             types)
+    else:
+        finding = Finding(target.name, "model", "", "", None, COMPUTES_DIFFERENTLY, detail)
+    return NumbersCheck("computes differently from the test data beside the model",
+                        [finding], compared=True)
+
+
+def numbers_inputs(loaded: LoadedModel, confirmation) -> dict[str, Any] | None:
+    """The ``inputs`` option of the numbers check after ``confirmation``: ``{}`` (its own
+    input regimes) when it ran the model, the test data beside the model when the run on
+    generated inputs failed (the inputs may have been the cause: a Resize whose generated
+    scales OpenVINO cannot take), None when there is nothing to compare on."""
+    from rewriter.io.regimes import test_data_folders
+
+    if confirmation is None:
+        return None
+    if confirmation.ran:
+        return {}
+    folders = (test_data_folders(loaded.path) if confirmation.inconclusive_run
+               and loaded.path is not None else [])
+    return {"inputs": [str(p) for p in folders]} if folders else None
+
+
 def _runtime(label: str) -> str:
     """The runtime a target spec or oracle label names ("onnxruntime with plugin kernels"
     and "onnxruntime:ops=FILE" are onnxruntime)."""
@@ -94,14 +155,19 @@ def _runtime(label: str) -> str:
 def numbers_for(loaded: LoadedModel, plugins: Any, custom_op_libraries=(),
                 **compare_options):
     """The rewrite engine's ``numbers`` hook for ``loaded``: given the model, a target and
-    the main graph's types, the ``computes-differently`` findings (the engine calls it for a
-    target whose confirmation ran the model)."""
+    the main graph's types and the target's confirmation, the ``computes-differently``
+    findings (the engine calls it for a target whose confirmation ran the model, or loaded
+    it and failed on generated inputs: then on the test data beside it)."""
 
-    def numbers(model: ModelProto, target: Target, types: Mapping[str, str]) -> list[Finding]:
+    def numbers(model: ModelProto, target: Target, types: Mapping[str, str],
+                confirmation=None) -> list[Finding]:
         subject = loaded if model is loaded.model else LoadedModel(
             model, loaded.path, loaded.file_size, loaded.external_files, loaded.folder)
+        inputs = numbers_inputs(subject, confirmation) if confirmation is not None else {}
+        if inputs is None:
+            return []
         return check_numbers(subject, target, plugins=plugins, types=types,
                              custom_op_libraries=custom_op_libraries,
-                             **compare_options).findings
+                             **{**compare_options, **inputs}).findings
 
     return numbers

@@ -188,12 +188,13 @@ class Confirmation:
     stage: str = ""  # where it refused: "load" (session, conversion, compilation) or "run"
     ran: bool = False  # it ran once on generated inputs without an error
     note: str = ""  # why it was not run, or why a failed run is not counted as a refusal
+    inconclusive_run: bool = False  # it loaded; the run failed on generated inputs
 
     @classmethod
     def inconclusive(cls, error: str) -> Confirmation:
         """A run that failed in a way the inputs may explain: no refusal, said in the note."""
         return cls(note=f"the run on generated inputs failed, not counted as a refusal (the "
-                        f"inputs may be the cause): {error}")
+                        f"inputs may be the cause): {error}", inconclusive_run=True)
 
     @classmethod
     def varied(cls, error: str) -> Confirmation:
