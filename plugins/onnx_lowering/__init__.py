@@ -15,7 +15,7 @@ tensor_ops         Unsqueeze with run-time axes, Pad (wrap), TensorScatter
 convolution        Conv with weights computed at run time, DeformConv, MaxUnpool
 dropout            Dropout with a training mode computed at run time
 control_flow       Scan (as a Loop), OptionalHasElement, OptionalGetElement on plain tensors
-signal_processing  STFT, MelWeightMatrix
+signal_processing  STFT, DFT, MelWeightMatrix
 linear_attention   LinearAttention (registered by the ``onnx-functions`` plugin)
 resampling         Resize, GridSample
 quantization       QuantizeLinear (blocked, float4e2m1), Cast and CastLike from float4e2m1
@@ -92,7 +92,7 @@ from .reductions import (
     build_reduce_axes,
 )
 from .resampling import GRID_SAMPLE_OPSETS, RESIZE_OPSETS, build_grid_sample, build_resize
-from .signal_processing import SIGNAL_OPSETS, build_mel_weight_matrix, build_stft
+from .signal_processing import SIGNAL_OPSETS, build_dft, build_mel_weight_matrix, build_stft
 from .tensor_ops import (
     PAD_WRAP_OPSETS,
     TENSOR_SCATTER_OPSETS,
@@ -141,6 +141,8 @@ def register_decompositions(registry):
         ("", "OptionalGetElement", build_optional_get_element, OPTIONAL_OPSETS,
          ("float", "int64"), "a plain tensor"),
         ("", "STFT", build_stft, SIGNAL_OPSETS, ("float", "double"), ""),
+        ("", "DFT", build_dft, SIGNAL_OPSETS, ("float", "double"),
+         "matrix products; a known rank"),
         ("", "MelWeightMatrix", build_mel_weight_matrix, SIGNAL_OPSETS, (), "in double"),
         ("", "Scan", build_scan, SCAN_OPSETS, ("float",), "as a Loop"),
         ("", "QuantizeLinear", build_quantize_linear, BLOCKED_QUANTIZE_OPSETS,

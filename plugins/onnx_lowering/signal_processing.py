@@ -3,6 +3,16 @@
 * ``STFT(signal, frame_step[, window[, frame_length]])`` (``onesided``): frames gathered
   at ``f * frame_step + t``, times the window, and a DFT as two matrix products with
   ``cos``/``sin`` of ``-2 pi (t k mod n) / n``; real or complex (``[..., 2]``) signals.
+* ``DFT(input[, dft_length[, axis]])`` (``inverse``, ``onesided``; the axis an attribute
+  before opset 20, a constant input from it; one the caller feeds: an ``If`` per signal
+  axis): the signal
+  axis moved next to the last, cut
+  or zero-padded to ``dft_length``, and matrix products with ``cos``/``sin`` tables of
+  ``2 pi (t k mod n) / n`` (exact at quarter turns), signed ``-`` forward, ``+`` and
+  divided by ``n`` inverse; an inverse one-sided DFT (``irfft``) takes the ``n // 2 + 1``
+  bins, the others counted twice by Hermitian symmetry, to a real signal ``[..., n, 1]``.
+  OpenVINO 2026.4 computes some DFTs otherwise (``test_dft_axis`` 995 off; one-sided
+  outputs without their last dimension).
 * ``MelWeightMatrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
   upper_edge_hertz)`` (``output_datatype``): the reference evaluator's triangular filters
   (bin edges ``floor((dft_length + 1) * hz / sample_rate)`` of ``num_mel_bins + 2`` points
@@ -14,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import FunctionProto, TensorProto
+from onnx import FunctionProto, TensorProto, helper
 
 from rewriter.plugin import Arg, Declined, OpSample, declining
 from rewriter.plugin import present as _present
@@ -92,6 +102,131 @@ def build_stft(ctx) -> FunctionProto | None:
                                                            "frame_length"]), [y])
 
 
+# -- DFT ------------------------------------------------------------------------------------
+
+
+def _dft_axis(ctx, rank: int) -> int | None:
+    """The signal axis as a non-negative index (an attribute before opset 20, a constant
+    input from it); None for an axis the caller feeds."""
+    node = ctx.node
+    if ctx.opset < 20:
+        axis = ctx.attribute("axis", 1)
+    elif _present(node.input, 2):
+        value = ctx.constant(node.input[2])
+        if value is None:
+            return None
+        if value.size != 1:
+            raise Declined("needs a one-element axis")
+        axis = int(value.reshape(-1)[0])
+    else:
+        axis = -2
+    if not (-rank <= axis <= rank - 2) or axis % rank == rank - 1:
+        raise Declined(f"axis {axis} is not a signal axis of a rank-{rank} input")
+    return axis % rank
+
+
+@declining
+def build_dft(ctx) -> FunctionProto | None:
+    """``DFT`` as matrix products with ``cos``/``sin`` tables (see the module's
+    docstring)."""
+    node = ctx.node
+    elem = float_elem(ctx, 0)
+    shape = ctx.shape(node.input[0]) if node.input else None
+    if (elem is None or shape is None or shape[-1] not in (1, 2) or len(node.output) != 1
+            or not attributes_known(node, ["inverse", "onesided", "axis"])):
+        raise Declined("needs an input of a known float type and rank whose last dimension "
+                       "(1 or 2) is known, one output")
+    rank = len(shape)
+    axis = _dft_axis(ctx, rank)
+    b = Body(body_opset(ctx))
+    if axis is not None:
+        y = _dft_along(b, ctx, axis, rank, shape[-1], elem)
+    else:  # a caller-fed axis: an If per signal axis, the last one's DFT in the end
+        fed = b.scalar("axis")
+        fed = b.op("Where", b.op("Less", fed, b.const(np.array(0, np.int64))),
+                   b.op("Add", fed, b.const(np.array(rank, np.int64))), fed)
+
+        def dispatch(builder: Body, axes: list[int]) -> str:
+            if len(axes) == 1:
+                return _dft_along(builder, ctx, axes[0], rank, shape[-1], elem)
+            then_b, else_b = builder.child(), builder.child()
+            then_out = _dft_along(then_b, ctx, axes[0], rank, shape[-1], elem)
+            else_out = dispatch(else_b, axes[1:])
+            branches = {key: helper.make_graph(
+                part.nodes, part.fresh("branch"), [],
+                [helper.make_tensor_value_info(out, elem, None)])
+                for key, part, out in (("then_branch", then_b, then_out),
+                                       ("else_branch", else_b, else_out))}
+            return builder.op("If", builder.op("Equal", fed, builder.const(
+                np.array(axes[0], np.int64))), **branches)
+
+        y = dispatch(b, list(range(rank - 1)))
+    return b.function(DOMAIN, "dft", formal_inputs(node, ["input", "dft_length", "axis"]), [y])
+
+
+def _dft_along(b: Body, ctx, axis: int, rank: int, parts: int, elem: int) -> str:
+    """The DFT of ``input`` along ``axis`` (see :func:`build_dft`)."""
+    node = ctx.node
+    inverse, onesided = ctx.attribute("inverse", 0), ctx.attribute("onesided", 0)
+    zero, one, two = (b.const(np.array(v, np.int64)) for v in (0, 1, 2))
+    x = "input"
+    last = rank - 2
+    perm = list(range(rank))
+    perm[axis], perm[last] = last, axis  # a swap: its own inverse
+    if axis != last:
+        x = b.op("Transpose", x, perm=perm)
+    size = b.shape_at(b.op("Shape", x), last)
+    irfft = bool(inverse and onesided)
+    if _present(node.input, 1):
+        n = b.scalar("dft_length")
+    else:
+        n = b.op("Mul", two, b.op("Sub", size, one)) if irfft else size
+    half = b.op("Add", b.op("Div", n, two), one)  # n // 2 + 1
+    kept = half if irfft else n  # the input's length along the axis, cut or zero-padded
+    x = b.slice(x, [0], b.vector(kept), [last])
+    missing = b.op("Max", b.op("Sub", kept, b.shape_at(b.op("Shape", x), last)), zero)
+    pads = b.op("Concat", b.ints([0] * (rank + last)), b.vector(missing), b.ints([0]), axis=0)
+    x = b.op("Pad", x, pads)
+    real = b.squeeze(b.slice(x, [0], [1], [rank - 1]), [rank - 1])          # (..., L)
+    imag = b.squeeze(b.slice(x, [1], [2], [rank - 1]), [rank - 1]) if parts == 2 else None
+    rows = b.op("Range", zero, kept, one)
+    cols = b.op("Range", zero, n if (irfft or not onesided or inverse) else half, one)
+    product = b.op("Mod", b.op("Mul", b.unsqueeze(rows, [1]), b.unsqueeze(cols, [0])), n)
+    angle = b.op("Div", b.op("Mul", b.cast(product, TensorProto.DOUBLE),
+                             b.const(np.array(2 * math.pi), np.float64)),
+                 b.cast(n, TensorProto.DOUBLE))
+    # at quarter turns (4 t k a multiple of n) the exact 0 / +-1, as an FFT gives them
+    quarter = b.op("Mul", product, b.const(np.array(4, np.int64)))
+    exact = b.op("Equal", b.op("Mod", quarter, n), zero)
+    turn = b.op("Mod", b.op("Div", quarter, n), b.const(np.array(4, np.int64)))
+    sign = 1.0 if inverse else -1.0  # e^(-2 pi i t k / n) forward, e^(+...) inverse
+    cos, sin = (b.op("Where", exact, b.op("Gather", b.const(np.array(table), np.float64), turn,
+                                         axis=0), b.op(f, angle))
+                for f, table in (("Cos", [1.0, 0.0, -1.0, 0.0]), ("Sin", [0.0, 1.0, 0.0, -1.0])))
+    sin = b.op("Mul", sin, b.const(np.array(sign), np.float64))
+    if inverse:
+        scale = b.op("Div", b.const(np.array(1.0), np.float64), b.cast(n, TensorProto.DOUBLE))
+        if irfft:  # the other half by Hermitian symmetry: bins 1 .. (n - 1) // 2 twice
+            doubled = b.op("And", b.op("Greater", rows, zero),
+                           b.op("Less", b.op("Mul", rows, two), n))
+            weight = b.op("Add", b.cast(doubled, TensorProto.DOUBLE),
+                          b.const(np.array(1.0), np.float64))
+            scale = b.op("Mul", b.unsqueeze(weight, [1]), scale)
+        cos, sin = b.op("Mul", cos, scale), b.op("Mul", sin, scale)
+    cos, sin = b.cast(cos, elem), b.cast(sin, elem)
+    out_real = b.op("MatMul", real, cos)
+    if imag is not None:
+        out_real = b.op("Sub", out_real, b.op("MatMul", imag, sin))
+    if irfft:
+        y = b.unsqueeze(out_real, [-1])
+    else:
+        out_imag = b.op("MatMul", real, sin)
+        if imag is not None:
+            out_imag = b.op("Add", out_imag, b.op("MatMul", imag, cos))
+        y = b.op("Concat", b.unsqueeze(out_real, [-1]), b.unsqueeze(out_imag, [-1]), axis=-1)
+    return b.op("Transpose", y, perm=perm) if axis != last else y
+
+
 # -- MelWeightMatrix ------------------------------------------------------------------------
 
 
@@ -162,6 +297,33 @@ def samples() -> dict[str, list[OpSample]]:
                                                                       high=1.0),
                       Arg("int64[]", values=10)], opset=17, name="window-and-length",
                      tolerance=(1e-4, 1e-4), dtypes=["float"])],
+        "DFT": [
+            OpSample([Arg("T[2,10,1]")], opset=20, name="real", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,8,2]")], opset=20, name="complex", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,10,1]")], attributes={"onesided": 1}, opset=20,
+                     name="onesided", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[3,7,2]")], attributes={"inverse": 1}, opset=20,
+                     name="inverse", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,6,2]")], attributes={"inverse": 1, "onesided": 1}, opset=20,
+                     name="irfft", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,6,2]"), Arg("int64[]", values=11, constant=True)],
+                     attributes={"inverse": 1, "onesided": 1}, opset=20,
+                     name="irfft-odd-length", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,10,1]"), Arg("int64[]", values=16)], opset=20,
+                     name="zero-padded", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,10,2]"), Arg("int32[]", values=6)],
+                     attributes={"onesided": 1}, opset=20, name="cut",
+                     tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,5,4,1]"), None, Arg("int64[]", values=1, constant=True)],
+                     opset=20, name="axis-1", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,5,4,2]")], attributes={"axis": 2}, opset=17,
+                     name="axis-attribute", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,5,4,2]"), None, Arg("int64[]", values=-3)], opset=20,
+                     name="axis-fed", tolerance=(1e-4, 1e-4)),
+            OpSample([Arg("T[2,6,5,2]"), None, Arg("int64[]", values=1)],
+                     attributes={"inverse": 1, "onesided": 1}, opset=20,
+                     name="irfft-axis-fed", tolerance=(1e-4, 1e-4)),
+        ],
         "MelWeightMatrix": [
             OpSample([Arg("int32[]", values=8), Arg("int32[]", values=16),
                       Arg("int32[]", values=8192), Arg("float[]", values=0.0),
