@@ -139,6 +139,39 @@ class Actual:
     runs: bool
     problem: str | None
     outputs: list | None = None
+    rounding: bool = False  # matched only within the float type's rounding (see below)
+
+
+def within_rounding(case, outputs, model) -> bool:
+    """Whether ``outputs`` (per data set, by name) differ from the case's expected ones only
+    within the rounding of their float type at the output's magnitude: ``|a - e| <= atol +
+    rtol |e| + scale max|e|`` with the case's atol/rtol and the tool's ``scale`` for the
+    dtype (:data:`rewriter.comparison.compare.DEFAULT_TOLERANCES`: float32 1e-6). onnx's
+    node cases hold float32 DFTs of magnitude 540 to an ``atol`` of 1e-7, below float32's
+    resolution there (onnxruntime's own DFT misses it by 3e-4). Shapes, dtypes,
+    infinities, NaN and non-float outputs must match exactly."""
+    from rewriter.comparison.compare import default_tolerance
+
+    if not outputs or len(outputs) != len(case.data_sets):
+        return False
+    names = [o.name for o in model.graph.output]
+    for (_, expected), got in zip(case.data_sets, outputs):
+        if len(expected) != len(names):
+            return False
+        for name, e in zip(names, expected):
+            e, a = np.asarray(_as_array(e)), got.get(name)
+            if not isinstance(a, np.ndarray) or a.shape != e.shape or a.dtype != e.dtype \
+                    or e.dtype.kind != "f":
+                return False
+            e64, a64 = e.astype(np.float64), a.astype(np.float64)
+            finite = np.abs(e64[np.isfinite(e64)])
+            bound = case.atol + case.rtol * np.abs(e64) + (
+                default_tolerance(e.dtype).scale * (finite.max() if finite.size else 0.0))
+            same = np.isclose(a64, e64, rtol=0, atol=0, equal_nan=True)
+            close = np.isfinite(e64) & (np.abs(a64 - e64) <= bound)
+            if not (same | close).all():  # an infinity or NaN expected: exactly that
+                return False
+    return True
 
 
 class TargetRunner:
@@ -180,6 +213,8 @@ class TargetRunner:
                     e, a = np.asarray(e)[~undefined], np.asarray(a)[~undefined]
                 problem = compare_outputs(e, a, case.rtol, case.atol, f" {j}")
                 if problem:
+                    if undefined is None and within_rounding(case, result.outputs, model):
+                        return Actual(True, True, None, result.outputs, rounding=True)
                     where = f" (data set {i})" if len(case.data_sets) > 1 else ""
                     return Actual(True, True, f"mismatch{where}: {_short(problem, 200)}",
                                   result.outputs)
