@@ -632,7 +632,6 @@ def _ort_session(model: ModelProto, optimize: bool = True):
 # and float8 arrays), an opset beyond the ones it implements. The reference evaluator runs
 # the decomposed model then; any other refusal (an invalid graph) fails the check.
 RUNTIME_LIMITS = ("NOT_IMPLEMENTED", "can't be converted to MLDataType", "Unsupported",
-                  "No corresponding Numpy type",  # a float8e5m2 output of its Python API
                   "is under development", "opset", "is not currently registered or supported")
 # of those, a model above the opset or IR version onnxruntime loads: the decomposed model is
 # converted down to them (onnx 1.23's reference evaluator runs no iteration of a Loop
@@ -641,20 +640,21 @@ CEILING_REFUSALS = ("Unsupported model IR version", "is under development",
                     "support for domain ai.onnx is till opset")
 
 
-def _bits_as_declared(model: ModelProto, outputs: list[Any]) -> list[Any]:
-    """onnxruntime's outputs, a float 8 output (which its Python API returns as its uint8
-    bits) viewed as the type the model declares."""
-    fixed = list(outputs)
-    for i, (declared, value) in enumerate(zip(model.graph.output, outputs)):
+# onnxruntime's Python API refuses feeds of a type numpy lacks (float4e2m1...) and gives
+# outputs of one as their bits (float8e4m3fn as uint8) or raises the second: the onnxruntime
+# target feeds and reads them
+_AS_BITS = ("can't be converted to MLDataType", "No corresponding Numpy type")
+
+
+def _bits_returned(model: ModelProto, outputs: list[Any]) -> bool:
+    """Whether an output came back as the bits of an ml_dtypes type the model declares
+    (float8e4m3fn as uint8)."""
+    for declared, value in zip(model.graph.output, outputs):
         elem = declared.type.tensor_type.elem_type
-        if (elem in _FLOAT8_TYPES and isinstance(value, np.ndarray)
-                and value.dtype == np.uint8):
-            fixed[i] = value.view(helper.tensor_dtype_to_np_dtype(elem))
-    return fixed
-
-
-_FLOAT8_TYPES = (TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
-                 TensorProto.FLOAT8E5M2FNUZ)
+        want = np.dtype(helper.tensor_dtype_to_np_dtype(elem)) if elem else None
+        if want is not None and want.kind == "V" and getattr(value, "dtype", want) != want:
+            return True
+    return False
 
 
 @dataclass
@@ -733,14 +733,18 @@ def decompose(check: Check, plugins: Plugins) -> Decomposed:
     untyped.CopyFrom(model)
     for output in untyped.graph.output:  # the body's own types, not the declared ones
         output.ClearField("type")
+    bits = False
     try:
         session = _ort_session(untyped, optimize=False)
-        return Decomposed(model, [_bits_as_declared(model, session.run(None, f))
-                                  for f in check.feeds], "onnxruntime")
+        outputs = [session.run(None, f) for f in check.feeds]
+        bits = any(_bits_returned(model, o) for o in outputs)
+        if not bits:
+            return Decomposed(model, outputs, "onnxruntime")
+        refusal = "an output came back as its bits"
     except Exception as e:  # noqa: BLE001 - sorted below
         refusal = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    if "can't be converted to MLDataType" in refusal:  # float4e2m1... feeds: as the target
-        try:                                               # feeds them (OrtValues of bits)
+    if bits or any(reason in refusal for reason in _AS_BITS):  # as the target feeds them
+        try:                                                   # and reads them
             from rewriter.detect.targets import resolve_targets
 
             (ort_target,) = resolve_targets(plugins, ["onnxruntime"])

@@ -84,22 +84,30 @@ def build_stft(ctx) -> FunctionProto | None:
     k = b.op("Range", zero, bins, one)
     product = b.op("Mod", b.op("Mul", b.unsqueeze(offsets, [1]), b.unsqueeze(k, [0])),
                    length)                                                   # (n, K)
-    angle = b.op("Div", b.op("Mul", b.cast(product, TensorProto.DOUBLE),
-                             b.const(np.array(-2 * math.pi), np.float64)),
-                 b.cast(length, TensorProto.DOUBLE))
-    # at quarter turns (4 t k a multiple of n) the exact 0 / +-1, as an FFT gives them
-    quarter = b.op("Mul", product, b.const(np.array(4, np.int64)))
-    exact = b.op("Equal", b.op("Mod", quarter, length), zero)
-    turn = b.op("Mod", b.op("Div", quarter, length), b.const(np.array(4, np.int64)))
-    cos, sin = (b.op("Where", exact, b.op("Gather", b.const(np.array(table), elem), turn,
-                                         axis=0), b.cast(b.op(f, angle), elem))
-                for f, table in (("Cos", [1.0, 0.0, -1.0, 0.0]),
-                                 ("Sin", [0.0, -1.0, 0.0, 1.0])))
+    cos, sin = _turns(b, product, length)
+    cos, sin = b.cast(cos, elem), b.cast(b.op("Neg", sin), elem)  # e^(-2 pi i t k / n)
     out_real = b.op("Sub", b.op("MatMul", real, cos), b.op("MatMul", imag, sin))
     out_imag = b.op("Add", b.op("MatMul", real, sin), b.op("MatMul", imag, cos))
     y = b.op("Concat", b.unsqueeze(out_real, [-1]), b.unsqueeze(out_imag, [-1]), axis=-1)
     return b.function(DOMAIN, "stft", formal_inputs(node, ["signal", "frame_step", "window",
                                                            "frame_length"]), [y])
+
+
+def _turns(b: Body, product: str, n: str) -> tuple[str, str]:
+    """``cos`` and ``sin`` of ``2 pi product / n`` in double (``product`` int64, ``0 <=
+    product < n``), exactly 0 / +-1 at quarter turns (``4 product`` a multiple of ``n``), as
+    an FFT gives them."""
+    zero, four = b.const(np.array(0, np.int64)), b.const(np.array(4, np.int64))
+    angle = b.op("Div", b.op("Mul", b.cast(product, TensorProto.DOUBLE),
+                             b.const(np.array(2 * math.pi), np.float64)),
+                 b.cast(n, TensorProto.DOUBLE))
+    quarter = b.op("Mul", product, four)
+    exact = b.op("Equal", b.op("Mod", quarter, n), zero)
+    turn = b.op("Mod", b.op("Div", quarter, n), four)
+    return tuple(b.op("Where", exact, b.op("Gather", b.const(np.array(table), np.float64),
+                                           turn, axis=0), b.op(f, angle))
+                 for f, table in (("Cos", [1.0, 0.0, -1.0, 0.0]),
+                                  ("Sin", [0.0, 1.0, 0.0, -1.0])))
 
 
 # -- DFT ------------------------------------------------------------------------------------
@@ -192,18 +200,9 @@ def _dft_along(b: Body, ctx, axis: int, rank: int, parts: int, elem: int) -> str
     rows = b.op("Range", zero, kept, one)
     cols = b.op("Range", zero, n if (irfft or not onesided or inverse) else half, one)
     product = b.op("Mod", b.op("Mul", b.unsqueeze(rows, [1]), b.unsqueeze(cols, [0])), n)
-    angle = b.op("Div", b.op("Mul", b.cast(product, TensorProto.DOUBLE),
-                             b.const(np.array(2 * math.pi), np.float64)),
-                 b.cast(n, TensorProto.DOUBLE))
-    # at quarter turns (4 t k a multiple of n) the exact 0 / +-1, as an FFT gives them
-    quarter = b.op("Mul", product, b.const(np.array(4, np.int64)))
-    exact = b.op("Equal", b.op("Mod", quarter, n), zero)
-    turn = b.op("Mod", b.op("Div", quarter, n), b.const(np.array(4, np.int64)))
-    sign = 1.0 if inverse else -1.0  # e^(-2 pi i t k / n) forward, e^(+...) inverse
-    cos, sin = (b.op("Where", exact, b.op("Gather", b.const(np.array(table), np.float64), turn,
-                                         axis=0), b.op(f, angle))
-                for f, table in (("Cos", [1.0, 0.0, -1.0, 0.0]), ("Sin", [0.0, 1.0, 0.0, -1.0])))
-    sin = b.op("Mul", sin, b.const(np.array(sign), np.float64))
+    cos, sin = _turns(b, product, n)
+    if not inverse:  # e^(-2 pi i t k / n) forward, e^(+...) inverse
+        sin = b.op("Neg", sin)
     if inverse:
         scale = b.op("Div", b.const(np.array(1.0), np.float64), b.cast(n, TensorProto.DOUBLE))
         if irfft:  # the other half by Hermitian symmetry: bins 1 .. (n - 1) // 2 twice

@@ -71,10 +71,7 @@ def check_numbers(loaded: LoadedModel, target: Target, *, plugins: Any,
                             compared=True)
     if tc is None:  # it did not run on these inputs, or the runtimes disagree on the model
         return NumbersCheck(f"numbers not compared: {report.summary()}")
-    bad = [c for c in tc.outputs if not c.ok]
-    worst = max(bad, key=lambda c: -1.0 if c.max_abs is None else c.max_abs)
-    error = (f"max abs error {worst.max_abs:.3g}" if worst.max_abs is not None
-             else worst.detail or "values differ")
+    worst, error = _worst_output(tc)
     regime = getattr(worst, "regime", "") or ""
     on = f"input set {worst.input_set}" + (f" ({regime})" if regime else "")
     detail = (f"{target.name} runs it but computes other numbers than {oracle}: output "
@@ -89,6 +86,14 @@ def check_numbers(loaded: LoadedModel, target: Target, *, plugins: Any,
             detail += f"; {loc.message}"
         finding = Finding(target.name, "model", "", "", None, COMPUTES_DIFFERENTLY, detail)
     return NumbersCheck(f"computes differently from {oracle}", [finding], compared=True)
+
+
+def _worst_output(tc) -> tuple[Any, str]:
+    """The mismatching target's worst output comparison, and its error in words."""
+    bad = [c for c in tc.outputs if not c.ok]
+    worst = max(bad, key=lambda c: -1.0 if c.max_abs is None else c.max_abs)
+    return worst, (f"max abs error {worst.max_abs:.3g}" if worst.max_abs is not None
+                   else worst.detail or "values differ")
 
 
 def _against_test_data(loaded: LoadedModel, target: Target, plugins: Any,
@@ -113,10 +118,7 @@ def _against_test_data(loaded: LoadedModel, target: Target, plugins: Any,
     tc = next((t for t in report.targets if t.status == MISMATCH), None)
     if tc is None:
         return None
-    bad = [c for c in tc.outputs if not c.ok]
-    worst = max(bad, key=lambda c: -1.0 if c.max_abs is None else c.max_abs)
-    error = (f"max abs error {worst.max_abs:.3g}" if worst.max_abs is not None
-             else worst.detail or "values differ")
+    worst, error = _worst_output(tc)
     detail = (f"{target.name} runs it but computes other numbers than the test data beside "
               f"the model: output {worst.name!r} differs ({error}, test data set "
               f"{worst.input_set})" + (f"; {agreeing} computes what {target.name} does"
