@@ -473,6 +473,21 @@ def rewrite(
             verify_rewrite(loaded, rewritten, targets, resolved, report, plugins=plugins,
                            custom_op_libraries=custom_op_libraries, output=destination,
                            **options)
+        # a target whose runtime computes a node of the result differently (an op of a
+        # body, on values the original never held there): the engine once more over the
+        # result for those targets, its numbers step finding that node, then compared again
+        differing = _differing_targets(report, resolved) if confirm is not False else []
+        if differing and not report.remaining:
+            with progress.stage("rewrite", "the nodes the target computes differently"):
+                again = _another_pass(rewritten, differing, plugins, report, loaded, is_path,
+                                      partial=partial, prefer=prefer, numbers=numbers,
+                                      adapt_interface=adapt_interface, clean=cleanup)
+            if again is not None:
+                rewritten = again
+                with progress.stage("compare", "the result with the original"):
+                    verify_rewrite(loaded, rewritten, targets, resolved, report,
+                                   plugins=plugins, custom_op_libraries=custom_op_libraries,
+                                   output=destination, **options)
     report.decide()
     log.info("rewrite %s: %s", loaded.path, report.verdict or report.verdict_reason)
     if dry_run:
@@ -540,6 +555,18 @@ def _another_pass(rewritten: ModelProto, resolved, plugins: Plugins, report: Any
     report.remaining = list(more.remaining)
     report.verification.update(more.verification)
     return result
+
+
+def _differing_targets(report: Any, resolved) -> list[Any]:
+    """The targets whose runtime ran the result and mismatched (a target that compares
+    numbers: its runtime's, not the chain's)."""
+    comparison = report.comparison
+    if comparison is None:
+        return []
+    from rewriter.comparison.compare import MISMATCH
+
+    names = {t.target for t in comparison.targets if t.status == MISMATCH and not t.runtime}
+    return [t for t in resolved if t.name in names and t.compares_numbers]
 
 
 # compare options that also shape the confirmation's comparison of a runtime's numbers

@@ -369,10 +369,12 @@ class DecompositionRegistry(_Bound):
         lo, hi = opsets
         domain = normalize_domain(domain)
         # Several plugins may offer the same op (the planner prefers third-party plugins over
-        # built-ins, then goes by name); one plugin may not offer it twice for one opset.
+        # built-ins, then goes by name); one plugin may not offer it twice for one opset,
+        # but for two purposes (a body for a runtime refusing the op, and one keeping the op
+        # in a safe form for a runtime computing it differently: ``keeps_op``) it may.
         for d in self._registry.decompositions:
             if (d.plugin == self.plugin and d.domain == domain and d.op_type == op_type
-                    and _overlap(d.opsets, (lo, hi))):
+                    and _overlap(d.opsets, (lo, hi)) and d.keeps_op == keeps_op):
                 raise self._fail(
                     f"decomposition {OpId(domain, op_type)} for opsets {(lo, hi)} "
                     f"overlaps opsets {d.opsets} this plugin already registered"

@@ -39,18 +39,19 @@ versions, written with other standard ops where the result is the same bit for b
 
 Modules, one op family each:
 
-=============  ============================================================================
-module         contents
-=============  ============================================================================
-``bitcast``    BitCast (bool to a byte, same-width integers, IEEE float bits)
-``quantize``   DequantizeLinear (10-18; from 19 in int32), 16-bit QuantizeLinear-21
-``gemm``       Gemm as MatMul
-``widened``    ops computed in a wider type (bfloat16, 16-bit integers, uint32 exponents)
-``shifts``     BitShift with its out-of-range shifts made explicit
-``casts``      Cast and CastLike with their out-of-range values made explicit
-``comparisons`` Greater and GreaterOrEqual as Less and LessOrEqual, operands swapped
-``recurrent``  RNN, GRU and LSTM batch first or reverse as time first and forward
-=============  ============================================================================
+================ ===============================================================
+module           contents
+================ ===============================================================
+``bitcast``      BitCast (bool to a byte, same-width integers, IEEE float bits)
+``quantize``     DequantizeLinear (10-18; from 19 in int32), 16-bit QuantizeLinear-21
+``gemm``         Gemm as MatMul
+``widened``      ops computed in a wider type (bfloat16, 16-bit integers, uint32 exponents)
+``shifts``       BitShift with its out-of-range shifts made explicit
+``casts``        Cast and CastLike with their out-of-range values made explicit
+``comparisons``  Greater and GreaterOrEqual as Less and LessOrEqual, operands swapped
+``recurrent``    RNN, GRU and LSTM batch first or reverse as time first and forward
+``reductions``   ReduceMax and ReduceMin with their infinite results made explicit
+================ ===============================================================
 """
 
 from __future__ import annotations
@@ -140,6 +141,21 @@ def register_decompositions(registry):
                                  "reversed)",
                      oracle="reference",  # the reference evaluator's own RNN/GRU/LSTM
                      samples=time_major_samples(op_type), keeps_op=REARRANGED)
+    from .reductions import (
+        INFINITE_REDUCTIONS,
+        REDUCTION_OPSETS,
+        build_infinite_reduction,
+        infinite_reduction_samples,
+    )
+
+    for op_type in INFINITE_REDUCTIONS:
+        registry.add("", op_type, build_infinite_reduction, opsets=REDUCTION_OPSETS,
+                     dtypes=("float", "double", "float16"),
+                     description=f"onnx-standard:{op_type} with its infinite results made "
+                                 "explicit (a slice of one infinity alone, or holding the "
+                                 "other)",
+                     oracle="onnxruntime", samples=infinite_reduction_samples(op_type),
+                     keeps_op=True)
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
                  dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                          "float16", "float", "double", "int64", "uint64"),

@@ -477,6 +477,9 @@ class CompareReport:
     # outputs whose interface the rewrite adapted (--adapt-interface): one line each; the
     # original's values were converted to the adapted form before they were compared
     interface: list[str] = field(default_factory=list)
+    # when two runtimes disagreed on the original and the test data's own outputs sided
+    # with the second one, which became the oracle: one line saying so
+    tiebreak: str = ""
 
     @property
     def oracles_disagree(self) -> bool:
@@ -543,7 +546,8 @@ class CompareReport:
             err = "" if worst is None else f", max abs error {worst:.3g}"
             names = ", ".join(_where(t) for t in self.targets)
             text = f"equal within tolerance on {names} {against}{self._coverage()}{err}"
-            return (text + self._distributions()).replace("  ", " ")
+            text += self._distributions() + (f"; {self.tiebreak}" if self.tiebreak else "")
+            return text.replace("  ", " ")
         if verdict == MISMATCHED:
             parts = []
             for t in self.targets:
@@ -564,6 +568,8 @@ class CompareReport:
             second = self.second_opinion
             if second:
                 parts.append(f"{second['target']} agrees with {self.oracle} on the original")
+            if self.tiebreak:
+                parts.append(self.tiebreak)
             return f"differs from {against.removeprefix('against ')}: " + "; ".join(parts)
         if self.oracles_disagree:
             second = self.second_opinion
@@ -611,6 +617,7 @@ class CompareReport:
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
             "second_opinion": self.second_opinion, "regimes": self.regime_dicts(),
             "random_outputs": self.random_outputs, "interface": self.interface,
+            "tiebreak": self.tiebreak or None,
         }
 
     def regime_dicts(self) -> list[dict[str, Any]]:
@@ -679,6 +686,7 @@ def compare(
     off_target: Sequence[str] = (),
     localize_nodes: bool = False,
     quick: bool = False,
+    informed_by: Sequence[ModelProto] = (),
 ) -> CompareReport:
     """Run the rewritten model on each target and compare it with the original.
 
@@ -724,6 +732,10 @@ def compare(
             rewrite): it is run on the target all the same (a target's verdict comes from
             its own runtime), and a failure there says why.
         quick: the typical sets alone, no other regime (faster, proves less).
+        informed_by: models whose operators also decide how the generated inputs are read
+            (an index, data) and which outputs the special-values regime compares: the
+            original of a rewritten model checked on its own (whose decomposed bodies read
+            an index as arithmetic).
 
     Returns:
         a :class:`CompareReport`; ``verdict`` is ``verified``, ``mismatch`` or
@@ -769,10 +781,10 @@ def compare(
                     raise InputError("runs must be at least 1")
                 report.regimes = input_regimes(
                     source, seed=seed, runs=runs, dims=dims,
-                    also=[subject.model] if original else [],
+                    also=[*([subject.model] if original else []), *informed_by],
                     quick=quick or expected is not None,  # given outputs are for typical sets
                     path=original.path if original is not None else None,
-                    spec_model=source)
+                    spec_model=informed_by[0] if informed_by else source)
                 report.inputs = {"source": "generated", "seeds": [seed + i for i in range(runs)],
                                  "dims": dict(dims or {})}
             else:
@@ -868,6 +880,12 @@ def compare(
                     outputs = _drop_failed(report.regimes, plan, result, candidate.label)
                     feeds, plan = _replan(report.regimes, plan)
                     report.inputs["sets"] = len(feeds)
+                    if not any(c is None or c for c in plan.compared):
+                        # every set the original ran on was dropped: nothing is compared,
+                        # and nothing is verified
+                        report.oracle_error = "no input set left to compare on: " + "; ".join(
+                            f"{r.name}: {r.skipped}" for r in report.regimes if r.skipped)
+                        return report
                     want, recast = as_declared_floats(outputs, original.model)
                     if recast:
                         report.oracle_attempts[-1]["note"] = (
@@ -933,10 +951,11 @@ def compare(
 
         if oracle is not None and any(t.status == MISMATCH for t in report.targets):
             later = [*queued, *pending]  # the runtimes after the oracle, asked now
-            _second_opinion(report, [c for c in later if isinstance(c, Runner)],
-                            lambda c: run(job(c.target, c.model, original.base_dir, feeds,
-                                              c.reference_ops, c.libraries)),
-                            want, tolerances, original.model, plan, subject.model)
+            oracle = _second_opinion(
+                report, [c for c in later if isinstance(c, Runner)],
+                lambda c: run(job(c.target, c.model, original.base_dir, feeds,
+                                  c.reference_ops, c.libraries)),
+                want, tolerances, original.model, plan, subject.model) or oracle
 
         if save_inputs is not None:
             try:
@@ -1182,15 +1201,17 @@ def with_missing_imports(original, rewritten):
 
 
 def _second_opinion(report: CompareReport, runners, run, want, tolerances: Tolerances,
-                    model, plan: SetPlan | None = None, subject=None) -> None:
+                    model, plan: SetPlan | None = None, subject=None):
     """On a mismatch, the original on the next runtime of the chain that runs it: when it
     agrees with the oracle on an input set where the rewritten model differs (on every
     mismatching target), the mismatch stands; when it does not, the oracles disagree and
-    nothing is decided (the report says which one the rewritten model agrees with). Sets
-    where only the runtimes disagree on the original (an out-of-range cast in the edges
-    regime) are listed, and decide nothing. ``subject``: the rewritten model, whose
-    adapted interface (``--adapt-interface``) the outputs are converted to, as the oracle's
-    were."""
+    nothing is decided (the report says which one the rewritten model agrees with), unless
+    the test data beside the model has outputs that side with this runtime and not with
+    the oracle: then this runtime becomes the oracle, every target is judged against it,
+    and the report says why (returned: its runner). Sets where only the runtimes disagree
+    on the original (an out-of-range cast in the edges regime) are listed, and decide
+    nothing. ``subject``: the rewritten model, whose adapted interface
+    (``--adapt-interface``) the outputs are converted to, as the oracle's were."""
     from rewriter.io.interface import InterfaceError, new_adaptations, to_adapted
 
     plan = plan or SetPlan()
@@ -1222,11 +1243,60 @@ def _second_opinion(report: CompareReport, runners, run, want, tolerances: Toler
             opinion["disagreeing_sets"] = [
                 "{} {}".format(*plan.label(i)) for i, a in enumerate(oracles) if a is False]
         if not opinion["agrees"]:
+            shipped = _shipped_side(report.regimes, plan, want, other, tolerances)
+            if shipped is not None:
+                report.tiebreak = (
+                    f"{report.oracle} and {candidate.label} differ on the original (max abs "
+                    f"{_num_text(between.max_abs)}); the test data's outputs beside the model "
+                    f"side with {candidate.label} ({report.oracle} is {shipped} off them), so "
+                    f"{candidate.label} is the oracle")
+                report.oracle = candidate.label
+                report.targets = [_rejudged(t, other, tolerances, plan)
+                                  for t in report.targets]
+                _check_shipped_outputs(report.regimes, plan, other, tolerances)
+                return candidate
             opinion["result_agrees"] = all(
                 _judge_target(t.target, RunResult("ok", t.produced), other,
                               tolerances, plan).status == EQUAL for t in mismatching)
         report.second_opinion = opinion
-        return
+        return None
+    return None
+
+
+def _shipped_side(regimes, plan: SetPlan, want, other, tolerances: Tolerances) -> str | None:
+    """When the test data's own outputs agree with ``other`` (a second runtime's run of the
+    original) on every set of theirs and differ from ``want`` (the oracle's) on one: how far
+    the oracle is off them, in words. None: no such outputs, or they do not decide."""
+    oracle_worst, other_ok, compared = None, True, False
+    for regime in regimes:
+        if not regime.ran or regime.expected is None:
+            continue
+        for j, shipped in enumerate(regime.expected):
+            i = plan.labels.index((regime.name, j))
+            if want[i] is None or other[i] is None:
+                return None
+            for name, value in shipped.items():
+                if name not in want[i] or name not in other[i]:
+                    continue
+                compared = True
+                other_ok &= all(c.ok for c in compare_values(name, value, other[i][name],
+                                                             tolerances, i))
+                for c in compare_values(name, value, want[i][name], tolerances, i):
+                    oracle_worst = c if oracle_worst is None else _worse(oracle_worst, c)
+    if not compared or not other_ok or oracle_worst is None or oracle_worst.ok:
+        return None
+    return f"max abs {_num_text(oracle_worst.max_abs)}"
+
+
+def _rejudged(tc: TargetComparison, want, tolerances: Tolerances,
+              plan: SetPlan) -> TargetComparison:
+    """A target's outputs judged again against another oracle's (a run that failed stays)."""
+    if tc.produced is None or tc.status == ERROR:
+        return tc
+    judged = _judge_target(tc.target, RunResult("ok", tc.produced), want, tolerances, plan)
+    judged.seconds, judged.runtime, judged.runner = tc.seconds, tc.runtime, tc.runner
+    judged.elsewhere = tc.elsewhere
+    return judged
 
 
 def _agreeing_sets(want, got, tolerances: Tolerances, plan: SetPlan) -> list[bool | None]:

@@ -168,8 +168,10 @@ def numbers_for(loaded: LoadedModel, plugins: Any, custom_op_libraries=(),
         inputs = numbers_inputs(subject, confirmation) if confirmation is not None else {}
         if inputs is None:
             return []
+        # a rewritten model's inputs are read as the original reads them
+        informed = {"informed_by": [loaded.model]} if subject is not loaded else {}
         return check_numbers(subject, target, plugins=plugins, types=types,
                              custom_op_libraries=custom_op_libraries,
-                             **{**compare_options, **inputs}).findings
+                             **{**compare_options, **inputs, **informed}).findings
 
     return numbers

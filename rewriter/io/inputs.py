@@ -65,6 +65,10 @@ _DOMAINS: dict[tuple[str, str], dict[int, tuple[float, float]]] = {
     ("", "RoiAlign"): {2: _FIRST_INDEX},
     ("com.microsoft", "RoiAlign"): {2: _FIRST_INDEX},
     ("", "Dropout"): {1: _PROBABILITY},
+    # a mel filter bank the spec can build: bins, a DFT length and a sample rate whose
+    # spectrogram holds them, band edges within its Nyquist frequency
+    ("", "MelWeightMatrix"): {0: (4.0, 8.0), 1: (64.0, 128.0), 2: (8000.0, 16000.0),
+                              3: (0.0, 100.0), 4: (3000.0, 4000.0)},
     ("", "Bernoulli"): {0: _PROBABILITY},
 }
 # ops whose output holds (some of) the values of these inputs, so a range carries through
@@ -188,7 +192,9 @@ def _intersect(a: tuple[float, float] | None, b: tuple[float, float]) -> tuple[f
     if a is None:
         return b
     lo, hi = max(a[0], b[0]), min(a[1], b[1])
-    return (lo, hi) if lo < hi else b  # contradictory needs: the later one wins
+    # contradictory needs: the earlier one wins (the original's ops are read before those of
+    # its rewrite, whose bodies' divisors and logs are generic needs of no particular range)
+    return (lo, hi) if lo < hi else a
 
 
 # -- generation ----------------------------------------------------------------------------

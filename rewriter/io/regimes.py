@@ -84,6 +84,7 @@ INDEX_INPUTS: dict[str, tuple[int, ...]] = {
     "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,),
     "CenterCropPad": (1,), "DFT": (1, 2), "STFT": (1, 3), "Col2Im": (1, 2),
     "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,), "Bernoulli": (0,),
+    "MelWeightMatrix": (0, 1, 2, 3, 4),
     "Dropout": (1, 2), "Pow": (1,), "AffineGrid": (1,), "GridSample": (1,),
     "RotaryEmbedding": (3,), "Attention": (6,), "ImageDecoder": (0,), "DeformConv": (2, 4),
     "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "MatMulInteger": (2, 3),
