@@ -342,3 +342,24 @@ def test_node_cases_tract_computes_otherwise_are_rewritten_right(plugins, target
     got = target.prepare(result.model, None)(feeds)
     for n, e in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(got[n], e, rtol=1e-4, atol=1e-5)
+
+
+def test_a_result_tract_fails_on_the_callers_values_is_not_verified(plugins):
+    """MelWeightMatrix's five inputs are scalars the caller feeds. Generated at the
+    values the spec can build a filter bank from (so that onnxruntime runs the original
+    at all), tract fails on the body's ``Slice`` (DynSlice), as it does with the node
+    case's own values: the rewrite is not verified and nothing is returned. (Generated at
+    0..3, every set failed on onnxruntime, nothing was compared, and the verdict said
+    verified.)"""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        (case,) = [c for c in collect_testcases() if c.name == "test_melweightmatrix"]
+    result = rewrite(case.model, ["tract"], plugins=plugins, confirm=False)
+    report = result.report
+    assert report.verdict != "verified", report.comparison.summary()
+    assert result.model is None
+    assert report.comparison.regimes[0].ran, "the typical inputs did not run the original"

@@ -34,6 +34,8 @@ from rewriter.verify.verdicts import EXIT_CODES, UNVERIFIED, VERIFIED, Status
 from rewriter.verify.verdicts import MISMATCH as MISMATCHED
 
 if TYPE_CHECKING:
+    from onnx import ModelProto
+
     from rewriter.comparison.localize import Localization
     from rewriter.manager import Plugins
 
