@@ -315,6 +315,25 @@ def _rewrite_proto(
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
     # what is still left then fails the rewrite all the same (nothing is written)
     provisional = planned.typed_later if len(unfixable) < len(findings) else []
+    def at_newer_opset(left: Sequence[Finding], known) -> tuple | None:
+        """The whole rewrite again on the input raised to the opset the declined bodies of
+        ``left`` need (None: they need none, or it cannot be)."""
+        raised = _with_raised_opset(model, left, planner, known, declared, targets)
+        if raised is None:
+            return None
+        newer, sentence = raised
+        result, more = _rewrite_proto(
+            newer, targets, plugins, partial=partial, explain=explain, model_name=model_name,
+            prefer=prefer, adapt_interface=adapt_interface, base_dir=base_dir,
+            data_locations=data_locations, numbers=numbers, clean=clean)
+        more.before = report.before
+        more.repairs = [*repairs, sentence, *more.repairs]
+        return result, more
+
+    if len(provisional) < len(unfixable) and not partial and not dry_run:
+        again = at_newer_opset(unfixable, constants)
+        if again is not None:
+            return again
     if len(provisional) < len(unfixable) and not partial:
         if explain or dry_run:
             report.remaining = unfixable
@@ -398,6 +417,12 @@ def _rewrite_proto(
             else:
                 findings = _detect(work, targets)
                 report.recheck_scope = "whole model"
+    if findings and not partial and any(f.node is not None for f in findings):
+        # found only once the first rounds changed the model (a Cast tract types as a
+        # shape, seen once the ZipMap it fed was adapted), declined for an older opset
+        again = at_newer_opset(findings, LazyConstants(work))
+        if again is not None:
+            return again
     if provisional and findings and not partial:  # what waited on types is still left
         left = {id(f): why_not(f, planner.candidates(f, LazyConstants(work), declared))
                 for f in findings if f.node is not None}
@@ -474,15 +499,48 @@ def _rewrite_proto(
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
 
+def _with_raised_opset(model: ModelProto, unfixable: Sequence[Finding], planner: Planner,
+                       constants, declared, targets: Sequence[Target]
+                       ) -> tuple[ModelProto, str] | None:
+    """The model at the newer ai.onnx opset the declined bodies of every finding left need
+    (each has a decomposition declining only for it: ``Declined(needs_opset=N)``), with the
+    repair's sentence; None when one has not, a target's ceiling is below it, or onnx's
+    version converter cannot convert the model."""
+    from onnx import version_converter
+
+    current = next((o.version for o in model.opset_import
+                    if normalize_domain(o.domain) == ""), None)
+    if current is None:
+        return None
+    needed = current
+    for f in unfixable:
+        wants = [c.needs_opset for c in planner.candidates(f, constants, declared)
+                 if c.needs_opset is not None]
+        if not wants:
+            return None
+        needed = max(needed, min(wants))
+    if needed <= current or any(
+            (t.max_opsets or {}).get("") is not None and t.max_opsets[""] < needed
+            for t in targets):
+        return None
+    try:
+        newer = version_converter.convert_version(model, needed)
+    except Exception:  # noqa: BLE001 - onnx's converter refusing: the findings stay
+        return None
+    ops = ", ".join(sorted({f.op_label for f in unfixable}))
+    return newer, (f"ai.onnx opset raised from {current} to {needed} by onnx's version "
+                   f"converter (the bodies of {ops} need it)")
+
+
 def _new_failure(verdict: str) -> bool:
     """A verification verdict that fails the rewrite (not ok, skipped or pre-existing)."""
     return not (verdict == "ok" or verdict.startswith(("skipped", "pre-existing")))
 
 
 def _declared_names(model: ModelProto) -> set[str]:
-    """The names every graph of ``model`` declares a value_info for."""
+    """The names every graph of ``model`` declares a value_info or an output for."""
     return {v.name for scope in iter_scopes(model) if scope.graph is not None
-            for v in scope.graph.value_info}
+            for v in [*scope.graph.value_info, *scope.graph.output]}
 
 
 @dataclass

@@ -57,7 +57,8 @@ def body_opset(ctx) -> int:
         return NO_IMPORT_OPSET
     if ctx.opset < MIN_OPSET:
         raise Declined(f"the body needs ai.onnx opset {MIN_OPSET} or newer; the model imports "
-                       f"{ctx.opset} (convert it first: --target opset:{MIN_OPSET})")
+                       f"{ctx.opset} (and a target's opset ceiling keeps it there)",
+                       needs_opset=MIN_OPSET)
     return ctx.opset
 
 

@@ -47,7 +47,8 @@ module           contents
 ``gemm``         Gemm as MatMul
 ``widened``      ops computed in a wider type (bfloat16, 16-bit integers, uint32 exponents)
 ``shifts``       BitShift with its out-of-range shifts made explicit
-``casts``        Cast and CastLike with their out-of-range values made explicit
+``casts``        Cast and CastLike with their out-of-range values made explicit; Cast as
+                 CastLike
 ``comparisons``  Greater and GreaterOrEqual as Less and LessOrEqual, operands swapped
 ``recurrent``    RNN, GRU and LSTM batch first or reverse as time first and forward
 ``reductions``   ReduceMax and ReduceMin with their infinite results made explicit
@@ -124,6 +125,13 @@ def register_decompositions(registry):
                                  "explicit (infinities to float types, saturation to float 8)",
                      oracle="reference",  # the reference evaluator's own Cast (numpy)
                      samples=cast_samples(like=op_type == "CastLike"), keeps_op=True)
+    from .casts import CASTLIKE_OPSET, build_cast_as_castlike, cast_as_castlike_samples
+
+    registry.add("", "Cast", build_cast_as_castlike, opsets=(6, None),
+                 dtypes=("float", "int32", "int64"),
+                 description="onnx-standard:Cast as CastLike (to an empty constant of its "
+                             f"type; from opset {CASTLIKE_OPSET})",
+                 oracle="onnxruntime", samples=cast_as_castlike_samples())
     from .comparisons import SWAPPED, build_swapped_comparison, comparison_samples
 
     for op_type, swapped in SWAPPED.items():

@@ -158,3 +158,37 @@ def cast_samples(like: bool = False) -> list[OpSample]:
                 {} if like else {"to": target}, opset=21, dtypes=[kind],
                 tolerance=(0.0, 0.0), name=f"{kind}-to-{target_name}"))
     return samples
+
+
+CASTLIKE_OPSET = 15  # CastLike
+
+
+def build_cast_as_castlike(ctx):
+    """``Cast(x, to)`` as ``CastLike(x, like)``, ``like`` an empty constant of type ``to``
+    (and ``saturate`` kept): the same cast, which tract 0.23 types as its datum type where
+    its ``Cast`` to int64 gives a shape (``TDim``) its API cannot hand out."""
+    to = ctx.attribute("to", None)
+    if to is None:
+        raise Declined("a Cast without 'to'")
+    if ctx.opset < CASTLIKE_OPSET:
+        raise Declined(f"CastLike needs ai.onnx opset {CASTLIKE_OPSET}; the model imports "
+                       f"{ctx.opset}", needs_opset=CASTLIKE_OPSET)
+    b = FunctionBuilder(ctx.opset)
+    like = b.op("Constant", outputs=[b.fresh("like")],
+                value=helper.make_tensor("like", to, [0], []))
+    saturate = ctx.attribute("saturate", None) if ctx.opset >= 19 else None
+    y = b.op("CastLike", "x", like, saturate=saturate)
+    return b.function("onnx_standard", "Cast", ["x"], [y])
+
+
+def cast_as_castlike_samples() -> list[OpSample]:
+    """float to int64 (truncation toward zero, negatives), int32 to int64 and to float."""
+    values = np.array([1.5, -2.7, 0.0, 3.9, -0.2, 7.0, 100.25, -64.5], np.float32)
+    return [
+        OpSample([Arg("float[8]", values=values)], ["int64"], {"to": T.INT64}, opset=15,
+                 name="float-to-int64"),
+        OpSample([Arg("int32[2, 3]")], ["int64"], {"to": T.INT64}, opset=17,
+                 name="int32-to-int64"),
+        OpSample([Arg("int64[4]")], ["float"], {"to": T.FLOAT}, opset=21,
+                 name="int64-to-float"),
+    ]

@@ -82,11 +82,47 @@ class TractTarget(RuntimeTarget):
         refusal of the whole model points."""
         strings = self._string_findings(model)
         if verdict is not None and AS_SHAPES in verdict[1]:
+            casts = self._casts_to_int64(model)
+            if casts:  # what tract types as a shape: its Cast to int64 (not its CastLike)
+                for site in casts:
+                    self.blamed[site.path] = (verdict[0], f"{verdict[1]}: tract types this "
+                                              "Cast to int64 as a shape (TDim), upstream of "
+                                              "that output")
+                return strings
             return [Finding(target=self.name, path="model", domain="", op_type="",
                             version=None, reason=verdict[0], detail=verdict[1]), *strings]
         if self.model_runs:
             return strings
         return self._interface_findings(model) or [*strings, *self.blame(model, verdict)]
+
+    @staticmethod
+    def _casts_to_int64(model) -> list:
+        """The main graph's ``Cast`` nodes to int64 nearest upstream of its int64 outputs
+        (each path back from an output stops at the first): tract's ``Cast`` to int64 gives
+        a ``TDim``, its ``CastLike`` an ``i64`` (measured on tract 0.23)."""
+        from onnx import TensorProto
+
+        from rewriter.graph.walk import NodeSite, iter_scopes
+
+        scope = next(iter(iter_scopes(model)))
+        producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
+        frontier = [o.name for o in model.graph.output
+                    if o.type.tensor_type.elem_type == TensorProto.INT64]
+        seen, found = set(frontier), []
+        while frontier:
+            index = producer.get(frontier.pop())
+            if index is None:
+                continue
+            node = model.graph.node[index]
+            if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and any(
+                    a.name == "to" and a.i == TensorProto.INT64 for a in node.attribute):
+                found.append(NodeSite(node, index, scope))
+                continue
+            for name in node.input:
+                if name and name not in seen:
+                    seen.add(name)
+                    frontier.append(name)
+        return found
 
     def blame(self, model, verdict) -> list[Finding]:
         """The node tract's own refusal of the whole model names (``Failed analyse for node
@@ -158,8 +194,9 @@ class TractTarget(RuntimeTarget):
             return self.finding(query, "runtime-refused", "tract runs Dropout in training "
                                 "mode only with a ratio of 0 (its training_mode is not a "
                                 "constant false, its ratio not a constant 0)")
-        if self.model_runs and not in_body:
-            return None
+        if self.model_runs and not in_body:  # (its outputs typed as shapes: their casts)
+            blamed = self.blamed_verdict(query)
+            return None if blamed is None else self.finding(query, blamed[0], blamed[1])
         label = f"{query.domain or 'ai.onnx'}::{node.op_type}"
         build, key, unranked = self._probe_model(query, in_body)
 

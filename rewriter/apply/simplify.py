@@ -140,6 +140,7 @@ def simplify(model: ModelProto) -> tuple[ModelProto, Cleanup]:
     if _interface(cleaned)[:3] != _interface(model)[:3]:
         return model, Cleanup(before, before, False, "left out: it would change the "
                               "model's inputs or outputs")
+    _castlikes_kept(cleaned, model)
     new_ops = _ops(cleaned) - _ops(model)
     if new_ops:
         listed = ", ".join(f"{d or 'ai.onnx'}::{op}" for d, op in sorted(new_ops))
@@ -204,6 +205,34 @@ def _outputs_kept_apart(cleaned: ModelProto, model: ModelProto) -> None:
                         names[i] = inner
         cleaned.graph.node.append(helper.make_node("Identity", [inner], [name],
                                                    name=f"{name}/Identity_kept"))
+
+
+def _castlikes_kept(cleaned: ModelProto, model: ModelProto) -> None:
+    """A main-graph ``CastLike`` the rewrite wrote stays one: onnxscript's constant folding
+    turns it into the ``Cast`` it stands for, which tract 0.23 types otherwise (its ``Cast``
+    to int64 gives a shape, ``TDim``, its API cannot hand out; the ``onnx-standard`` plugin
+    writes a ``CastLike`` for it)."""
+    from onnx import helper
+
+    wrote = {n.output[0] for n in model.graph.node if n.op_type == "CastLike" and n.output
+             and n.domain in ("", "ai.onnx")}
+    if not wrote:
+        return
+    nodes = []
+    for node in cleaned.graph.node:
+        if node.op_type == "Cast" and node.output and node.output[0] in wrote:
+            to = next(a.i for a in node.attribute if a.name == "to")
+            like = f"{node.output[0]}/like"
+            nodes.append(helper.make_node("Constant", [], [like],
+                                          value=helper.make_tensor("like", to, [0], [])))
+            kept = helper.make_node("CastLike", [node.input[0], like], list(node.output),
+                                    name=node.name)
+            kept.attribute.extend(a for a in node.attribute if a.name == "saturate")
+            nodes.append(kept)
+        else:
+            nodes.append(node)
+    del cleaned.graph.node[:]
+    cleaned.graph.node.extend(nodes)
 
 
 def _keep_declarations(cleaned: ModelProto, declared) -> None:

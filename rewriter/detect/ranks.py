@@ -141,8 +141,9 @@ def cleared_sentence(cleared: Sequence[str], where: str = "") -> str:
     """The repair's sentence for the declared shapes ``cleared``."""
     shown = ", ".join(repr(n) for n in cleared[:3]) + (
         f" (and {len(cleared) - 3} more)" if len(cleared) > 3 else "")
-    return (f"cleared {len(cleared)} declared shape(s) (value_info) that onnx's shape "
-            f"inference contradicts{where}: {shown}")
+    return (f"cleared {len(cleared)} declared shape(s) (value_info, or a graph output's, "
+            f"then declared as onnx infers it) that onnx's shape inference contradicts"
+            f"{where}: {shown}")
 
 
 def clear_contradicted_declarations(model: ModelProto,
@@ -156,7 +157,28 @@ def clear_contradicted_declarations(model: ModelProto,
         stale = set(rank_check(model).stale)
         if not stale or not _clear_outputs(model, stale, cleared, only):
             break
+    _infer_cleared_outputs(model, cleared)
     return cleared
+
+
+def _infer_cleared_outputs(model: ModelProto, cleared: list[str]) -> None:
+    """The main graph's outputs among ``cleared`` given the shape onnx infers for them (a
+    graph output must declare a shape below IR version 4)."""
+    import onnx
+
+    outputs = [o for o in model.graph.output if o.name in cleared]
+    if not outputs:
+        return
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - inference is a help here, not a requirement
+        return
+    shapes = {v.name: v.type.tensor_type.shape
+              for v in [*inferred.graph.value_info, *inferred.graph.output]
+              if v.type.tensor_type.HasField("shape")}
+    for output in outputs:
+        if output.name in shapes:
+            output.type.tensor_type.shape.CopyFrom(shapes[output.name])
 
 
 def _clear_outputs(model: ModelProto, nodes: set[tuple[str, str]], cleared: list[str],
@@ -172,7 +194,10 @@ def _clear_outputs(model: ModelProto, nodes: set[tuple[str, str]], cleared: list
             continue
         outputs = {o for node in scope.graph.node if (node.op_type, node.name) in nodes
                    and normalize_domain(node.domain) == "" for o in node.output}
-        for info in scope.graph.value_info:
+        # a graph's own outputs too: a declaration the computation contradicts (CatBoost
+        # declares its regressor's output [N], which its TreeEnsembleRegressor computes as
+        # [N, 1], as onnxruntime's kernel returns it)
+        for info in [*scope.graph.value_info, *scope.graph.output]:
             if (info.name in outputs and info.type.tensor_type.HasField("shape")
                     and (only is None or info.name in only)):
                 info.type.tensor_type.ClearField("shape")

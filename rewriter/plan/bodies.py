@@ -62,11 +62,16 @@ class Declined(Exception):
     node", with the reason ``--explain`` shows: ``raise Declined("axis must be constant")``.
 
     Any other exception a builder raises is a bug of its plugin: the rewrite stops with an
-    error naming the plugin, the op and the node."""
+    error naming the plugin, the op and the node.
 
-    def __init__(self, reason: str = "") -> None:
+    ``needs_opset``: the body needs a newer ai.onnx opset than the model imports (the
+    rewrite then raises the model's opset with onnx's version converter, when every target
+    takes the newer one)."""
+
+    def __init__(self, reason: str = "", *, needs_opset: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.needs_opset = needs_opset
 
     def __str__(self) -> str:
         return self.reason or "declined (no reason given)"

@@ -68,6 +68,7 @@ class Candidate:
     # the plan's node-by-node check covers all of it (no subgraphs in the body)
     output_types: tuple[str | None, ...] = ()
     proven: bool = False
+    needs_opset: int | None = None  # declined: its body needs this newer ai.onnx opset
 
 @dataclass
 class _Plan:
@@ -476,7 +477,8 @@ class Planner:
         try:
             fn = build_function(entry.builder, ctx)
         except Declined as e:
-            return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, str(e))
+            return Candidate(RemedyKind.DECOMPOSITION, entry.plugin, rule, False, str(e),
+                             needs_opset=e.needs_opset)
         except Exception as e:  # noqa: BLE001 - anything but Declined is the plugin's bug
             raise self._plugin_bug(entry, finding, f"its builder raised {_one_line(e)} "
                                    "(a builder declines a node with Declined('why'))") from e
