@@ -44,8 +44,14 @@ class Body(FunctionBuilder):
             return self.op("LessOrEqual", a, b)
         return self.op("Or", self.op("Less", a, b), self.op("Equal", a, b))
 
-    def rows(self, x: str, rank: int) -> str:
-        """``x`` as rows: a 1-D input is one row (``[1, n]``), as the ML kernels read it."""
+    def rows(self, x: str, rank: int | None, width: int | None = None) -> str:
+        """``x`` as rows: a 1-D input is one row (``[1, n]``), as the ML kernels read it.
+        ``rank`` None (unknown, 1 or 2): ``Reshape`` to ``[-1, width]``, which is that for
+        either rank."""
+        if rank is None:
+            if width is None:
+                raise Declined("X's rank and its count of features are not known")
+            return self.reshape(x, [-1, width])
         return self.unsqueeze(x, [0]) if rank == 1 else x
 
 
@@ -82,12 +88,13 @@ def input_rank(ctx, index: int = 0) -> int | None:
     return ctx.rank(node.input[index]) if len(node.input) > index else None
 
 
-def features_rank(ctx, op: str) -> int:
-    """The rank of ``X`` for the ops that read rows of features: 1 or 2, else declined."""
+def features_rank(ctx, op: str) -> int | None:
+    """The rank of ``X`` for the ops that read rows of features: 1 or 2, None when not
+    known (onnx infers no shape for the outputs of most ML ops: a body then takes either,
+    as the kernels do), else declined."""
     rank = input_rank(ctx, 0)
-    if rank not in (1, 2):
-        raise Declined(f"{op} reads X of rank 1 or 2; its rank here is "
-                       f"{'unknown' if rank is None else rank}")
+    if rank not in (1, 2, None):
+        raise Declined(f"{op} reads X of rank 1 or 2; its rank here is {rank}")
     return rank
 
 

@@ -168,9 +168,7 @@ def build_one_hot_encoder(ctx) -> FunctionProto:
     one_output(node, "OneHotEncoder")
     if int(ctx.attribute("zeros", 1)) == 0:
         raise Declined("zeros=0 (onnxruntime fails on an unknown category)")
-    if input_rank(ctx) is None:
-        raise Declined("needs X of a known rank")
-    elem = input_elem(ctx)
+    elem = input_elem(ctx)  # (any rank: each element gets its one-hot row, on a new axis)
     strings = texts(ctx.attribute("cats_strings", []))
     ints = list(ctx.attribute("cats_int64s", []) or [])
     if bool(strings) == bool(ints):

@@ -43,7 +43,7 @@ def _scores(b: Body, ctx, coefficients: np.ndarray, intercepts: np.ndarray) -> s
     elem = input_elem(ctx)
     if elem not in NUMERIC:
         raise Declined("X must be float, double, int64 or int32")
-    x = b.rows("X", rank)
+    x = b.rows("X", rank, coefficients.shape[1])
     x = x if elem == FLOAT else b.cast(x, FLOAT)
     weights = b.const(np.ascontiguousarray(coefficients.T, np.float32), np.float32)
     return b.op("Add", b.op("MatMul", x, weights), b.const(intercepts.astype(np.float32),

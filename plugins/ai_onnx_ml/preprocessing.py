@@ -69,14 +69,12 @@ def build_normalizer(ctx) -> FunctionProto:
     node = ctx.node
     one_output(node, "Normalizer")
     only_attributes(node, ["norm"])
-    rank = input_rank(ctx)
-    if rank is None or rank < 1:
-        raise Declined("needs X of a known rank")
+    features_rank(ctx, "Normalizer")
     elem = input_elem(ctx)
     if elem not in NUMERIC:
         raise Declined("X must be float, double, int64 or int32")
     norm = text(ctx.attribute("norm"), "MAX")
-    axis = 0 if rank == 1 else 1
+    axis = -1  # a 1-D X's only axis, a 2-D X's rows (either, when its rank is not known)
     b = Body(body_opset(ctx))
     x = "X" if elem == FLOAT else b.cast("X", FLOAT)
     zero = b.scalar_like(0.0, FLOAT)
