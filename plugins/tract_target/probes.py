@@ -68,8 +68,29 @@ def probe_here(model_bytes: bytes, op_label: str, whole: bool = False
     if _TYPE_WORDS.search(message):
         return ("type-binding", f"tract cannot {_STAGES[stage]} it: {message}")
     if stage == "load":
-        return ("invalid-node", f"tract's ONNX loader cannot load it: {message}")
+        # invalid for tract's loader: invalid when onnx's checker agrees, else a form of
+        # the op tract does not load (skl2onnx's binary TreeEnsembleClassifier with a
+        # base value per class), which a remedy may rewrite
+        reason = "invalid-node" if _checker_refuses(model_bytes) else "runtime-refused"
+        return (reason, f"tract's ONNX loader cannot load it: {message}")
     return ("runtime-refused", f"tract cannot {_STAGES[stage]} it: {message}")
+
+
+def _checker_refuses(model_bytes: bytes) -> bool:
+    """Whether onnx's checker refuses a node of the probe model against its schema (the
+    probe's untyped values aside)."""
+    import onnx
+
+    try:
+        model = onnx.ModelProto.FromString(model_bytes)
+        ctx = onnx.checker.C.CheckerContext()
+        ctx.ir_version = model.ir_version
+        ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+        for node in model.graph.node:
+            onnx.checker.check_node(node, ctx)
+    except Exception:  # noqa: BLE001 - the checker's ValidationError, or a parse error
+        return True
+    return False
 
 
 # element types a probe is run on (zeros): floats, where no value of an input is an index,
