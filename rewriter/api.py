@@ -550,6 +550,7 @@ def _another_pass(rewritten: ModelProto, resolved, plugins: Plugins, report: Any
     if not more.applied:
         return None
     report.applied.update(more.applied)
+    report.repairs.extend(r for r in more.repairs if r not in report.repairs)
     report.rounds += more.rounds
     report.after, report.kernels = more.after, more.kernels
     report.remaining = list(more.remaining)

@@ -46,21 +46,29 @@ def _model(nodes, outputs, opset: int | None = 17, initializer=()) -> onnx.Model
     return model
 
 
-def _binary_classifier(opset: int = 17, label_cast: bool = False) -> onnx.ModelProto:
-    """skl2onnx's binary GradientBoostingClassifier form: one score (class 0's weights),
-    one base value, two labels, LOGISTIC."""
-    attributes = {**_tree(), "class_treeids": [0, 0], "class_nodeids": [1, 2],
-                  "class_ids": [0, 0], "class_weights": [-1.0, 2.0],
-                  "classlabels_int64s": [0, 1], "post_transform": "LOGISTIC",
-                  "base_values": [0.25]}
+def _classifier(opset: int = 17, classes: int = 2, label_cast: bool = False
+                ) -> onnx.ModelProto:
+    """Two classes: skl2onnx's binary GradientBoostingClassifier form (one score, class
+    0's weights, one base value, LOGISTIC); three: LightGBM's (a score per class, SOFTMAX),
+    whose export casts the label to int64 (at ai.onnx opset 9)."""
+    if classes == 2:
+        attributes = {"class_treeids": [0, 0], "class_nodeids": [1, 2], "class_ids": [0, 0],
+                      "class_weights": [-1.0, 2.0], "post_transform": "LOGISTIC",
+                      "base_values": [0.25]}
+    else:
+        attributes = {"class_treeids": [0] * 6, "class_nodeids": [1, 1, 1, 2, 2, 2],
+                      "class_ids": [0, 1, 2] * 2,
+                      "class_weights": [0.5, -1.0, 0.25, -0.5, 1.5, 0.75],
+                      "post_transform": "SOFTMAX"}
+    attributes = {**_tree(), **attributes, "classlabels_int64s": list(range(classes))}
     label = "label0" if label_cast else "label"
     nodes = [helper.make_node("TreeEnsembleClassifier", ["X"], [label, "probabilities"],
                               domain="ai.onnx.ml", **attributes)]
-    if label_cast:  # (LightGBM's export, at ai.onnx opset 9)
+    if label_cast:
         nodes.append(helper.make_node("Cast", [label], ["label"], to=T.INT64))
-    return _model(nodes, [helper.make_tensor_value_info("label", T.INT64, [None]),
-                          helper.make_tensor_value_info("probabilities", T.FLOAT, [None, 2])],
-                  opset)
+    return _model(nodes, [
+        helper.make_tensor_value_info("label", T.INT64, [None]),
+        helper.make_tensor_value_info("probabilities", T.FLOAT, [None, classes])], opset)
 
 
 def _regressor(opset: int | None, declared) -> onnx.ModelProto:
@@ -94,9 +102,9 @@ def _pipeline() -> onnx.ModelProto:
 CASES = {
     # tract's loader wants one base value per class (it refused the node as invalid, though
     # onnx's checker and onnxruntime take it)
-    "binary-classifier": (_binary_classifier, "tract", ""),
+    "binary-classifier": (_classifier, "tract", ""),
     # tract types a Cast to int64 as a shape (TDim); CastLike needs opset 15
-    "label-cast-opset9": (lambda: _binary_classifier(9, label_cast=True), "tract",
+    "label-cast-opset9": (lambda: _classifier(9, classes=3, label_cast=True), "tract",
                           "raised from 9 to 15"),
     # the tree bodies need ai.onnx 11
     "regressor-opset8": (lambda: _regressor(8, [None, 1]), "openvino", "raised from 8 to 11"),
