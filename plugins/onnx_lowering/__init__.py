@@ -96,9 +96,11 @@ from .signal_processing import SIGNAL_OPSETS, build_dft, build_mel_weight_matrix
 from .tensor_ops import (
     PAD_WRAP_OPSETS,
     TENSOR_SCATTER_OPSETS,
+    TILE_OPSETS,
     UNSQUEEZE_OPSETS,
     build_pad_wrap,
     build_tensor_scatter,
+    build_tile,
     build_unsqueeze,
 )
 from .text import TFIDF_OPSETS, build_tfidf_vectorizer
@@ -162,6 +164,8 @@ def register_decompositions(registry):
          "linear and nearest"),
         ("", "Resize", build_resize, RESIZE_OPSETS, ("float", "double", "float16"),
          "no antialias, stretch only"),
+        ("", "Tile", build_tile, TILE_OPSETS, ("float", "int32", "bool"),
+         "Expand between Reshapes; a known rank"),
         ("", "TensorScatter", build_tensor_scatter, TENSOR_SCATTER_OPSETS,
          ("float", "float16", "int32"), "linear, circular"),
         ("", "TfIdfVectorizer", build_tfidf_vectorizer, TFIDF_OPSETS, ("int32", "int64"),

@@ -9,6 +9,12 @@
 * ``TensorScatter(past_cache, update[, write_indices])`` (``mode`` linear or circular,
   ``axis``): each cache position takes the update slice written there
   (``GatherElements``), the cache elsewhere.
+* ``Tile(input, repeats)``: ``input`` reshaped to ``[1, d0, 1, d1, ...]``, expanded to
+  ``[r0, d0, r1, d1, ...]`` and reshaped to ``[r0 d0, r1 d1, ...]`` (a copy is the outer
+  index of each axis; ``allowzero``: a repeat of 0 empties its axis); the rank must be
+  known. OpenVINO 2026.4 computes ``Tile`` with
+  repeats the caller feeds into uninitialised memory (NaN and 3e36 where onnxruntime has
+  the input's values: ``test_tile``), its ``Expand`` right.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from .common import (
 UNSQUEEZE_OPSETS = (13, None)  # axes as an input
 PAD_WRAP_OPSETS = (19, None)  # wrap is new in Pad-19
 TENSOR_SCATTER_OPSETS = (24, None)  # block_size is new in QuantizeLinear-21
+TILE_OPSETS = (13, None)  # Tile-13; the body needs Reshape's allowzero (14)
+_ALLOWZERO = 14
 
 
 # -- Unsqueeze with run-time axes -----------------------------------------------------------
@@ -147,6 +155,34 @@ def build_tensor_scatter(ctx) -> FunctionProto | None:
                       formal_inputs(node, ["past_cache", "update", "write_indices"]), [y])
 
 
+# -- Tile as Expand ------------------------------------------------------------------------
+
+
+@declining
+def build_tile(ctx) -> FunctionProto | None:
+    """``Tile`` as ``Reshape``, ``Expand``, ``Reshape`` (see the module's docstring)."""
+    node = ctx.node
+    rank = ctx.rank(node.input[0]) if node.input else None
+    if rank is None or rank < 1 or len(node.input) != 2 or len(node.output) != 1:
+        raise Declined("needs input of a declared rank (at least 1), repeats, one output")
+    if ctx.opset < _ALLOWZERO:
+        raise Declined(f"the body needs Reshape's allowzero (opset {_ALLOWZERO}); the model "
+                       f"imports {ctx.opset}", needs_opset=_ALLOWZERO)
+    b = Body(body_opset(ctx))
+    shape = b.op("Shape", "input")
+    repeats = b.cast("repeats", TensorProto.INT64)
+
+    def interleaved(outer: str) -> str:  # [outer0, d0, outer1, d1, ...]
+        pairs = b.op("Concat", b.reshape(outer, [-1, 1]), b.reshape(shape, [-1, 1]), axis=1)
+        return b.reshape(pairs, [2 * rank])
+
+    ones = b.fill(b.const(np.array([rank], np.int64)), 1, np.int64)
+    spread = b.op("Expand", b.op("Reshape", "input", interleaved(ones), allowzero=1),
+                  interleaved(repeats))
+    y = b.op("Reshape", spread, b.op("Mul", shape, repeats), allowzero=1)
+    return b.function(DOMAIN, "tile", formal_inputs(node, ["input", "repeats"]), [y])
+
+
 def samples() -> dict[str, list[OpSample]]:
     """The samples of this module's ops, by op type."""
     return {
@@ -166,6 +202,12 @@ def samples() -> dict[str, list[OpSample]]:
             OpSample(["T[3,4,5]", Arg("int64[4]", values=[1, 2, 2, 0]), None,
                       Arg("int64[2]", values=[2, 0], constant=True)],
                      attributes={"mode": "wrap"}, opset=19, name="axes", dtypes=["float"])],
+        "Tile": [OpSample([f"T[{shape}]", Arg(f"int64[{len(repeats)}]", values=repeats)],
+                          opset=opset, name=name, dtypes=["float", "int32", "bool"])
+                 for shape, repeats, opset, name in [
+                     ("2,3,4,5", [7, 6, 4, 2], 14, "rank4"), ("3", [4], 21, "rank1"),
+                     ("2,1,3", [1, 5, 1], 14, "ones"), ("2,3", [2, 0], 14, "zero-repeat"),
+                     ("2,3,4", [1, 0, 3], 14, "zero-inside")]],
         "TensorScatter": [
             OpSample(["T[2,3,6,4]", "T[2,3,2,4]", Arg("int64[2]", values=indices)],
                      attributes={"mode": mode}, opset=24, name=f"{mode}-{label}",
