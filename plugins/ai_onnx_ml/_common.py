@@ -63,7 +63,8 @@ def body_opset(ctx) -> int:
         return NO_IMPORT_OPSET
     if ctx.opset < MIN_OPSET:
         raise Declined(f"the body needs ai.onnx opset {MIN_OPSET} or newer; the model imports "
-                       f"{ctx.opset} (and a target's opset ceiling keeps it there)",
+                       f"{ctx.opset} (the rewrite raises it when every finding left needs only "
+                       "that, and every target takes it)",
                        needs_opset=MIN_OPSET)
     return ctx.opset
 
