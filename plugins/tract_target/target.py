@@ -84,10 +84,10 @@ class TractTarget(RuntimeTarget):
         if verdict is not None and AS_SHAPES in verdict[1]:
             casts = self._casts_to_int64(model)
             if casts:  # what tract types as a shape: its Cast to int64 (not its CastLike)
-                for site in casts:
-                    self.blamed[site.path] = (verdict[0], f"{verdict[1]}: tract types this "
-                                              "Cast to int64 as a shape (TDim), upstream of "
-                                              "that output")
+                for index in casts:
+                    self.blame_main_node(model, index, (
+                        verdict[0], f"{verdict[1]}: tract types this Cast to int64 as a "
+                        "shape (TDim), upstream of that output"))
                 return strings
             return [Finding(target=self.name, path="model", domain="", op_type="",
                             version=None, reason=verdict[0], detail=verdict[1]), *strings]
@@ -96,15 +96,12 @@ class TractTarget(RuntimeTarget):
         return self._interface_findings(model) or [*strings, *self.blame(model, verdict)]
 
     @staticmethod
-    def _casts_to_int64(model) -> list:
-        """The main graph's ``Cast`` nodes to int64 nearest upstream of its int64 outputs
-        (each path back from an output stops at the first): tract's ``Cast`` to int64 gives
-        a ``TDim``, its ``CastLike`` an ``i64`` (measured on tract 0.23)."""
+    def _casts_to_int64(model) -> list[int]:
+        """The positions of the main graph's ``Cast`` nodes to int64 nearest upstream of its
+        int64 outputs (each path back from an output stops at the first): tract's ``Cast``
+        to int64 gives a ``TDim``, its ``CastLike`` an ``i64`` (measured on tract 0.23)."""
         from onnx import TensorProto
 
-        from rewriter.graph.walk import NodeSite, iter_scopes
-
-        scope = next(iter(iter_scopes(model)))
         producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
         frontier = [o.name for o in model.graph.output
                     if o.type.tensor_type.elem_type == TensorProto.INT64]
@@ -116,7 +113,7 @@ class TractTarget(RuntimeTarget):
             node = model.graph.node[index]
             if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and any(
                     a.name == "to" and a.i == TensorProto.INT64 for a in node.attribute):
-                found.append(NodeSite(node, index, scope))
+                found.append(index)
                 continue
             for name in node.input:
                 if name and name not in seen:

@@ -199,6 +199,14 @@ class RuntimeTarget(Target):
         self.blamed[site.path] = verdict
         return True
 
+    def blame_main_node(self, model, index: int, verdict: tuple[str, str]) -> None:
+        """Record ``verdict`` for the main-graph node at ``index`` (found by
+        :meth:`blamed_verdict`)."""
+        from rewriter.graph.walk import NodeSite, iter_scopes
+
+        scope = next(iter(iter_scopes(model)))
+        self.blamed[NodeSite(model.graph.node[index], index, scope).path] = verdict
+
     def keep_model_refusal(self, verdict: tuple[str, str]) -> None:
         """Keep ``verdict`` as a finding on the model, for :meth:`check_done`."""
         self.model_refusal = Finding(target=self.name, path="model", domain="", op_type="",
