@@ -315,6 +315,7 @@ def _rewrite_proto(
     # may be fixable once the remedies upstream are spliced: the rounds below decide, and
     # what is still left then fails the rewrite all the same (nothing is written)
     provisional = planned.typed_later if len(unfixable) < len(findings) else []
+
     def at_newer_opset(left: Sequence[Finding], known) -> tuple | None:
         """The whole rewrite again on the input raised to the opset the declined bodies of
         ``left`` need (None: they need none, or it cannot be)."""
@@ -498,6 +499,7 @@ def _rewrite_proto(
     for f in report.remaining:
         object.__setattr__(f, "node", None)  # do not keep the model alive through reports
     return work, report
+
 
 def _with_raised_opset(model: ModelProto, unfixable: Sequence[Finding], planner: Planner,
                        constants, declared, targets: Sequence[Target]

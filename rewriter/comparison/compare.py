@@ -1101,12 +1101,10 @@ def _check_shipped_outputs(regimes, plan: SetPlan, want, tolerances: Tolerances)
         if not regime.ran or regime.expected is None:
             continue
         worst = None
-        for j, shipped in enumerate(regime.expected):
-            i = plan.labels.index((regime.name, j))
-            for name, value in shipped.items():
-                if name in want[i]:
-                    for c in compare_values(name, value, want[i][name], tolerances, i):
-                        worst = c if worst is None else _worse(worst, c)
+        for i, name, value in _shipped_values(regime, plan):
+            if name in want[i]:
+                for c in compare_values(name, value, want[i][name], tolerances, i):
+                    worst = c if worst is None else _worse(worst, c)
         if worst is None:
             continue
         if worst.ok:
@@ -1114,6 +1112,15 @@ def _check_shipped_outputs(regimes, plan: SetPlan, want, tolerances: Tolerances)
         else:
             regime.note = (f"the oracle differs from the test data's outputs: {worst.name} "
                            f"(max abs {_num_text(worst.max_abs)})")
+
+
+def _shipped_values(regime, plan: SetPlan):
+    """``(input set, output name, value)`` of each output the test data of ``regime`` ships
+    (``output_*.pb``)."""
+    for j, shipped in enumerate(regime.expected or ()):
+        i = plan.labels.index((regime.name, j))
+        for name, value in shipped.items():
+            yield i, name, value
 
 
 def _save_inputs(report: CompareReport, path, feeds, source, original, subject) -> None:
@@ -1271,20 +1278,18 @@ def _shipped_side(regimes, plan: SetPlan, want, other, tolerances: Tolerances) -
     the oracle is off them, in words. None: no such outputs, or they do not decide."""
     oracle_worst, other_ok, compared = None, True, False
     for regime in regimes:
-        if not regime.ran or regime.expected is None:
+        if not regime.ran:
             continue
-        for j, shipped in enumerate(regime.expected):
-            i = plan.labels.index((regime.name, j))
+        for i, name, value in _shipped_values(regime, plan):
             if want[i] is None or other[i] is None:
                 return None
-            for name, value in shipped.items():
-                if name not in want[i] or name not in other[i]:
-                    continue
-                compared = True
-                other_ok &= all(c.ok for c in compare_values(name, value, other[i][name],
-                                                             tolerances, i))
-                for c in compare_values(name, value, want[i][name], tolerances, i):
-                    oracle_worst = c if oracle_worst is None else _worse(oracle_worst, c)
+            if name not in want[i] or name not in other[i]:
+                continue
+            compared = True
+            other_ok &= all(c.ok for c in compare_values(name, value, other[i][name],
+                                                         tolerances, i))
+            for c in compare_values(name, value, want[i][name], tolerances, i):
+                oracle_worst = c if oracle_worst is None else _worse(oracle_worst, c)
     if not compared or not other_ok or oracle_worst is None or oracle_worst.ok:
         return None
     return f"max abs {_num_text(oracle_worst.max_abs)}"

@@ -202,10 +202,9 @@ class RuntimeTarget(Target):
     def blame_main_node(self, model, index: int, verdict: tuple[str, str]) -> None:
         """Record ``verdict`` for the main-graph node at ``index`` (found by
         :meth:`blamed_verdict`)."""
-        from rewriter.graph.walk import NodeSite, iter_scopes
+        from rewriter.graph.walk import main_node_site
 
-        scope = next(iter(iter_scopes(model)))
-        self.blamed[NodeSite(model.graph.node[index], index, scope).path] = verdict
+        self.blamed[main_node_site(model, index).path] = verdict
 
     def keep_model_refusal(self, verdict: tuple[str, str]) -> None:
         """Keep ``verdict`` as a finding on the model, for :meth:`check_done`."""

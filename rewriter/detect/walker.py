@@ -33,7 +33,6 @@ from rewriter.graph.typeinfer import (
 )
 from rewriter.graph.walk import (
     _DOMAIN_ALIASES,
-    NodeSite,
     function_key,
     opset_map,
     subgraphs,
@@ -147,15 +146,14 @@ def finding_at(model: ModelProto, target: str, index: int, reason: str, detail: 
                types: Mapping[str, str] | None = None) -> Finding:
     """A finding on the main-graph node at ``index`` (with the node, its input types from
     ``types`` and its scope's opsets, for the rewrite engine, when ``types`` is given)."""
-    from rewriter.graph.walk import iter_scopes
+    from rewriter.graph.walk import main_node_site
 
-    scope = next(iter(iter_scopes(model)))  # the main graph's comes first
-    site = NodeSite(model.graph.node[index], index, scope)
+    site = main_node_site(model, index)
     finding = Finding(target, site.path, site.domain, site.node.op_type,
                       site.opset_version, reason, detail, site.node.name)
     if types is None:
         return finding
-    return _with_node(finding, site.node, tuple(site.node.input), types, scope.opsets)
+    return _with_node(finding, site.node, tuple(site.node.input), types, site.scope.opsets)
 
 
 def confirms_here(model: ModelProto, target: Target, base_dir=None) -> bool:

@@ -87,6 +87,11 @@ class NodeSite:
         return self.scope.opsets.get(self.domain)
 
 
+def main_node_site(model: ModelProto, index: int) -> NodeSite:
+    """The main-graph node at ``index``, where it lives (its path, domain, opset)."""
+    return NodeSite(model.graph.node[index], index, next(iter(iter_scopes(model))))
+
+
 def function_key(domain: str, name: str, overload: str = "") -> tuple[str, str, str]:
     return (normalize_domain(domain), name, overload)
 
