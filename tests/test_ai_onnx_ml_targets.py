@@ -145,3 +145,44 @@ def test_classical_ml_form_runs_on_the_target_with_onnxruntimes_numbers(name, tm
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(np.asarray(g, w.dtype).reshape(w.shape), w, rtol=1e-5,
                                    atol=1e-6)
+
+
+def _double_regressor() -> onnx.ModelProto:
+    """skl2onnx 1.20's float64 forest: ml opset 1 (float thresholds and weights), X and Y
+    declared double; onnxruntime refuses it (the op's Y is float), the reference evaluator
+    computes it in double."""
+    attributes = {**_tree(), "target_treeids": [0, 0], "target_nodeids": [1, 2],
+                  "target_ids": [0, 0], "target_weights": [0.1, 0.3], "n_targets": 1,
+                  "nodes_values": [0.3, 0.0, 0.0]}
+    graph = helper.make_graph(
+        [helper.make_node("TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml",
+                          **attributes)], "ml",
+        [helper.make_tensor_value_info("X", T.DOUBLE, [None, 5])],
+        [helper.make_tensor_value_info("Y", T.DOUBLE, [None, 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1),
+                                                   helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tract", "openvino"])
+def test_a_forest_declared_double_runs_and_keeps_its_double_numbers(target, tmp_path):
+    """The tree body keeps the sums in double where the producer declares Y double, so the
+    result matches the one runtime that runs the original (the reference evaluator), in the
+    declared type; onnxruntime's own load of the original fails."""
+    if target != "onnxruntime":
+        _runtime(target)
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    path, out = tmp_path / "model.onnx", tmp_path / "out.onnx"
+    onnx.save(_double_regressor(), path)
+    with pytest.raises(Exception, match="does not match expected type"):
+        ort.InferenceSession(str(path))
+    report = rewrite(str(path), [target], output=out).report
+    assert report.verdict == "verified", report.verdict_reason
+    x = np.array([[0.3, 0, 0, 0, 0], [0.30000001, 0, 0, 0, 0], [np.nan, 1, 2, 3, 4]])
+    want = ReferenceEvaluator(str(path)).run(None, {"X": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"X": x})[0]
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, want)  # 0.1 and 0.3 as float32 values, in double
+    if target == "openvino":
+        assert "openvino computes float64 in float32" in report.comparison.summary()

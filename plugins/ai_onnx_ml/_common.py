@@ -82,6 +82,13 @@ def input_elem(ctx, index: int = 0) -> int | None:
         return getattr(TensorProto, types[index][7:-1].upper(), None)
     return None
 
+def declared_elem(ctx, name: str) -> int | None:
+    """The element type the model declares for value ``name`` (a graph output, value_info),
+    if any."""
+    declared = (ctx.declared or {}).get(name) if name else None
+    if declared is None or not declared.HasField("tensor_type"):
+        return None
+    return declared.tensor_type.elem_type or None
 
 
 def input_rank(ctx, index: int = 0) -> int | None:

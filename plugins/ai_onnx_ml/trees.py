@@ -43,10 +43,12 @@ from rewriter.plugin import Arg, Declined, OpSample
 from . import tree_strategies
 from ._common import (
     DOMAIN,
+    DOUBLE,
     FLOAT,
     INT64,
     Body,
     body_opset,
+    declared_elem,
     features_rank,
     input_elem,
     logistic,
@@ -69,17 +71,25 @@ from .tree_ensembles import (
 
 
 def _regression_scores(b: Body, ens: Ensemble, scores: str, has: str | None, aggregate: str,
-                       base: np.ndarray, transform: str) -> str:
-    """The regressor's ``FinalizeScores`` (onnxruntime 1.32): float32 ``[N, n_targets]``."""
+                       base: np.ndarray, transform: str, out: int = FLOAT) -> str:
+    """The regressor's ``FinalizeScores`` (onnxruntime 1.32): float32 ``[N, n_targets]``.
+    ``out`` DOUBLE (a producer declaring the output double, which skl2onnx does for a double
+    forest at ml opset 1, a model onnxruntime refuses and the reference evaluator computes in
+    double): double sums are kept without rounding them to float32 (a post transform is
+    computed in float32 and widened)."""
     acc = ens.compare
+    keep = out == DOUBLE and acc == DOUBLE
     if ens.n_out == 1:
         origin = float(base[0]) if len(base) == 1 else 0.0
         y = scores
         if aggregate == "AVERAGE":
             y = b.op("Div", y, b.scalar_like(float(ens.n_trees), acc))
         y = b.op("Add", y, b.scalar_like(origin, acc))
+        if keep and transform != "PROBIT":
+            return y
         y = b.cast(y, FLOAT) if acc != FLOAT else y
-        return probit(b, y) if transform == "PROBIT" else y
+        y = probit(b, y) if transform == "PROBIT" else y
+        return b.cast(y, out) if out != FLOAT else y
     y = scores
     if aggregate == "AVERAGE":
         y = b.op("Div", y, b.scalar_like(float(ens.n_trees), acc))
@@ -87,8 +97,11 @@ def _regression_scores(b: Body, ens: Ensemble, scores: str, has: str | None, agg
         y = b.op("Add", y, b.floats(base, acc))
     if has is not None:  # a target no leaf of the row scored stays 0 (base value or not)
         y = b.op("Where", has, y, b.scalar_like(0.0, acc))
+    if keep and transform == "NONE":
+        return y
     y = b.cast(y, FLOAT) if acc != FLOAT else y
-    return post_transform(b, y, transform)
+    y = post_transform(b, y, transform)
+    return b.cast(y, out) if out != FLOAT else y
 
 
 def _column(b: Body, x: str, k: int) -> str:
@@ -207,7 +220,9 @@ def build_tree_ensemble_regressor(ctx, strategy: str | None = None) -> FunctionP
     b = Body(body_opset(ctx))
     scores, has, note = _lower(b, ens, _x_rows(b, ctx, ens), aggregate,
                                n_out > 1 and not ens.presence()[0].all(), strategy)
-    y = _regression_scores(b, ens, scores, has, aggregate, base, transform)
+    out = declared_elem(ctx, node.output[0])
+    y = _regression_scores(b, ens, scores, has, aggregate, base, transform,
+                           out if out == DOUBLE else FLOAT)
     fn = b.function(DOMAIN, "tree_ensemble_regressor", ["X"], [y])
     _note(fn, note)
     return fn

@@ -228,6 +228,10 @@ class Target:
             raise RewriterError(f"target {self.name!r} was made without the run's plugins: make "
                                 "it with rewriter.detect.targets.resolve_targets(plugins, ...)")
         return self.plugins.registry
+    # The float type the runtime computes float64 in, where it is narrower (OpenVINO's CPU
+    # plugin computes it in float32): the comparison judges its float64 outputs at that
+    # type's tolerance, and says so.
+    computes_float64_as: str | None = None
     # Highest opset version of each domain the runtime implements ({"": 13} for ai.onnx up
     # to 13), when it has such a ceiling; an opset-conversion pass lowers models to it.
     max_opsets: Mapping[str, int] | None = None
