@@ -6,6 +6,13 @@ over the original's, and its median latency on onnxruntime (CPU, one thread) ove
 original's at batch 1 and 1024.
 
     python benchmarks/bench_trees.py [--repeat 200] [--sklearn] [--json out.json]
+        [--hummingbird-python HB/bin/python]
+
+With ``--hummingbird-python`` (an environment with hummingbird-ml, see
+``benchmarks/hummingbird_convert.py``), the scikit-learn models are also converted by
+Hummingbird with each of its tree strategies (``gemm``, ``tree_trav``, ``perf_tree_trav``)
+and its own choice, and measured the same way, with their largest difference from the
+producer's export.
 
 The targets of issue 28: within ~4x the bytes and ~2x the latency of onnxruntime's kernel.
 """
@@ -16,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +34,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rewriter_plugins.ai_onnx_ml import trees  # noqa: E402
 
@@ -73,7 +82,9 @@ def synthetic(n_trees: int, depth: int, classes: int, seed: int = 0) -> onnx.Mod
     return model
 
 
-def sklearn_models() -> dict[str, onnx.ModelProto]:
+def sklearn_models(estimators: dict | None = None) -> dict[str, onnx.ModelProto]:
+    """skl2onnx exports of two forests (``estimators``: filled with name -> (fitted
+    estimator, sample rows))."""
     from skl2onnx import to_onnx
     from sklearn.datasets import make_classification
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
@@ -85,6 +96,8 @@ def sklearn_models() -> dict[str, onnx.ModelProto]:
                       ("gbt-50x3-d3", GradientBoostingClassifier(n_estimators=50, max_depth=3,
                                                                  random_state=0))):
         est.fit(x, y)
+        if estimators is not None:
+            estimators[name] = (est, x[:1024])
         out[name] = to_onnx(est, x[:1], options={"zipmap": False},
                             target_opset={"": 17, "ai.onnx.ml": 3})
     return out
@@ -130,6 +143,36 @@ def latency(model: onnx.ModelProto, batch: int, repeat: int) -> float:
     return statistics.median(times)
 
 
+HUMMINGBIRD_STRATEGIES = ("gemm", "tree_trav", "perf_tree_trav", None)
+
+
+def measure_hummingbird(python: str, name: str, model: onnx.ModelProto, estimator, rows,
+                        repeat: int, folder: Path) -> list[dict]:
+    """Hummingbird's conversions of ``estimator`` against ``model`` (the producer's)."""
+    from _hummingbird import convert, max_abs_error
+
+    original = folder / f"{name}.original.onnx"
+    onnx.save(model, original)
+    jobs = [(f"{name}.{s or 'auto'}", estimator, rows[:1], s) for s in HUMMINGBIRD_STRATEGIES]
+    converted = convert(python, jobs, folder)
+    base = {b: latency(model, b, repeat) for b in BATCHES}
+    out = []
+    for job, *_ in jobs:
+        row = {"model": name, "strategy": "hummingbird:" + job.rsplit(".", 1)[1],
+               "ort_us": {b: base[b] * 1e6 for b in BATCHES}}
+        done = converted[job]
+        if done.path is None:
+            row["error"] = done.error
+        else:
+            hb = onnx.load(done.path)
+            row["bytes_ratio"] = hb.ByteSize() / model.ByteSize()
+            for b in BATCHES:
+                row[f"latency_ratio_{b}"] = latency(hb, b, repeat) / base[b]
+            row["max_abs_error"] = max_abs_error(original, done.path, rows)
+        out.append(row)
+    return out
+
+
 def measure(name: str, model: onnx.ModelProto, repeat: int) -> list[dict]:
     base_bytes = model.ByteSize()
     base = {b: latency(model, b, repeat) for b in BATCHES}
@@ -152,20 +195,34 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--sklearn", action="store_true", help="also scikit-learn models")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--hummingbird-python", help="the interpreter of an environment with "
+                        "hummingbird-ml: also its conversions of the scikit-learn models")
     args = parser.parse_args(argv)
     models = {f"synthetic-{t}x-d{d}-3cls": synthetic(t, d, 3) for t, d in SHAPES}
     models["synthetic-100x-d6-regr"] = synthetic(100, 6, 0)
-    if args.sklearn:
-        models.update(sklearn_models())
+    estimators: dict = {}
+    if args.sklearn or args.hummingbird_python:
+        models.update(sklearn_models(estimators))
     rows = []
     print(f"{'model':28} {'strategy':18} {'bytes':>7} {'lat b1':>7} {'lat b1024':>9}  "
           f"ort b1/b1024 (us)")
-    for name, model in models.items():
-        for row in measure(name, model, args.repeat):
-            rows.append(row)
-            print(f"{row['model']:28} {row['strategy']:18} {row['bytes_ratio']:6.2f}x "
-                  f"{row['latency_ratio_1']:6.2f}x {row['latency_ratio_1024']:8.2f}x  "
-                  f"{row['ort_us'][1]:.0f}/{row['ort_us'][1024]:.0f}")
+    with tempfile.TemporaryDirectory(prefix="bench-trees-") as tmp:
+        for name, model in models.items():
+            measured = measure(name, model, args.repeat)
+            if args.hummingbird_python and name in estimators:
+                measured += measure_hummingbird(args.hummingbird_python, name, model,
+                                                *estimators[name], args.repeat, Path(tmp))
+            for row in measured:
+                rows.append(row)
+                if "error" in row:
+                    print(f"{row['model']:28} {row['strategy']:18} not converted: "
+                          f"{row['error']}")
+                    continue
+                error = (f"  max abs error {row['max_abs_error']:.2g}"
+                         if "max_abs_error" in row else "")
+                print(f"{row['model']:28} {row['strategy']:18} {row['bytes_ratio']:6.2f}x "
+                      f"{row['latency_ratio_1']:6.2f}x {row['latency_ratio_1024']:8.2f}x  "
+                      f"{row['ort_us'][1]:.0f}/{row['ort_us'][1024]:.0f}{error}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
