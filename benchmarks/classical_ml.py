@@ -9,6 +9,13 @@ the tree strategy the rewrite chose, and the rewritten model's bytes and onnxrun
 
     nice -n 10 python benchmarks/classical_ml.py [--only NAME ...] [--targets T,T]
         [--repeat 30] [--no-latency] [--json out.json] [--adapt-interface]
+        [--hummingbird-python HB/bin/python]
+
+``--hummingbird-python``: the interpreter of an environment with hummingbird-ml (see
+``benchmarks/hummingbird_convert.py``): Hummingbird converts the same fitted models (its own
+tree strategy), and a table sets its coverage, numbers (largest difference from the
+producer's export on the held-out rows), bytes and latency beside the rewrite's for the
+onnxruntime build without the ML ops (standard ops only, as Hummingbird's output is).
 
 Needs the ``bench-ml`` extra (scikit-learn, skl2onnx, onnxmltools, lightgbm, xgboost,
 catboost). ``onnxruntime-no-ml`` is ``onnxruntime:ops=FILE`` with a reduced-build
@@ -63,12 +70,16 @@ def _data(classes: int):
     return x.astype(np.float32), y, target.astype(np.float32)
 
 
+FITTED: list[tuple[object, np.ndarray]] = []  # (estimator, rows) of the recipe last built
+
+
 def _skl(estimator, x, y, *, zipmap: bool | None = None, dtype=np.float32, ml_opset: int = 3):
     """Fit ``estimator`` and export it with skl2onnx (``zipmap=None``: a regressor)."""
     from skl2onnx import to_onnx
 
     x = x.astype(dtype)
     estimator.fit(x, y)
+    FITTED.append((estimator, x))
     options = None if zipmap is None else {id(estimator): {"zipmap": zipmap}}
     return to_onnx(estimator, x[:1], options=options,
                    target_opset={"": OPSETS[""], "ai.onnx.ml": ml_opset})
@@ -100,6 +111,7 @@ def _onnxmltools(estimator, x, y):
     from onnxmltools.convert.common.data_types import FloatTensorType
 
     estimator.fit(x, y)
+    FITTED.append((estimator, x))
     types = [("input", FloatTensorType([None, x.shape[1]]))]
     convert = convert_lightgbm if type(estimator).__module__.startswith("lightgbm") \
         else convert_xgboost
@@ -110,6 +122,7 @@ def _catboost(estimator, x, y):
     import onnx
 
     estimator.fit(x, y, verbose=False)
+    FITTED.append((estimator, x))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         estimator.save_model(str(path), format="onnx")
@@ -233,6 +246,7 @@ def build(recipe: Recipe, folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
 
     x, y2, _ = _data(2)
     _, y3, t = _data(3)
+    FITTED.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = recipe.build(x[:300], y2[:300], y3[:300], t[:300])
@@ -315,6 +329,75 @@ def run_pair(name: str, covers: str, path: Path, feeds: dict, target: str, spec:
     return result
 
 
+@dataclass
+class HummingbirdRow:
+    """Hummingbird's conversion of one recipe's fitted model, beside the rewrite's."""
+
+    model: str
+    converted: bool
+    error: str = ""
+    max_abs_error: float | None = None
+    bytes_ratio: float | None = None
+    latency_ratio: dict | None = None
+
+
+def hummingbird_side(python: str, fitted: dict, folder: Path, args) -> list[HummingbirdRow]:
+    """Hummingbird's own conversion (its default tree strategy) of every fitted model, judged
+    on onnxruntime against the producer's export on the held-out rows."""
+    from _hummingbird import convert, max_abs_error
+
+    jobs = [(name, est, rows[:1], None) for name, (est, rows, _, _) in fitted.items()]
+    converted = convert(python, jobs, folder / "hummingbird")
+    out = []
+    for name, (_, _, path, feeds) in fitted.items():
+        done = converted[name]
+        if done.path is None:
+            out.append(HummingbirdRow(name, False, short(done.error, 160)))
+            continue
+        row = HummingbirdRow(name, True)
+        rows = next(iter(feeds.values()))
+        try:
+            row.max_abs_error = max_abs_error(path, done.path, rows)
+            row.bytes_ratio = round(done.path.stat().st_size / path.stat().st_size, 2)
+            if not args.no_latency:
+                import onnx
+
+                name_in = onnx.load(done.path, load_external_data=False).graph.input[0].name
+                hb_feeds = {name_in: rows.astype(np.float32)}
+                row.latency_ratio = {b: round(latency(done.path, hb_feeds, b, args.repeat)
+                                              / latency(path, feeds, b, args.repeat), 2)
+                                     for b in BATCHES}
+        except Exception as e:  # noqa: BLE001 - a conversion onnxruntime cannot run
+            row.error = short(f"{type(e).__name__}: {e}", 160)
+        out.append(row)
+    return out
+
+
+def hummingbird_table(rows: list[HummingbirdRow], results: list[Result]):
+    from rich.table import Table
+
+    ours = {r.row.model: r for r in results if r.row.target == "onnxruntime-no-ml"}
+    grid = Table(title="Hummingbird's conversion beside the rewrite for onnxruntime without "
+                 "the ML ops (bytes and latency over the producer's export on onnxruntime, "
+                 "batch 1 / 1024)")
+    for column in ("model", "hummingbird", "max abs error", "bytes", "latency",
+                   "rewrite", "bytes", "latency"):
+        grid.add_column(column, overflow="fold")
+    for r in rows:
+        mine = ours.get(r.model)
+        lat = r.latency_ratio or {}
+        my_lat = (mine.latency_ratio or {}) if mine else {}
+        grid.add_row(
+            r.model, "converts" if r.converted and not r.error else (r.error or "no"),
+            "" if r.max_abs_error is None else f"{r.max_abs_error:.2g}",
+            "" if r.bytes_ratio is None else f"{r.bytes_ratio}x",
+            f"{lat.get(1)}x / {lat.get(1024)}x" if 1 in lat else "",
+            mine.row.verdict if mine else "-",
+            "" if not mine or mine.bytes_ratio is None else f"{mine.bytes_ratio}x",
+            f"{my_lat.get(1)}x / {my_lat.get(1024)}x" if 1 in my_lat else "")
+    return grid
+
+
 def table(results: list[Result], targets: list[str]):
     from rich.table import Table
 
@@ -380,6 +463,8 @@ def main(argv=None) -> int:
     parser.add_argument("--adapt-interface", action="store_true",
                         help="rewrite with --adapt-interface (ZipMap's maps and string labels "
                         "as tensors)")
+    parser.add_argument("--hummingbird-python", help="the interpreter of an environment with "
+                        "hummingbird-ml: its conversions side by side")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -392,6 +477,8 @@ def main(argv=None) -> int:
     chosen = [r for r in recipes() if not args.only or r.name in args.only]
     plugins = load_plugins()
     results: list[Result] = []
+    fitted: dict = {}  # recipe -> (estimator, rows, exported model, held-out feeds)
+    side: list[HummingbirdRow] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="classical-ml-") as tmp, native_stdout_to_stderr():
         config = no_ml_config(Path(tmp))
@@ -405,6 +492,8 @@ def main(argv=None) -> int:
                     results.append(Result(Row(recipe.name, t, "not built",
                                               short(f"{type(e).__name__}: {e}")), recipe.covers))
                 continue
+            if FITTED:
+                fitted[recipe.name] = (*FITTED[-1], path, feeds)
             for target in targets:
                 result = run_pair(recipe.name, recipe.covers, path, feeds, target,
                                   specs[target], plugins, args)
@@ -412,8 +501,12 @@ def main(argv=None) -> int:
                 print(f"{target:18} {recipe.name:32} {result.row.verdict:10} "
                       f"{result.row.seconds:6.1f}s {result.strategy}", file=sys.stderr,
                       flush=True)
+        if args.hummingbird_python:
+            side = hummingbird_side(args.hummingbird_python, fitted, Path(tmp), args)
     for part in table(results, targets):
         console.print(part)
+    if side:
+        console.print(hummingbird_table(side, results))
     seconds = time.perf_counter() - started
     console.print(f"{len(chosen)} models x {len(targets)} targets in {seconds:.0f} s"
                   + (" (--adapt-interface)" if args.adapt_interface else ""))
@@ -422,7 +515,8 @@ def main(argv=None) -> int:
             {"seconds": round(seconds), "targets": targets,
              "rows": [{**asdict(r.row), "covers": r.covers, "strategy": r.strategy,
                        "bytes_ratio": r.bytes_ratio, "latency_ratio": r.latency_ratio}
-                      for r in results]}, indent=1))
+                      for r in results],
+             "hummingbird": [asdict(r) for r in side]}, indent=1))
     return 0
 
 
