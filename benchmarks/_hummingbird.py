@@ -27,7 +27,8 @@ def convert(python: str, jobs: list[tuple[str, object, np.ndarray, str | None]],
     """Run Hummingbird (``python``: its environment's interpreter) on ``jobs`` (name,
     fitted estimator, sample rows, tree strategy or None) in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "jobs.pkl").write_bytes(pickle.dumps(jobs))
+    for name, estimator, rows, strategy in jobs:
+        (folder / f"{name}.job.pkl").write_bytes(pickle.dumps((estimator, rows, strategy)))
     done = subprocess.run([python, str(SCRIPT), str(folder)], capture_output=True, text=True,
                           timeout=timeout)
     out = {}

@@ -4,12 +4,13 @@ share its environment). Called by ``benchmarks/_hummingbird.py``; not imported b
 
     HB_PYTHON benchmarks/hummingbird_convert.py FOLDER
 
-FOLDER holds ``jobs.pkl``: a list of ``(name, estimator, sample rows, strategy or None)``.
-For each job it writes ``NAME.onnx`` (``hummingbird.ml.convert(estimator, "onnx", rows)``
-with ``tree_implementation`` = strategy where given), or ``NAME.error`` with the exception.
-The environment: ``python -m venv HB && HB/bin/pip install hummingbird-ml==0.4.12
-torch==2.13.0 onnx==1.16.1 onnxscript`` and the same scikit-learn (lightgbm, xgboost) as
-the benchmark's, since the estimators are pickled across.
+FOLDER holds one ``NAME.job.pkl`` per job: ``(estimator, sample rows, strategy or
+None)``, one file each, so an estimator this environment cannot unpickle is that job's
+error only. For each job it writes ``NAME.onnx`` (``hummingbird.ml.convert(estimator,
+"onnx", rows)``, ``tree_implementation`` = the strategy where given), or ``NAME.error``
+with the exception. The environment: ``python -m venv HB && HB/bin/pip install
+hummingbird-ml==0.4.12 torch==2.13.0 onnx==1.16.1 onnxscript`` and the same scikit-learn,
+lightgbm, xgboost and catboost as the benchmark's, since the estimators are pickled across.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ def main(folder: str) -> int:
     from hummingbird.ml import convert
 
     root = Path(folder)
-    jobs = pickle.loads((root / "jobs.pkl").read_bytes())
-    for name, estimator, rows, strategy in jobs:
-        extra = {"tree_implementation": strategy} if strategy else {}
+    for job in sorted(root.glob("*.job.pkl")):
+        name = job.name[:-len(".job.pkl")]
         try:
+            estimator, rows, strategy = pickle.loads(job.read_bytes())
+            extra = {"tree_implementation": strategy} if strategy else {}
             converted = convert(estimator, "onnx", rows, extra_config=extra)
             (root / f"{name}.onnx").write_bytes(converted.model.SerializeToString())
         except Exception as e:  # noqa: BLE001 - a model Hummingbird cannot convert is a result
