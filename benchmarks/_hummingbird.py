@@ -45,22 +45,39 @@ def convert(python: str, jobs: list[tuple[str, object, np.ndarray, str | None]],
     return out
 
 
-def max_abs_error(original: Path, converted: Path, rows: np.ndarray) -> float:
-    """The largest difference between the two models' float outputs (probabilities or
-    predictions, matched by shape) on ``rows``, on onnxruntime."""
+def producer_outputs(estimator, rows: np.ndarray) -> np.ndarray:
+    """What the fitted model itself computes on ``rows``: class probabilities, else
+    predictions (``[N, k]``)."""
+    out = (estimator.predict_proba(rows) if hasattr(estimator, "predict_proba")
+           else estimator.predict(rows))
+    return np.asarray(out, np.float64).reshape(len(rows), -1)
+
+
+def max_abs_error(path: Path, rows: np.ndarray, want: np.ndarray) -> float:
+    """The largest difference between ``want`` (:func:`producer_outputs`) and the model's
+    float output of the same shape on ``rows``, on onnxruntime (a sequence of maps, ZipMap's,
+    read as its rows' values)."""
     import onnxruntime as ort
 
-    def floats(path: Path, x: np.ndarray) -> list[np.ndarray]:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        want = session.get_inputs()[0].type
-        x = x.astype(np.float64 if "double" in want else np.float32)
-        return [np.asarray(v, np.float64).reshape(len(x), -1)
-                for v in session.run(None, {name: x})
-                if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    given = session.get_inputs()[0]
+    x = rows.astype(np.float64 if "double" in given.type else np.float32)
+    found = []
+    for value in session.run(None, {given.name: x}):
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            value = [list(row.values()) for row in value]
+        value = np.asarray(value)
+        if value.dtype.kind == "f" and value.size == want.size:
+            found.append(float(np.max(np.abs(value.reshape(want.shape) - want))))
+    if not found:
+        raise ValueError("no float output of the producer's shape")
+    return min(found)
 
-    a, b = floats(original, rows), floats(converted, rows)
-    pairs = [(u, v) for u in a for v in b if u.shape == v.shape]
-    if not pairs:
-        raise ValueError("no float output of the same shape in both")
-    return min(float(np.max(np.abs(u - v))) for u, v in pairs)
+
+def input_feeds(path: Path, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """``rows`` as the model's one input, in its element type."""
+    import onnx
+
+    given = onnx.load(path, load_external_data=False).graph.input[0]
+    double = given.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE
+    return {given.name: rows.astype(np.float64 if double else np.float32)}
