@@ -14,8 +14,9 @@ the tree strategy the rewrite chose, and the rewritten model's bytes and onnxrun
 ``--hummingbird-python``: the interpreter of an environment with hummingbird-ml (see
 ``benchmarks/hummingbird_convert.py``): Hummingbird converts the same fitted models (its own
 tree strategy), and a table sets its coverage, numbers (largest difference from the
-fitted model's own outputs on the held-out rows, beside the export's), bytes and latency beside the rewrite's for the
-onnxruntime build without the ML ops (standard ops only, as Hummingbird's output is).
+fitted model's own outputs on the held-out rows, beside the export's), bytes and latency
+beside the rewrite's for the onnxruntime build without the ML ops (standard ops only, as
+Hummingbird's output is).
 
 Needs the ``bench-ml`` extra (scikit-learn, skl2onnx, onnxmltools, lightgbm, xgboost,
 catboost). ``onnxruntime-no-ml`` is ``onnxruntime:ops=FILE`` with a reduced-build
@@ -394,7 +395,8 @@ def hummingbird_table(rows: list[HummingbirdRow], results: list[Result]):
         my_lat = (mine.latency_ratio or {}) if mine else {}
         grid.add_row(
             r.model, "converts" if r.converted and not r.error else (r.error or "no"),
-            "" if r.max_abs_error is None else f"{r.max_abs_error:.2g} ({r.export_error:.2g})",
+            "" if r.max_abs_error is None else f"{r.max_abs_error:.2g}" + (
+                "" if r.export_error is None else f" ({r.export_error:.2g})"),
             "" if r.bytes_ratio is None else f"{r.bytes_ratio}x",
             f"{lat.get(1)}x / {lat.get(1024)}x" if 1 in lat else "",
             mine.row.verdict if mine else "-",
