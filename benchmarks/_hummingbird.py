@@ -46,10 +46,14 @@ def convert(python: str, jobs: list[tuple[str, object, np.ndarray, str | None]],
 
 
 def producer_outputs(estimator, rows: np.ndarray) -> np.ndarray:
-    """What the fitted model itself computes on ``rows``: class probabilities, else
-    predictions (``[N, k]``)."""
-    out = (estimator.predict_proba(rows) if hasattr(estimator, "predict_proba")
-           else estimator.predict(rows))
+    """What the fitted model itself computes on ``rows``: class probabilities, else a
+    classifier's decision function (LinearSVC), else predictions (``[N, k]``)."""
+    if hasattr(estimator, "predict_proba"):
+        out = estimator.predict_proba(rows)
+    elif hasattr(estimator, "decision_function") and hasattr(estimator, "classes_"):
+        out = estimator.decision_function(rows)
+    else:
+        out = estimator.predict(rows)
     return np.asarray(out, np.float64).reshape(len(rows), -1)
 
 

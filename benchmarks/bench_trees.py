@@ -162,16 +162,20 @@ def measure_hummingbird(python: str, name: str, model: onnx.ModelProto, estimato
                "ort_us": {b: base[b] * 1e6 for b in BATCHES}}
         done = converted[job]
         if done.path is None:
-            row["error"] = done.error
+            row["error"] = f"not converted: {done.error}"
         else:
             hb = onnx.load(done.path)
             row["bytes_ratio"] = hb.ByteSize() / model.ByteSize()
-            for b in BATCHES:
-                row[f"latency_ratio_{b}"] = latency(hb, b, repeat) / base[b]
             row["max_abs_error"] = max_abs_error(done.path, rows,
                                                  producer_outputs(estimator, rows))
             row["export_error"] = max_abs_error(original, rows,
                                                 producer_outputs(estimator, rows))
+            try:
+                for b in BATCHES:
+                    row[f"latency_ratio_{b}"] = latency(hb, b, repeat) / base[b]
+            except Exception as e:  # noqa: BLE001 - Hummingbird's model failing at a batch
+                row["error"] = f"runs on {len(rows)} rows, fails at batch {b}: " + str(
+                    e).splitlines()[0][:160]
         out.append(row)
     return out
 
@@ -218,8 +222,7 @@ def main(argv=None) -> int:
             for row in measured:
                 rows.append(row)
                 if "error" in row:
-                    print(f"{row['model']:28} {row['strategy']:18} not converted: "
-                          f"{row['error']}")
+                    print(f"{row['model']:28} {row['strategy']:18} {row['error']}")
                     continue
                 error = (f"  max abs error {row['max_abs_error']:.2g} (the export's "
                          f"{row['export_error']:.2g}, against scikit-learn's own)"

@@ -11,9 +11,11 @@ chosen per ensemble by a cost model:
   (``MIN``/``MAX``: per tree, then reduced). Few ops, work ``N * trees * internal *
   leaves``: good for shallow trees and at batch 1.
 * ``traversal``: every tree walked at once, one level per step (``depth`` steps, unrolled):
-  ``Gather`` the node's feature and threshold, ``GatherElements`` the row's value,
-  compare, ``Gather`` the next node from the packed children. Work ``N * trees * depth``,
-  ops ``~8 * depth``: good for deep trees and big batches.
+  the node's feature and threshold, the row's value, ``x <= t`` as 0/1, the next node from
+  the packed children. The state is kept flat (``[1, N * T]``, twice the node number) and
+  every lookup is a ``GatherElements`` from a ``[1, 2 * nodes]`` table (onnxruntime's
+  ``Gather`` from a 1-D table is ~4x slower). Work ``N * trees * depth``, ops ``~8 *
+  depth``: good for deep trees and big batches.
 
 Both are exact: a feature value is gathered, never multiplied; the decisions and the
 counts are small integers in float32; only the sum of the trees' weights may round in
@@ -73,7 +75,8 @@ def estimates(ens, aggregate: str) -> dict[str, dict]:
     gemm_bytes = (s["internal"] * (8 + width) + s["set_values"] * (8 + width)
                   + s["set_values"] * s["members"] * 4 + t * imax * 8
                   + t * imax * lmax * 4 + t * lmax * 4 + t * lmax * c * 4 * (2 if minmax else 1))
-    trav_bytes = s["nodes"] * (8 + width + 16 + 8 + 1) + s["nodes"] * s["kmax"] * width \
+    # feature, threshold, children and leaf row per node, each twice; sets twice; weights
+    trav_bytes = s["nodes"] * (48 + 2 * width) + 2 * s["nodes"] * s["kmax"] * width \
         + s["nodes"] * c * (width + 1)
     out = {}
     for name, size in (("gemm", gemm_bytes), ("traversal", trav_bytes)):
@@ -85,7 +88,7 @@ def estimates(ens, aggregate: str) -> dict[str, dict]:
                 work = n * s["internal"] * 3 + n * s["set_values"] * 2
                 macs = n * t * imax * lmax + n * t * lmax * c
             else:
-                ops = 6 + s["depth"] * (8 + (5 if s["members"] else 0) + (
+                ops = 12 + s["depth"] * (8 + (7 if s["members"] else 0) + (
                     3 if s["track"] else 0)) + (4 if minmax else 0)
                 work = s["depth"] * n * t * (8 + 2 * s["kmax"]) + n * t * c * 2
                 macs = 0
@@ -239,45 +242,89 @@ def build_gemm(b: Body, ens, x: str, aggregate: str, need_has: bool):
     return scores, has
 
 
+def _take(b: Body, table: str, flat: str) -> str:
+    """``table[flat]`` for a ``[1, n]`` table and ``[1, M]`` indices: ``GatherElements``,
+    which onnxruntime runs ~4x faster than ``Gather`` from a 1-D table (measured at
+    ``[1024, 20]`` indices)."""
+    return b.op("GatherElements", table, flat, axis=1)
+
+
 def build_traversal(b: Body, ens, x: str, aggregate: str, need_has: bool):
+    """Every tree walked at once. The state is twice the node number, flat (``[1, N * T]``,
+    row-major ``[N, T]``); the node tables are ``[1, 2 * nodes]`` (each node's entry twice),
+    so one level is: feature, the row's value (``x`` flattened, each row's offset added),
+    threshold, ``x <= t`` as 0/1, and the next state ``packed[state + decision]`` (false
+    child first, so a NaN, false for ``<=``, takes it)."""
     dt = _np(ens)
     n = len(ens.kind)
     depth = ens.depth()
     trees = ens.n_trees
-    children = np.empty(2 * n, np.int64)
-    children[0::2], children[1::2] = ens.true_child, ens.false_child
-    feature = b.const(np.asarray(ens.feature, np.int64))
-    threshold = b.const(np.asarray(ens.threshold, dt), dt)
-    packed = b.const(children)
+
+    def twice(values, dtype) -> np.ndarray:
+        return np.repeat(np.asarray(values, dtype), 2)[None, :]
+
+    packed = np.empty(2 * n, np.int64)
+    packed[0::2], packed[1::2] = ens.false_child, ens.true_child
+    feature = b.const(twice(ens.feature, np.int64))
+    threshold = b.const(twice(ens.threshold, dt), dt)
+    following = b.const((2 * packed)[None, :])
     members = [i for i, k in enumerate(ens.kind) if k == 2]
     tracks = np.asarray(ens.missing_true, bool)
-    batch = b.slice(b.op("Shape", x), [0], [1], [0])
-    index = b.op("Expand", b.const(np.asarray([ens.roots], np.int64)),
-                 b.op("Concat", batch, b.ints([trees]), axis=0))
+    shape = b.op("Shape", x)
+    batch, width = b.slice(shape, [0], [1], [0]), b.slice(shape, [1], [2], [0])
+    grid = b.op("Concat", batch, b.ints([trees]), axis=0)  # [N, T]
+    state = b.reshape(b.op("Expand", b.const(2 * np.asarray([ens.roots], np.int64)), grid),
+                      [1, -1])
+    rows = b.op("Range", b.const(np.array(0, np.int64)), b.reshape(batch, []),
+                b.const(np.array(1, np.int64)))
+    offset = b.reshape(b.op("Expand", b.unsqueeze(b.op("Mul", rows, b.reshape(width, [])),
+                                                  [1]), grid), [1, -1])
+    x_flat = b.reshape(x, [1, -1])
     if members:
         kmax = max(len(ens.sets[i]) for i in members)
         sets = np.full((n, kmax), np.nan, dt)
         for i in members:
             sets[i, :len(ens.sets[i])] = ens.sets[i]
-        sets_c = b.const(sets, dt)
-        is_member = b.const(np.asarray([k == 2 for k in ens.kind]), np.bool_)
+        sets_c = b.const(np.repeat(sets, 2, axis=0), dt)
+        is_member = b.const(twice([k == 2 for k in ens.kind], np.bool_), np.bool_)
     if tracks.any() and not tracks.all():
-        tracks_c = b.const(tracks, np.bool_)
+        tracks_c = b.const(twice(tracks, np.bool_), np.bool_)
     for _ in range(depth):
-        values = b.op("GatherElements", x, b.op("Gather", feature, index), axis=1)
-        cond = b.less_or_equal(values, b.op("Gather", threshold, index))
+        values = _take(b, x_flat, b.op("Add", offset, _take(b, feature, state)))
+        cond = b.less_or_equal(values, _take(b, threshold, state))
         if members:
-            hits = b.op("Equal", b.unsqueeze(values, [2]), b.op("Gather", sets_c, index))
-            hit = b.cast(b.reduce_max(b.cast(hits, 6), [2], keepdims=0), 9)
-            member = b.op("Gather", is_member, index)  # (onnxruntime has no bool Where)
-            cond = b.op("Or", b.op("And", member, hit), b.op("And", b.op("Not", member), cond))
+            wanted = b.op("Gather", sets_c, b.reshape(state, [-1]))  # [N * T, kmax]
+            hits = b.op("Equal", b.reshape(values, [-1, 1]), wanted)
+            hit = b.cast(b.reduce_max(b.cast(hits, 6), [1], keepdims=0), 9)
+            member = _take(b, is_member, state)  # (onnxruntime has no bool Where)
+            cond = b.op("Or", b.op("And", member, b.reshape(hit, [1, -1])),
+                        b.op("And", b.op("Not", member), cond))
         if tracks.any():
             nan = b.op("IsNaN", values)
             if not tracks.all():
-                nan = b.op("And", nan, b.op("Gather", tracks_c, index))
+                nan = b.op("And", nan, _take(b, tracks_c, state))
             cond = b.op("Or", cond, nan)
-        step = b.op("Add", b.op("Add", index, index), b.cast(b.op("Not", cond), 7))
-        index = b.op("Gather", packed, step)
+        state = _take(b, following, b.op("Add", state, b.cast(cond, 7)))
+    return _leaf_scores(b, ens, state, aggregate, need_has)
+
+
+def _per_leaf(b: Body, table: np.ndarray, slot: str, trees: int, dtype) -> str:
+    """``table[slot]`` (``table``: ``[L, C]``; ``slot``: ``[1, N * T]`` leaf numbers) as
+    ``[N, T, C]``, by ``GatherElements`` on the flattened table."""
+    c = table.shape[1]
+    flat = b.const(table.reshape(1, -1), dtype)
+    if c > 1:
+        slot = b.reshape(b.op("Add", b.op("Mul", b.reshape(slot, [-1, 1]), b.const(
+            np.array(c, np.int64))), b.const(np.arange(c, dtype=np.int64)[None, :])), [1, -1])
+    return b.reshape(_take(b, flat, slot), [-1, trees, c])
+
+
+def _leaf_scores(b: Body, ens, state: str, aggregate: str, need_has: bool):
+    """The trees' aggregated leaf weights ``[N, C]`` (and which targets a leaf scored) from
+    the leaf each tree reached (``state``: ``[1, N * T]`` twice the node numbers,
+    row-major)."""
+    dt = _np(ens)
+    n = len(ens.kind)
     leaves = [i for i, k in enumerate(ens.kind) if k == 0]
     row = np.zeros(n, np.int64)
     row[leaves] = np.arange(len(leaves))
@@ -288,11 +335,11 @@ def build_traversal(b: Body, ens, x: str, aggregate: str, need_has: bool):
         for target, w in ens.weights[leaf].items():
             weights[j, target] = w
             present[j, target] = True
-    slot = b.op("Gather", b.const(row), index)  # [N, T]
-    per = b.op("Gather", b.const(weights, dt), slot)  # [N, T, C]
+    slot = _take(b, b.const(np.repeat(row, 2)[None, :]), state)  # [1, N * T]
+    per = _per_leaf(b, weights, slot, ens.n_trees, dt)  # [N, T, C]
     has = None
     if aggregate in ("MIN", "MAX") or need_has:
-        seen = b.op("Gather", b.const(present, np.bool_), slot)
+        seen = _per_leaf(b, present, slot, ens.n_trees, np.bool_)
         if need_has:
             has = b.cast(b.reduce_max(b.cast(seen, 6), [1], keepdims=0), 9)
     if aggregate in ("MIN", "MAX"):
