@@ -64,10 +64,8 @@ def max_abs_error(path: Path, rows: np.ndarray, want: np.ndarray) -> float:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    given = session.get_inputs()[0]
-    x = rows.astype(np.float64 if "double" in given.type else np.float32)
     found = []
-    for value in session.run(None, {given.name: x}):
+    for value in session.run(None, input_feeds(path, rows)):
         if isinstance(value, list) and value and isinstance(value[0], dict):
             value = [list(row.values()) for row in value]
         value = np.asarray(value)
@@ -79,9 +77,9 @@ def max_abs_error(path: Path, rows: np.ndarray, want: np.ndarray) -> float:
 
 
 def input_feeds(path: Path, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """``rows`` as the model's one input, in its element type."""
+    """``rows`` as each of the model's inputs, in its element type."""
     import onnx
 
-    given = onnx.load(path, load_external_data=False).graph.input[0]
-    double = given.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE
-    return {given.name: rows.astype(np.float64 if double else np.float32)}
+    graph = onnx.load(path, load_external_data=False).graph
+    return {i.name: rows.astype(onnx.helper.tensor_dtype_to_np_dtype(
+        i.type.tensor_type.elem_type)) for i in graph.input}

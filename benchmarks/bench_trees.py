@@ -148,15 +148,17 @@ HUMMINGBIRD_STRATEGIES = ("gemm", "tree_trav", "perf_tree_trav", None)
 
 
 def measure_hummingbird(python: str, name: str, model: onnx.ModelProto, estimator, rows,
-                        repeat: int, folder: Path) -> list[dict]:
-    """Hummingbird's conversions of ``estimator`` against ``model`` (the producer's)."""
+                        repeat: int, folder: Path, base: dict[int, float]) -> list[dict]:
+    """Hummingbird's conversions of ``estimator`` against ``model`` (the producer's; its
+    latency per batch: ``base``)."""
     from _hummingbird import convert, max_abs_error, producer_outputs
 
     original = folder / f"{name}.original.onnx"
     onnx.save(model, original)
     jobs = [(f"{name}.{s or 'auto'}", estimator, rows[:16], s) for s in HUMMINGBIRD_STRATEGIES]
     converted = convert(python, jobs, folder)
-    base = {b: latency(model, b, repeat) for b in BATCHES}
+    own = producer_outputs(estimator, rows)
+    export_error = max_abs_error(original, rows, own)
     out = []
     for job, *_ in jobs:
         row = {"model": name, "strategy": "hummingbird:" + job.rsplit(".", 1)[1],
@@ -167,10 +169,8 @@ def measure_hummingbird(python: str, name: str, model: onnx.ModelProto, estimato
         else:
             hb = onnx.load(done.path)
             row["bytes_ratio"] = hb.ByteSize() / model.ByteSize()
-            row["max_abs_error"] = max_abs_error(done.path, rows,
-                                                 producer_outputs(estimator, rows))
-            row["export_error"] = max_abs_error(original, rows,
-                                                producer_outputs(estimator, rows))
+            row["max_abs_error"] = max_abs_error(done.path, rows, own)
+            row["export_error"] = export_error
             try:
                 for b in BATCHES:
                     row[f"latency_ratio_{b}"] = latency(hb, b, repeat) / base[b]
@@ -181,9 +181,10 @@ def measure_hummingbird(python: str, name: str, model: onnx.ModelProto, estimato
     return out
 
 
-def measure(name: str, model: onnx.ModelProto, repeat: int) -> list[dict]:
+def measure(name: str, model: onnx.ModelProto, repeat: int, base: dict[int, float]
+            ) -> list[dict]:
+    """Each strategy's lowering of ``model`` against it (its latency per batch: ``base``)."""
     base_bytes = model.ByteSize()
-    base = {b: latency(model, b, repeat) for b in BATCHES}
     rows = []
     for strategy in ("gemm", "traversal", None):
         low, note = lowered(model, strategy)
@@ -222,10 +223,12 @@ def main(argv=None) -> int:
           f"ort b1/b1024 (us)")
     with tempfile.TemporaryDirectory(prefix="bench-trees-") as tmp:
         for name, model in models.items():
-            measured = measure(name, model, args.repeat)
+            base = {b: latency(model, b, args.repeat) for b in BATCHES}
+            measured = measure(name, model, args.repeat, base)
             if args.hummingbird_python and name in estimators:
                 measured += measure_hummingbird(args.hummingbird_python, name, model,
-                                                *estimators[name], args.repeat, Path(tmp))
+                                                *estimators[name], args.repeat, Path(tmp),
+                                                base)
             for row in measured:
                 rows.append(row)
                 if "error" in row:

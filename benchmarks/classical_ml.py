@@ -42,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _hummingbird import input_feeds  # noqa: E402
 from realworld.bench import OK, Row, rewrite_pair, short  # noqa: E402
 
 TARGETS = ("onnxruntime", "onnxruntime-no-ml", "openvino", "tract", "reference", "opset:13")
@@ -258,11 +259,7 @@ def build(recipe: Recipe, folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
     if recipe.name.startswith("pipeline"):
         held_out[:, 5:] = np.clip(np.round(held_out[:, 5:]), -2, 2)
         held_out[::5, 1] = np.nan
-    feeds = {}
-    for graph_input in model.graph.input:
-        elem = graph_input.type.tensor_type.elem_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-        feeds[graph_input.name] = held_out.astype(dtype)
+    feeds = input_feeds(path, held_out)
     np.savez(folder / "inputs.npz", **feeds)
     return path, feeds
 
@@ -350,7 +347,7 @@ def hummingbird_side(python: str, fitted: dict, folder: Path, args) -> list[Humm
     """Hummingbird's own conversion (its default tree strategy) of every fitted model: its
     numbers against the fitted model's own (``predict_proba`` or ``predict``) on the
     held-out rows, its bytes and latency against the producer's export on onnxruntime."""
-    from _hummingbird import convert, input_feeds, max_abs_error, producer_outputs
+    from _hummingbird import convert, max_abs_error, producer_outputs
 
     jobs = [(name, est, rows[:SAMPLE_ROWS], None)
             for name, (est, rows, _, _) in fitted.items()]
@@ -365,9 +362,9 @@ def hummingbird_side(python: str, fitted: dict, folder: Path, args) -> list[Humm
         rows = next(iter(feeds.values()))
         try:
             row.bytes_ratio = round(done.path.stat().st_size / path.stat().st_size, 2)
-            row.max_abs_error = max_abs_error(done.path, rows, producer_outputs(estimator,
-                                                                                 rows))
-            row.export_error = max_abs_error(path, rows, producer_outputs(estimator, rows))
+            own = producer_outputs(estimator, rows)
+            row.max_abs_error = max_abs_error(done.path, rows, own)
+            row.export_error = max_abs_error(path, rows, own)
             if not args.no_latency:
                 row.latency_ratio = {b: round(latency(done.path, input_feeds(done.path, rows),
                                                       b, args.repeat)

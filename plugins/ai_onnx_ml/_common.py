@@ -82,6 +82,7 @@ def input_elem(ctx, index: int = 0) -> int | None:
         return getattr(TensorProto, types[index][7:-1].upper(), None)
     return None
 
+
 def declared_elem(ctx, name: str) -> int | None:
     """The element type the model declares for value ``name`` (a graph output, value_info),
     if any."""

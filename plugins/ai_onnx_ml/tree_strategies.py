@@ -308,15 +308,20 @@ def build_traversal(b: Body, ens, x: str, aggregate: str, need_has: bool):
     return _leaf_scores(b, ens, state, aggregate, need_has)
 
 
-def _per_leaf(b: Body, table: np.ndarray, slot: str, trees: int, dtype) -> str:
-    """``table[slot]`` (``table``: ``[L, C]``; ``slot``: ``[1, N * T]`` leaf numbers) as
+def _leaf_cells(b: Body, slot: str, c: int) -> str:
+    """The flat positions ``[1, N * T * C]`` of leaves ``slot`` (``[1, N * T]``) in a
+    flattened ``[L, C]`` table: ``slot * C + k`` for each ``k < C``."""
+    if c == 1:
+        return slot
+    return b.reshape(b.op("Add", b.op("Mul", b.reshape(slot, [-1, 1]), b.const(
+        np.array(c, np.int64))), b.const(np.arange(c, dtype=np.int64)[None, :])), [1, -1])
+
+
+def _per_leaf(b: Body, table: np.ndarray, cells: str, trees: int, dtype) -> str:
+    """``table`` (``[L, C]``) at the leaf positions ``cells`` (:func:`_leaf_cells`) as
     ``[N, T, C]``, by ``GatherElements`` on the flattened table."""
-    c = table.shape[1]
     flat = b.const(table.reshape(1, -1), dtype)
-    if c > 1:
-        slot = b.reshape(b.op("Add", b.op("Mul", b.reshape(slot, [-1, 1]), b.const(
-            np.array(c, np.int64))), b.const(np.arange(c, dtype=np.int64)[None, :])), [1, -1])
-    return b.reshape(_take(b, flat, slot), [-1, trees, c])
+    return b.reshape(_take(b, flat, cells), [-1, trees, table.shape[1]])
 
 
 def _leaf_scores(b: Body, ens, state: str, aggregate: str, need_has: bool):
@@ -336,10 +341,11 @@ def _leaf_scores(b: Body, ens, state: str, aggregate: str, need_has: bool):
             weights[j, target] = w
             present[j, target] = True
     slot = _take(b, b.const(np.repeat(row, 2)[None, :]), state)  # [1, N * T]
-    per = _per_leaf(b, weights, slot, ens.n_trees, dt)  # [N, T, C]
+    cells = _leaf_cells(b, slot, c)
+    per = _per_leaf(b, weights, cells, ens.n_trees, dt)  # [N, T, C]
     has = None
     if aggregate in ("MIN", "MAX") or need_has:
-        seen = _per_leaf(b, present, slot, ens.n_trees, np.bool_)
+        seen = _per_leaf(b, present, cells, ens.n_trees, np.bool_)
         if need_has:
             has = b.cast(b.reduce_max(b.cast(seen, 6), [1], keepdims=0), 9)
     if aggregate in ("MIN", "MAX"):

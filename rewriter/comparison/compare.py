@@ -18,6 +18,7 @@ model).
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -131,8 +132,8 @@ class Tolerances:
         if narrower is None or (self.computed_in in _FLOAT_WIDTHS and _FLOAT_WIDTHS.index(
                 self.computed_in) >= _FLOAT_WIDTHS.index(narrower)):
             return self
-        out = Tolerances(computed_in=narrower)
-        out.atol, out.rtol = self.atol, self.rtol
+        out = copy.copy(self)
+        out.computed_in = narrower
         return out
 
     def for_value(self, name: str, dtype) -> Tolerance:
