@@ -9,7 +9,7 @@ the tree strategy the rewrite chose, and the rewritten model's bytes and onnxrun
 
     nice -n 10 python benchmarks/classical_ml.py [--only NAME ...] [--targets T,T]
         [--repeat 30] [--no-latency] [--json out.json] [--adapt-interface]
-        [--hummingbird-python HB/bin/python]
+        [--hummingbird-python HB/bin/python] [--seed 0]
 
 ``--hummingbird-python``: the interpreter of an environment with hummingbird-ml (see
 ``benchmarks/hummingbird_convert.py``): Hummingbird converts the same fitted models (its own
@@ -52,6 +52,7 @@ COMPARE_ROWS = 64  # rows of the held-out data the rewrite compares on
 OPSETS = {"": 17, "ai.onnx.ml": 3}
 ONNXMLTOOLS_OPSET = 15  # the highest onnxmltools 1.16 converts LightGBM and XGBoost at
 BATCHES = (1, 1024)
+DATA_SEED = [0]  # the generated data's seed (--seed): other data, other fitted models
 
 
 @dataclass
@@ -67,8 +68,9 @@ def _data(classes: int):
     from sklearn.datasets import make_classification, make_regression
 
     x, y = make_classification(ROWS, FEATURES, n_informative=5, n_classes=classes,
-                               n_clusters_per_class=1, random_state=0)
-    _, target = make_regression(ROWS, FEATURES, n_informative=5, noise=0.1, random_state=0)
+                               n_clusters_per_class=1, random_state=DATA_SEED[0])
+    _, target = make_regression(ROWS, FEATURES, n_informative=5, noise=0.1,
+                                random_state=DATA_SEED[0])
     return x.astype(np.float32), y, target.astype(np.float32)
 
 
@@ -469,7 +471,9 @@ def main(argv=None) -> int:
                         "as tensors)")
     parser.add_argument("--hummingbird-python", help="the interpreter of an environment with "
                         "hummingbird-ml: its conversions side by side")
+    parser.add_argument("--seed", type=int, default=0, help="the generated data's seed")
     args = parser.parse_args(argv)
+    DATA_SEED[0] = args.seed
 
     from rich.console import Console
 
