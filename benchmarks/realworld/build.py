@@ -28,6 +28,7 @@ TOOLS = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "onnx-ir"
          "onnxruntime-genai")
 TORCHSCRIPT_OPSET = 17
 BLOCK_SIZE = 32  # MatMulNBits block (hidden 32, so every K is a multiple)
+CALIBRATION_SETS = 4  # quantize_static's calibration input sets
 
 
 def tool_versions() -> dict[str, str]:
@@ -206,6 +207,87 @@ def _int4(src: Path, out: Path) -> dict[str, Any]:
             "bits": 4, "block_size": BLOCK_SIZE, "is_symmetric": True}
 
 
+class _Calibration:
+    """``CALIBRATION_SETS`` input sets made as the benchmark's own (realworld.feeds), other
+    seeds: what ``quantize_static`` reads its activations' ranges from."""
+
+    def __init__(self, model: Path):
+        from realworld.feeds import feeds_for
+
+        self.sets = iter([feeds_for(model, seed=100 + i) for i in range(CALIBRATION_SETS)])
+
+    def get_next(self):
+        return next(self.sets, None)
+
+
+# quantize_static's formats: (format, activation type, weight type, extra options)
+STATIC = {
+    "qop": ("QOperator", "QUInt8", "QInt8", {}),
+    "qdq": ("QDQ", "QUInt8", "QInt8", {}),
+    # the QNN execution provider's recipe: 16-bit activations through com.microsoft Q/DQ
+    "qnn": ("QDQ", "QUInt16", "QUInt8", {"UseQDQContribOps": True}),
+}
+
+
+def _static(step: str, src: Path, out: Path) -> dict[str, Any]:
+    """``quant_pre_process`` (the quantizer's recommended first step: shape inference and
+    onnx's optimizer), then ``quantize_static`` per channel in ``STATIC[step]``'s format and
+    types."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    fmt, activations, weights, extra = STATIC[step]
+    prepared = out.with_name("prepared.onnx")
+    quant_pre_process(str(src), str(prepared))
+    quantize_static(str(prepared), str(out), _Calibration(src),
+                    quant_format=getattr(QuantFormat, fmt), per_channel=True,
+                    activation_type=getattr(QuantType, activations),
+                    weight_type=getattr(QuantType, weights), extra_options=extra)
+    prepared.unlink()
+    return {"tool": "onnxruntime.quantization.quantize_static", "quant_format": fmt,
+            "pre_process": "onnxruntime.quantization.shape_inference.quant_pre_process",
+            "per_channel": True, "activation_type": activations, "weight_type": weights,
+            "calibration": f"{CALIBRATION_SETS} input sets (realworld.feeds, seeds 100+)",
+            **({"extra_options": extra} if extra else {})}
+
+
+def _hqq(src: Path, out: Path) -> dict[str, Any]:
+    """Half-quadratic quantization: 4-bit MatMulNBits with float zero points."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        HQQWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    config = HQQWeightOnlyQuantConfig(block_size=BLOCK_SIZE, bits=4)
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), algo_config=config)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(out))
+    return {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+            "algo_config": "HQQWeightOnlyQuantConfig", "bits": 4, "block_size": BLOCK_SIZE}
+
+
+def _int4_gather(src: Path, out: Path) -> dict[str, Any]:
+    """Block-quantized embeddings: the quantizer's ``Gather`` too (GatherBlockQuantized)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    kinds = ("MatMul", "Gather")
+    config = DefaultWeightOnlyQuantConfig(block_size=BLOCK_SIZE, is_symmetric=False,
+                                          op_types_to_quantize=kinds,
+                                          quant_axes=(("MatMul", 0), ("Gather", 1)))
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), algo_config=config)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(out))
+    return {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+            "algo_config": "DefaultWeightOnlyQuantConfig", "bits": 4,
+            "block_size": BLOCK_SIZE, "is_symmetric": False, "op_types_to_quantize": kinds,
+            "quant_axes": {"MatMul": 0, "Gather": 1}}
+
+
 def _fp16(src: Path, out: Path) -> dict[str, Any]:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -233,8 +315,10 @@ def _apply(step: str, family: Family, src: Path, out: Path) -> dict[str, Any]:
         return _ort_optimizer(family, src, out, fp16=step == "ort-opt-fp16")
     if step in ("ort-basic", "ort-extended"):
         return _ort_offline(src, out, step.removeprefix("ort-"))
-    return {"ortfusions": _ortfusions, "qdyn": _qdyn, "int4": _int4,
-            "fp16": _fp16}[step](src, out)
+    if step in STATIC:
+        return _static(step, src, out)
+    return {"ortfusions": _ortfusions, "qdyn": _qdyn, "int4": _int4, "fp16": _fp16,
+            "hqq": _hqq, "int4-gather": _int4_gather}[step](src, out)
 
 
 # -- the build -----------------------------------------------------------------------------

@@ -20,6 +20,11 @@ LLM_HIDDEN, KV_HEADS = 64, 2
 SLIDING_WINDOW = 2
 BATCH, SEQUENCE, IMAGE, MEL_FRAMES = 2, 6, 32, 32  # example inputs of the export
 SEED = 0
+# Gemma 2's soft caps (scores, logits): the models' own are 50 and 30, which random weights
+# never reach; these do
+SOFTCAP_SCORES, SOFTCAP_LOGITS = 2.0, 3.0
+PARTIAL_ROTARY = 0.5  # Phi's share of each head that gets the rotary embedding
+LSTM_FEATURES, LSTM_HIDDEN = 16, 32
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,33 @@ def _qwen3_config(attn: str = "sdpa"):
                        max_position_embeddings=64, max_window_layers=LAYERS,
                        architectures=["Qwen3ForCausalLM"], bos_token_id=1, eos_token_id=2,
                        attn_implementation=attn)
+
+
+def _gemma2_config(attn: str = "eager"):
+    """Gemma 2: soft-capped attention scores and logits, tied (shared) embeddings, sliding
+    and global layers in turn. The caps are small enough to bite on random weights."""
+    from transformers import Gemma2Config
+
+    return Gemma2Config(vocab_size=VOCAB, hidden_size=LLM_HIDDEN, intermediate_size=2 * FFN,
+                        num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                        num_key_value_heads=KV_HEADS, head_dim=LLM_HIDDEN // HEADS,
+                        query_pre_attn_scalar=LLM_HIDDEN // HEADS, max_position_embeddings=64,
+                        sliding_window=64, attn_logit_softcapping=SOFTCAP_SCORES,
+                        final_logit_softcapping=SOFTCAP_LOGITS, tie_word_embeddings=True,
+                        architectures=["Gemma2ForCausalLM"], bos_token_id=1, eos_token_id=2,
+                        pad_token_id=0, attn_implementation="eager")
+
+
+def _phi_config(attn: str = "sdpa"):
+    """Phi (Phi-2's architecture): rotary embedding on half of each head (partial rotary),
+    parallel attention and MLP."""
+    from transformers import PhiConfig
+
+    return PhiConfig(vocab_size=VOCAB, hidden_size=LLM_HIDDEN, intermediate_size=2 * FFN,
+                     num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                     num_key_value_heads=HEADS, partial_rotary_factor=PARTIAL_ROTARY,
+                     max_position_embeddings=64, architectures=["PhiForCausalLM"],
+                     bos_token_id=1, eos_token_id=2, attn_implementation=attn)
 
 
 def _causal_lm(config_factory):
@@ -272,6 +304,59 @@ def _resnet(attn: str):
     return _wrap(model, tuple(feeds), ("last_hidden_state", "pooler_output")), feeds
 
 
+def _convnet(attn: str):
+    """A small CNN whose quantized form uses every QOperator op onnxruntime's static
+    quantizer writes for CNNs: convolutions, LeakyRelu, SiLU (Sigmoid, Mul), a residual Add,
+    Concat, average pooling, global average pooling, Gemm and Softmax."""
+    import torch
+
+    _seeded()
+
+    class ConvNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.left = torch.nn.Conv2d(8, 8, 1)
+            self.right = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.mix = torch.nn.Conv2d(16, 16, 3, padding=1)
+            self.head = torch.nn.Linear(16, 10)
+
+        def forward(self, pixel_values):
+            x = torch.nn.functional.leaky_relu(self.stem(pixel_values), 0.1)
+            left = self.left(x)
+            left = left * torch.sigmoid(left)
+            right = torch.relu(self.right(x)) + x
+            x = torch.nn.functional.avg_pool2d(torch.cat([left, right], 1), 2)
+            x = self.mix(x) + x
+            x = torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1)
+            return (torch.softmax(self.head(x), -1),)
+
+    feeds = {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE)}
+    return ConvNet().eval(), feeds
+
+
+def _lstm(attn: str):
+    """Two stacked LSTM layers over a sequence of features (batch first), then a linear head:
+    ``quantize_dynamic`` makes each LSTM a ``DynamicQuantizeLSTM``."""
+    import torch
+
+    _seeded()
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(LSTM_FEATURES, LSTM_HIDDEN, num_layers=2,
+                                      batch_first=True)
+            self.head = torch.nn.Linear(LSTM_HIDDEN, 8)
+
+        def forward(self, features):
+            out, _state = self.lstm(features)
+            return (self.head(out),)
+
+    feeds = {"features": torch.randn(BATCH, SEQUENCE, LSTM_FEATURES)}
+    return Recurrent().eval(), feeds
+
+
 _TEXT = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
 _IMAGE = {"pixel_values": {0: "batch"}}
 
@@ -309,4 +394,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            _whisper_encoder, ("last_hidden_state",), {"input_features": {0: "batch"}}, "bart"),
     Family("resnet", "ResNetModel, 2 basic stages", _resnet,
            ("last_hidden_state", "pooler_output"), _IMAGE, None),
+    Family("gemma2", "Gemma2ForCausalLM (GQA 4/2 heads, soft-capped scores and logits, "
+           "shared embeddings), no cache", _decoder(_gemma2_config), ("logits",), _TEXT, None,
+           hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_gemma2_config),
+           genai_options=("windowed_kv_cache=false",)),  # as Mistral's
+    Family("phi", f"PhiForCausalLM (4 heads, rotary on {PARTIAL_ROTARY:.0%} of each head), "
+           "no cache", _decoder(_phi_config), ("logits",), _TEXT, None,
+           hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_phi_config)),
+    Family("convnet", "a small CNN: Conv, LeakyRelu, SiLU, Add, Concat, AveragePool, "
+           "GlobalAveragePool, Gemm, Softmax", _convnet, ("probabilities",), _IMAGE, None),
+    Family("lstm", f"2 stacked LSTM layers ({LSTM_FEATURES} features, hidden {LSTM_HIDDEN}) "
+           "and a linear head", _lstm, ("scores",),
+           {"features": {0: "batch", 1: "sequence"}}, None),
 ]}

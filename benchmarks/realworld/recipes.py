@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-EXPORTS = ("torchscript", "dynamo", "genai-int4", "genai-fp32", "genai-fp16")
+EXPORTS = ("torchscript", "dynamo", "genai-int4", "genai-int8", "genai-fp32", "genai-fp16")
 STEPS = ("ort-opt", "ort-opt-fp16", "ortfusions", "qdyn", "int4", "fp16", "ort-basic",
-         "ort-extended")
+         "ort-extended", "qop", "qdq", "qnn", "hqq", "int4-gather")
 
 
 @dataclass(frozen=True)
@@ -80,4 +80,19 @@ RECIPES: list[Recipe] = [_r(n) for n in [
     # ... with a sliding window (Mistral), q/k norms (Qwen3), and in float16
     "mistral/genai-int4", "mistral/genai-fp32", "qwen3/genai-int4", "qwen3/genai-fp32",
     "llama/genai-fp16",
+    # ... with soft-capping and shared embeddings (Gemma 2), partial rotary (Phi), int8
+    # weights, and float16 with Qwen3's q/k norms (RotaryEmbedding + MultiHeadAttention)
+    "gemma2/genai-int4", "gemma2/genai-fp32", "phi/genai-int4", "phi/genai-int8",
+    "qwen2/genai-int8", "qwen3/genai-fp16",
+    # quantize_static: QOperator (QLinear* ops), QDQ and QDQ saved by onnxruntime's offline
+    # optimizer (which fuses QDQ groups back into QLinear* ops), the QNN recipe (uint16
+    # activations through com.microsoft Q/DQ)
+    "convnet/torchscript", "convnet/torchscript+qop", "convnet/torchscript+qdq",
+    "convnet/torchscript+qdq+ort-extended", "convnet/torchscript+qnn",
+    "resnet/torchscript+qop", "vit/torchscript+qop",
+    # quantize_dynamic of LSTMs (DynamicQuantizeLSTM)
+    "lstm/torchscript", "lstm/torchscript+qdyn",
+    # weight-only int4: HQQ (float zero points), block-quantized embeddings
+    # (GatherBlockQuantized)
+    "llama/torchscript+hqq", "llama/torchscript+int4-gather",
 ]]
