@@ -158,7 +158,7 @@ def _direction(b: Body, ctx, d: int, xq: str, xs: str, xz: str, dirs: int,
     body = b.child()
     step, cond, h, c = (body.fresh("t"), body.fresh("cond"), body.fresh("h"),
                         body.fresh("c"))
-    hq, hs, hz = dynamic_uint8(body, h)
+    hq, hs, hz = dynamic_uint8(body, h, arithmetic=True)
     hr = body.op("Mul", body.cast(body.op("MatMulInteger", hq, r, hz, r_zero), f32),
                  body.op("Mul", hs, r_scale))
     gates = body.op("Add", body.op("Gather", xw, step, axis=0), hr)
@@ -199,7 +199,7 @@ def build_dynamic_quantize_lstm(ctx) -> FunctionProto | None:
     direction = _text(ctx.attribute("direction", b"forward"))
     dirs = _DIRECTIONS[direction]
     b = Body(ctx.opset, TensorProto.FLOAT)
-    xq, xs, xz = dynamic_uint8(b, "X")
+    xq, xs, xz = dynamic_uint8(b, "X", arithmetic=True)
     per_direction = [_direction(b, ctx, d, xq, xs, xz, dirs,
                                 reverse=direction == "reverse" or d == 1)
                      for d in range(dirs)]
