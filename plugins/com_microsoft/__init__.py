@@ -23,6 +23,7 @@ module                     ops
                            ``RemovePadding``, ``RestorePadding``
 ``dynamic_quantization``   ``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``,
                            ``QAttention``, ``QEmbedLayerNormalization``
+``quantized_lstm``         ``DynamicQuantizeLSTM``
 ``qoperator/``             QOperator ops (``QLinearConv``, ``QLinearMatMul``, ``QGemm``,
                            ``QLinear*``) as DequantizeLinear -> float op -> QuantizeLinear,
                            a module per op family (its ``__init__`` indexes them)
@@ -69,6 +70,7 @@ def register_decompositions(registry):
         normalization,
         qoperator,
         quantization,
+        quantized_lstm,
         trilu,
     )
 
@@ -76,4 +78,5 @@ def register_decompositions(registry):
         module.register(registry)
     attention.register_decompositions(registry)
     dynamic_quantization.register_decompositions(registry)
+    quantized_lstm.register_decompositions(registry)
     qoperator.register_decompositions(registry)

@@ -20,6 +20,12 @@ KNOWN_INEXACT = {
         "OpenVINO's translation of com.microsoft::DynamicQuantizeMatMul does not compute the "
         "op's quantized arithmetic (onnxruntime's kernel): outputs differ by up to 2.1e-3 "
         "on a dynamically quantized BERT"),
+    ("com.microsoft", "DynamicQuantizeLSTM"): (
+        "OpenVINO's translation of com.microsoft::DynamicQuantizeLSTM does not compute the "
+        "op's quantized arithmetic (onnxruntime's kernel, which quantizes each step's hidden "
+        "state anew): 46 of 46 data sets of the com-microsoft plugin's oracle samples differ, "
+        "by up to 0.24; a quantize_dynamic'd 2-layer torch.nn.LSTM's outputs by 3.9e-3 "
+        "(OpenVINO 2026.4)"),
     **{("com.microsoft", op): (
         f"OpenVINO's translation of com.microsoft::{op} does not compute onnxruntime's "
         f"quantized arithmetic: {measured} (OpenVINO 2026.4, float32 precision, the "
