@@ -24,6 +24,7 @@ SEED = 0
 # never reach; these do
 SOFTCAP_SCORES, SOFTCAP_LOGITS = 2.0, 3.0
 PARTIAL_ROTARY = 0.5  # Phi's share of each head that gets the rotary embedding
+PHI_HEADS = 2
 LSTM_FEATURES, LSTM_HIDDEN = 16, 32
 
 
@@ -165,12 +166,13 @@ def _gemma2_config(attn: str = "eager"):
 
 def _phi_config(attn: str = "sdpa"):
     """Phi (Phi-2's architecture): rotary embedding on half of each head (partial rotary),
-    parallel attention and MLP."""
+    parallel attention and MLP. 2 heads of 32: onnxruntime's GroupQueryAttention wants the
+    rotated part's half (its cos cache's width) a multiple of 8."""
     from transformers import PhiConfig
 
     return PhiConfig(vocab_size=VOCAB, hidden_size=LLM_HIDDEN, intermediate_size=2 * FFN,
-                     num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                     num_key_value_heads=HEADS, partial_rotary_factor=PARTIAL_ROTARY,
+                     num_hidden_layers=LAYERS, num_attention_heads=PHI_HEADS,
+                     num_key_value_heads=PHI_HEADS, partial_rotary_factor=PARTIAL_ROTARY,
                      max_position_embeddings=64, architectures=["PhiForCausalLM"],
                      bos_token_id=1, eos_token_id=2, attn_implementation=attn)
 
@@ -398,9 +400,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            "shared embeddings), no cache", _decoder(_gemma2_config), ("logits",), _TEXT, None,
            hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_gemma2_config),
            genai_options=("windowed_kv_cache=false",)),  # as Mistral's
-    Family("phi", f"PhiForCausalLM (4 heads, rotary on {PARTIAL_ROTARY:.0%} of each head), "
+    Family("phi", f"PhiForCausalLM ({PHI_HEADS} heads, rotary on {PARTIAL_ROTARY:.0%} of each head), "
            "no cache", _decoder(_phi_config), ("logits",), _TEXT, None,
-           hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_phi_config)),
+           num_heads=PHI_HEADS, hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_phi_config)),
     Family("convnet", "a small CNN: Conv, LeakyRelu, SiLU, Add, Concat, AveragePool, "
            "GlobalAveragePool, Gemm, Softmax", _convnet, ("probabilities",), _IMAGE, None),
     Family("lstm", f"2 stacked LSTM layers ({LSTM_FEATURES} features, hidden {LSTM_HIDDEN}) "
