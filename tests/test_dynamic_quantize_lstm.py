@@ -26,15 +26,16 @@ def _ctx(batch, hidden=8, inputs=None, **attributes) -> DecompositionContext:
                                 declared={"X": x})
 
 
-@pytest.mark.parametrize("batch,hidden", [(1, 8), (3, 260), (4, 300)])
-def test_batches_whose_result_is_the_kernels_whatever_its_threads_are_built(batch, hidden):
+@pytest.mark.parametrize("batch,hidden", [(1, 8), (3, 260), (4, 300), (2, 8), (5, 300),
+                                          ("N", 8)])
+def test_every_batch_is_built(batch, hidden):
+    """The body computes onnxruntime's one-thread arithmetic for any batch (a batch whose
+    result depends on the thread count included: the oracle runs such a model on one
+    thread)."""
     assert build_dynamic_quantize_lstm(_ctx(batch, hidden)) is not None
 
 
 @pytest.mark.parametrize("ctx,reason", [
-    (lambda: _ctx(2), "thread count"),
-    (lambda: _ctx(5, 300), "thread count"),
-    (lambda: _ctx("N"), "thread count"),  # a batch not known
     (lambda: _ctx(1, inputs=[*_NAMES[:4], "lens", *_NAMES[5:]]), "sequence_lens"),
     (lambda: _ctx(1, inputs=[*_NAMES[:7], "P", *_NAMES[8:]]), "peepholes"),
     (lambda: _ctx(1, activations=["Relu", "Tanh", "Tanh"]), "activations"),
@@ -64,14 +65,17 @@ class _Lstm(torch.nn.Module):
         return y, h, c
 
 
-def _quantized(tmp_path, layers: int, bidirectional: bool) -> tuple[onnx.ModelProto, dict]:
-    """The LSTM exported (dynamo=False, opset 17, batch 1) and ``quantize_dynamic``'d
-    (int8 weights)."""
+def _quantized(tmp_path, layers: int, bidirectional: bool, batch: int = 1
+               ) -> tuple[onnx.ModelProto, dict]:
+    """The LSTM exported (dynamo=False, opset 17; a dynamic batch when ``batch`` > 1) and
+    ``quantize_dynamic``'d (int8 weights)."""
     torch.manual_seed(0)
-    x = torch.randn(5, 1, 6)
+    x = torch.randn(5, batch, 6)
     source, out = tmp_path / "lstm.onnx", tmp_path / "lstm.quant.onnx"
+    axes = {"x": {1: "batch"}} if batch > 1 else None
     torch.onnx.export(_Lstm(layers, bidirectional).eval(), (x,), str(source), dynamo=False,
-                      opset_version=17, input_names=["x"], output_names=["y", "h", "c"])
+                      opset_version=17, input_names=["x"], output_names=["y", "h", "c"],
+                      dynamic_axes=axes)
     quantization.quantize_dynamic(str(source), str(out),
                                   weight_type=quantization.QuantType.QInt8)
     model = onnx.load(out)
@@ -79,8 +83,11 @@ def _quantized(tmp_path, layers: int, bidirectional: bool) -> tuple[onnx.ModelPr
     return model, {"x": x.numpy()}
 
 
-def _on_onnxruntime(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(),
+def _on_onnxruntime(model: onnx.ModelProto, feeds: dict, threads: int = 0
+                    ) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
@@ -129,3 +136,34 @@ def test_openvino_reports_its_own_dynamic_quantize_lstm_as_known_inexact():
     from rewriter_plugins.openvino_target.inexact import KNOWN_INEXACT
 
     assert ("com.microsoft", "DynamicQuantizeLSTM") in KNOWN_INEXACT
+
+
+def test_a_batch_whose_result_depends_on_the_thread_count_is_verified_against_one_thread(
+        plugins, tmp_path):
+    """Batch 3, hidden 8: onnxruntime's kernel splits the batch over its threads. The
+    comparison's oracle runs the original on one thread; the body computes that, bit for
+    bit on onnxruntime; on 2 threads the kernel's answer is another one."""
+    model, feeds = _quantized(tmp_path, 1, False, batch=3)
+    one_thread = _on_onnxruntime(model, feeds, threads=1)
+    result = rewrite(model, ["opset:17"], plugins=plugins, compare_options={"inputs": feeds})
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    assert all(np.array_equal(g, e) for g, e in
+               zip(_on_onnxruntime(result.model, feeds, threads=2), one_thread))
+    two_threads = _on_onnxruntime(model, feeds, threads=2)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(two_threads, one_thread)) > 1e-4
+
+
+def test_onnxruntime_runs_a_thread_dependent_original_on_one_thread_only_as_the_oracle(
+        tmp_path):
+    from rewriter_plugins.onnxruntime_target import OnnxRuntimeTarget
+
+    from rewriter.detect.targets import TargetOptions
+
+    model, feeds = _quantized(tmp_path, 1, False, batch=3)
+    oracle = OnnxRuntimeTarget(options=TargetOptions(oracle=True)).prepare(model, tmp_path)
+    got = list(oracle(feeds).values())
+    assert all(np.array_equal(g, e) for g, e in
+               zip(got, _on_onnxruntime(model, feeds, threads=1)))
+    target = OnnxRuntimeTarget().prepare(model, tmp_path)  # as a user loads it
+    assert all(np.array_equal(g, e) for g, e in
+               zip(target(feeds).values(), _on_onnxruntime(model, feeds)))

@@ -33,14 +33,19 @@ from .runtime import (
     runtime_ceilings,
     runtime_max_ir_version,
 )
-from .target import CONFIRM_BY_DEFAULT_BELOW, OnnxRuntimeTarget
+from .target import (
+    CONFIRM_BY_DEFAULT_BELOW,
+    THREAD_DEPENDENT_OPS,
+    OnnxRuntimeTarget,
+    thread_dependent_ops,
+)
 
 __all__ = [
     "CONFIRM_BY_DEFAULT_BELOW", "CONFIRM_CHILD", "CONFIRM_TIMEOUT_S", "CPU", "EXTENSIONS",
     "QDQ_MATMULNBITS_ACCURACY_LEVEL", "KernelDef", "OnnxRuntimeTarget", "ReducedBuildTarget",
     "available_providers", "clean_ort_message", "make_target", "register_targets",
     "released_opsets", "resolve_library", "resolve_provider", "runtime_ceilings",
-    "runtime_max_ir_version",
+    "runtime_max_ir_version", "THREAD_DEPENDENT_OPS", "thread_dependent_ops",
 ]
 
 _OPS = "ops="

@@ -57,6 +57,21 @@ _FLOAT16, _FLOAT = "tensor(float16)", "tensor(float)"
 _EXPANDS = ("expands", "")  # sentinel verdict: runs by inlining the op's function body
 
 
+# Kernels of onnxruntime's CPU provider whose numbers depend on the session's thread count:
+# DynamicQuantizeLSTM quantizes each step's hidden state over blocks of ceil(batch /
+# threads) rows (UniDirectionalLstm; 1.8e-3 to 6.6e-3 apart between 1 and 2 threads)
+THREAD_DEPENDENT_OPS = frozenset({("com.microsoft", "DynamicQuantizeLSTM")})
+
+
+def thread_dependent_ops(model) -> list[str]:
+    """The ``domain::op`` of the model's nodes (main graph, subgraphs and functions) whose
+    numbers on onnxruntime depend on its thread count."""
+    from rewriter.graph.walk import op_counts
+
+    found = {(d or "ai.onnx", o) for d, o in op_counts(model)}
+    return sorted(f"{d}::{o}" for d, o in found & THREAD_DEPENDENT_OPS)
+
+
 class OnnxRuntimeTarget(RuntimeTarget):
     """onnxruntime with one execution provider (CPU by default). A
     :class:`rewriter.plugin.RuntimeTarget` for its confirmation (a session in a child
@@ -476,13 +491,18 @@ class OnnxRuntimeTarget(RuntimeTarget):
         so.log_severity_level = 4
         so.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", str(base_dir))
-        # onnxruntime's optimizer fuses DequantizeLinear(8/4-bit weights) -> MatMul into a
-        # MatMulNBits it gives accuracy_level 4 by default (the activations quantized to
-        # int8 per block): measured 130 units of the output's uint16 quantization off the
-        # model's definition on the QNN recipe's model. At 0 the fused kernel computes the
-        # definition, which a comparison measures against (a MatMulNBits of the model keeps
-        # its own accuracy_level).
-        so.add_session_config_entry(QDQ_MATMULNBITS_ACCURACY_LEVEL, "0")
+        if self.as_oracle:
+            # As the comparison's oracle, onnxruntime computes the model's definition:
+            # - its optimizer fuses DequantizeLinear(8/4-bit weights) -> MatMul into a
+            #   MatMulNBits it gives accuracy_level 4 by default (the activations quantized
+            #   to int8 per block): measured 130 units of the output's uint16 quantization off
+            #   the definition on the QNN recipe's model. At 0 the fused kernel computes the
+            #   definition (a MatMulNBits of the model keeps its own accuracy_level);
+            # - kernels whose result depends on the thread count run on one thread.
+            # As a target, it loads the model as its users do: default options.
+            so.add_session_config_entry(QDQ_MATMULNBITS_ACCURACY_LEVEL, "0")
+            if thread_dependent_ops(model):
+                so.intra_op_num_threads = 1
         for lib in self.libraries:
             so.register_custom_ops_library(lib)
         try:

@@ -841,11 +841,12 @@ def compare(
         plan.random = report.random_outputs
 
         def job(runner_target: str, proto, base_dir, feed_sets, ops=(),
-                libraries=None) -> Job:
+                libraries=None, oracle: bool = False) -> Job:
             return Job.make(runner_target, proto, base_dir, feed_sets, plugins=plugins,
                             custom_op_libraries=custom_op_libraries if libraries is None
                             else libraries,
-                            reference_ops=tuple(reference_ops) + tuple(ops), keep_going=True)
+                            reference_ops=tuple(reference_ops) + tuple(ops), keep_going=True,
+                            oracle=oracle)
 
         def run(j: Job, what: str = "") -> RunResult:
             with progress.step(what or f"a run on {j.target}"):
@@ -875,7 +876,7 @@ def compare(
 
                 def original_on(sets, c=candidate):
                     return run(job(c.target, c.model, original.base_dir, sets, c.reference_ops,
-                                   c.libraries), f"the original on {c.label}")
+                                   c.libraries, oracle=True), f"the original on {c.label}")
 
                 result = original_on(feeds)
                 if not result.ok and result.kind != "error" and len(plan.required) < len(feeds):
@@ -945,7 +946,8 @@ def compare(
                     subject_chain = subject_chain or chain(subject)
                     for candidate in subject_chain.runners:
                         other = run(job(candidate.target, candidate.model, subject.base_dir,
-                                        feeds, candidate.reference_ops, candidate.libraries),
+                                        feeds, candidate.reference_ops, candidate.libraries,
+                                        oracle=True),
                                     f"the rewritten model on {candidate.label}")
                         if other.ok:
                             judged = _judge_target(spec, other, want, tolerances, plan)
@@ -967,8 +969,9 @@ def compare(
                 + ("; ".join(f"{a['target']}: {a['error']}" for a in subject_chain.skipped)
                    or "none")))
             for candidate in subject_chain.runners:
+                # a stand-in for the model's definition: run as the oracle is
                 result = run(job(candidate.target, candidate.model, subject.base_dir, feeds,
-                                 candidate.reference_ops, candidate.libraries),
+                                 candidate.reference_ops, candidate.libraries, oracle=True),
                              f"the rewritten model on {candidate.label}")
                 tc = _judge_target(spec, result, want, tolerances, plan)
                 tc.runtime, tc.runner = candidate.label, candidate
@@ -981,7 +984,7 @@ def compare(
             oracle = _second_opinion(
                 report, [c for c in later if isinstance(c, Runner)],
                 lambda c: run(job(c.target, c.model, original.base_dir, feeds,
-                                  c.reference_ops, c.libraries)),
+                                  c.reference_ops, c.libraries, oracle=True)),
                 want, tolerances, original.model, plan, subject.model) or oracle
 
         if save_inputs is not None:
@@ -1506,7 +1509,7 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
     names = boundary_names(regions)
     feed = [feeds[index]]
     before = run(job(oracle.target, expose(oracle.model, names), original.base_dir, feed,
-                     oracle.reference_ops, oracle.libraries))
+                     oracle.reference_ops, oracle.libraries, oracle=True))
     if not before.ok:
         return Localization("unavailable", f"the original with its region boundaries exposed "
                             f"failed on {oracle.label}: {before.error}", input_set=index)
@@ -1515,7 +1518,7 @@ def _localize(run, job, original, subject, tc: TargetComparison, feeds,
         after = run(job(tc.target, expose(subject.model, names), subject.base_dir, feed))
     else:
         after = run(job(where.target, expose(where.model, names), subject.base_dir, feed,
-                        where.reference_ops, where.libraries))
+                        where.reference_ops, where.libraries, oracle=True))
     if not after.ok:
         return Localization("unavailable", f"the rewritten model with its region boundaries "
                             f"exposed failed on {tc.runtime or tc.target}: {after.error}",

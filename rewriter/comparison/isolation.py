@@ -80,15 +80,18 @@ class Job:
     # run every feed set even when one fails (its outputs None, its error in set_errors);
     # the job fails only when every set does
     keep_going: bool = False
+    oracle: bool = False  # the run is the comparison's oracle (TargetOptions.oracle)
 
     @classmethod
     def make(cls, target: str, model, base_dir, feeds, *, plugins=None,
-             custom_op_libraries=(), reference_ops=(), keep_going: bool = False) -> Job:
+             custom_op_libraries=(), reference_ops=(), keep_going: bool = False,
+             oracle: bool = False) -> Job:
         """A job for ``model`` (a ModelProto) on ``target``, for the caller's plugins."""
         return cls(target, model.SerializeToString(), str(Path(base_dir).absolute()),
                    list(feeds), tuple(custom_op_libraries), tuple(reference_ops),
                    tuple(getattr(plugins, "specs", ()) or ()),
-                   bool(getattr(plugins, "autoload", True)), tuple(sys.path), keep_going)
+                   bool(getattr(plugins, "autoload", True)), tuple(sys.path), keep_going,
+                   oracle)
 
 
 @dataclass
@@ -438,10 +441,11 @@ class _Worker:
         kernel_ops = ()
         if job.target.partition(":")[0] == "reference":  # built per model: not cached
             kernel_ops = tuple(reference_ops(model, plugins.registry))
-        key = (plugin_key, job.target, job.custom_op_libraries, job.reference_ops)
+        key = (plugin_key, job.target, job.custom_op_libraries, job.reference_ops, job.oracle)
         if kernel_ops or key not in self._targets:
             options = TargetOptions(custom_op_libraries=job.custom_op_libraries, confirm=False,
-                                    reference_ops=tuple(job.reference_ops) + kernel_ops)
+                                    reference_ops=tuple(job.reference_ops) + kernel_ops,
+                                    oracle=job.oracle)
             (target,) = resolve_targets(plugins, [job.target], options)
             if kernel_ops:
                 return target

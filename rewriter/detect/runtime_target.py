@@ -85,6 +85,7 @@ class RuntimeTarget(Target):
         self.description = description
         self.confirm_option = options.confirm
         self.plugins = options.plugins
+        self.as_oracle = options.oracle  # runs originals for a comparison (TargetOptions)
         # about the model last checked (check_model): name -> TensorProto of its constants,
         # name -> TypeProto with shape (when the whole model did not run), whether the whole
         # model runs, the verdicts its refusal blames on nodes (path -> verdict), and a

@@ -163,6 +163,11 @@ class TargetOptions:
     # The run's loaded plugins (rewriter.manager.Plugins): targets that run custom kernels
     # look up the kernels a rewritten model's metadata lists in plugins.registry.
     plugins: Any = None
+    # The target runs an original as the comparison's oracle (not as the runtime a user
+    # loads the result with): a runtime whose numbers depend on its settings may pin them to
+    # the model's definition (onnxruntime: no accuracy-level-4 fusion of DequantizeLinear ->
+    # MatMul, one thread for kernels whose result depends on the thread count)
+    oracle: bool = False
 
 
 @dataclass
