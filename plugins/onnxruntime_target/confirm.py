@@ -117,11 +117,9 @@ def run_shapes_in_child(model, feeds: list, provider: str, base_dir, libraries=(
     import json
     import pickle
 
-    from rewriter.console import die_with_parent_line
-
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", die_with_parent_line() + SHAPES_CHILD, provider,
+            [sys.executable, "-c", SHAPES_CHILD, provider,
              str(base_dir or ""), *libraries],
             input=pickle.dumps({"model": model.SerializeToString(), "feeds": feeds}),
             capture_output=True, timeout=CONFIRM_TIMEOUT_S,
