@@ -396,8 +396,14 @@ def _rewrite_proto(
                 changed = changed or bool(retargeted)
             ran = False
             for p in passes:
-                if any(ask_offers(p, f, ctx)[0] for f in for_passes):
+                if p.wants_findings:
+                    ctx.findings = [f for f in for_passes if ask_offers(p, f, ctx)[0]]
+                    offered = bool(ctx.findings)
+                else:
+                    offered = any(ask_offers(p, f, ctx)[0] for f in for_passes)
+                if offered:
                     result = run_pass(p, work, ctx)
+                    ctx.findings = ()
                     if result is not None:
                         work, changed, ran = result, True, True
                         taken = None  # names the pass made: read them again if needed

@@ -11,7 +11,10 @@ Modules:
 * ``runtime``: onnxruntime itself: its kernel registry, the opsets and IR version it loads,
   providers, custom-op libraries, its messages in one line.
 * ``confirm``: the confirming children (a session by path and from bytes, run once; one with
-  the plugins' custom kernels).
+  the plugins' custom kernels; one returning a run's output shapes).
+* ``declared_shapes``: intermediate shapes the model declares that a run contradicts
+  (``declared-shape`` findings, from the confirmation) and the pass ``declared-shapes``
+  that clears them.
 """
 
 from __future__ import annotations
@@ -62,6 +65,13 @@ def make_target(argument: str | None, options: TargetOptions | None = None) -> O
         return ReducedBuildTarget(config, resolve_provider(provider.rstrip(",") or None),
                                   options)
     return OnnxRuntimeTarget(resolve_provider(argument), options)
+
+
+@hookimpl
+def register_passes(registry):
+    from .declared_shapes import NAME, DeclaredShapesPass
+
+    registry.add(NAME, DeclaredShapesPass, phase="legalize")
 
 
 @hookimpl

@@ -77,3 +77,57 @@ if job["feeds"] is not None:
     error, values = run_sets(lambda feeds: run_once(session, feeds), job["feeds"])
     child_says("run", error, values=values) if error else child_says("ran")
 """
+
+
+# The child that runs a model on input sets until one runs and prints the shapes of its
+# outputs (:func:`run_shapes_in_child`): argv provider, external-data folder, custom-op
+# libraries; stdin a pickle of {"model": bytes, "feeds": [input sets]}.
+SHAPES_CHILD = """
+import json, pickle, sys
+import onnxruntime as ort
+from rewriter_plugins.onnxruntime_feeds import as_ort_feed
+
+job = pickle.load(sys.stdin.buffer)
+so = ort.SessionOptions()
+so.log_severity_level = 4
+so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                            sys.argv[2])
+for library in sys.argv[3:]:
+    so.register_custom_ops_library(library)
+session = ort.InferenceSession(job["model"], so, providers=[sys.argv[1]])
+names = [o.name for o in session.get_outputs()]
+for index, feeds in enumerate(job["feeds"]):
+    given = {n: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(v)
+             for n, v in ((n, as_ort_feed(v)) for n, v in feeds.items())}
+    try:
+        values = session.run_with_ort_values(None, given)
+    except Exception:
+        continue
+    shapes = {n: list(v.shape()) for n, v in zip(names, values) if v.is_tensor()}
+    print("@shapes " + json.dumps({"set": index, "shapes": shapes}), flush=True)
+    break
+"""
+
+
+def run_shapes_in_child(model, feeds: list, provider: str, base_dir, libraries=()
+                        ) -> tuple[int, dict] | None:
+    """(the index of the first input set of ``feeds`` ``model`` runs on, its outputs'
+    shapes by name), from a child process; None when it runs on none (or fails to load,
+    crashes, takes longer than :data:`CONFIRM_TIMEOUT_S`)."""
+    import json
+    import pickle
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", SHAPES_CHILD, provider,
+             str(base_dir or ""), *libraries],
+            input=pickle.dumps({"model": model.SerializeToString(), "feeds": feeds}),
+            capture_output=True, timeout=CONFIRM_TIMEOUT_S,
+            cwd=str(base_dir) if base_dir is not None else None)
+    except subprocess.TimeoutExpired:
+        return None
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        if line.startswith("@shapes "):
+            said = json.loads(line[len("@shapes "):])
+            return said["set"], said["shapes"]
+    return None

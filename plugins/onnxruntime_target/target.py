@@ -34,7 +34,12 @@ from rewriter.plugin import (
     type_proto,
 )
 
-from .confirm import CONFIRM_CHILD, CONFIRM_TIMEOUT_S, confirm_with_kernels_in_child
+from .confirm import (
+    CONFIRM_CHILD,
+    CONFIRM_TIMEOUT_S,
+    confirm_with_kernels_in_child,
+    run_shapes_in_child,
+)
 from .runtime import (
     CPU,
     FOLDED_OPS,
@@ -465,6 +470,48 @@ class OnnxRuntimeTarget(RuntimeTarget):
 
     def clean_message(self, message: str) -> str:
         return clean_ort_message(message)
+
+    def confirmation(self, model, base_dir) -> Confirmation:
+        """:meth:`RuntimeTarget.confirmation`; a run that failed on every generated input set
+        is traced to the model's declared intermediate shapes when the same model without
+        them runs on the same sets: then each declaration that run contradicts is a
+        ``declared-shape`` finding (:mod:`.declared_shapes`)."""
+        result = super().confirmation(model, base_dir)
+        if not result.inconclusive_run or not result.run_error:
+            return result
+        import hashlib
+
+        key = (hashlib.sha256(model.SerializeToString()).digest(), str(base_dir),
+               "declared-shapes", *self.confirmation_key())
+        if key not in self.confirmations:
+            findings = self._declared_shape_findings(model, base_dir, result.run_error)
+            self.confirmations[key] = Confirmation(
+                result.run_error, "run", findings=tuple(findings)) if findings else result
+        return self.confirmations[key]
+
+    def _declared_shape_findings(self, model, base_dir, error: str) -> list[Finding]:
+        from rewriter.plugin import generated_feeds
+
+        from .declared_shapes import (
+            contradiction_findings,
+            contradictions,
+            declared_intermediates,
+            shapes_model,
+        )
+
+        declared = declared_intermediates(model)
+        if not declared:
+            return []
+        feeds, _ = generated_feeds(model)
+        if not feeds:
+            return []
+        ran = run_shapes_in_child(shapes_model(model, list(declared)), feeds, self.provider,
+                                  base_dir, self.libraries)
+        if ran is None:  # it fails without the declarations too: not theirs
+            return []
+        index, shapes = ran
+        return contradiction_findings(self.name, model,
+                                      contradictions(model, feeds[index], shapes), error)
 
     def confirm_job(self, model, base_dir, data, path, feeds):
         """A real session in a child process (:data:`CONFIRM_CHILD`), made by path and from

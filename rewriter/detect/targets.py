@@ -38,6 +38,8 @@ REASONS: dict[str, str] = {
     "runtime-refused": "the runtime refused the model",
     "computes-differently": "the runtime runs it, but its outputs differ from the oracle's",
     "external-shape-data": "a value shape inference reads is stored in external data",
+    "declared-shape": "an intermediate value's declared shape (value_info) contradicts what "
+                      "the model computes, and the runtime trusts it",
 }
 
 # What a target's verdict on a node depends on (:meth:`Target.check_op`), so that detection
@@ -194,12 +196,18 @@ class Confirmation:
     ran: bool = False  # it ran once on generated inputs without an error
     note: str = ""  # why it was not run, or why a failed run is not counted as a refusal
     inconclusive_run: bool = False  # it loaded; the run failed on generated inputs
+    run_error: str = ""  # the runtime's words, where the run failed on every input set
+    # what the target traced the refusal to, where it did (findings on the values or nodes
+    # at fault, instead of one on the node the runtime names): e.g. onnxruntime failing on
+    # intermediate shapes the model declares and the run contradicts
+    findings: tuple[Finding, ...] = ()
 
     @classmethod
     def inconclusive(cls, error: str) -> Confirmation:
         """A run that failed in a way the inputs may explain: no refusal, said in the note."""
         return cls(note=f"the run on generated inputs failed, not counted as a refusal (the "
-                        f"inputs may be the cause): {error}", inconclusive_run=True)
+                        f"inputs may be the cause): {error}", inconclusive_run=True,
+                   run_error=error)
 
     @classmethod
     def varied(cls, error: str) -> Confirmation:

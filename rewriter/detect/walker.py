@@ -117,6 +117,8 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
     confirmation = target.confirmation(model, base_dir)
     if confirmation.refusal is None:
         return confirmation, []
+    if confirmation.findings:  # the target traced the refusal to what is at fault
+        return confirmation, list(confirmation.findings)
     finding = runtime_refusal(target.name, model, confirmation.refusal)
     if not finding.op_type:  # the runtime names no node: ask it about prefixes
         from rewriter.detect.bisect import bisect_refusal

@@ -243,7 +243,10 @@ def attention_head_dims(model: ModelProto) -> dict[str, int]:
     ``kv_cache_dim``): the query's width over the heads it holds, the width read from its
     producer (``MatMulNBits``' ``N``, a ``MatMul``/``Gemm`` weight, a ``Reshape`` to a constant
     shape, a declared type), else twice the rotary cache's width. Any other value fails at
-    run time, so no input generated for such a model could run."""
+    run time, so no input generated for such a model could run. A cache the model joins
+    itself (onnxruntime-genai's float16 CPU models: ``Concat(past_key, new_key, axis=2)``
+    before a ``MultiHeadAttention`` that takes no past) has the last dimension of the values
+    it is joined with."""
     graph = model.graph
     inputs = {i.name: i for i in graph.input}
     producers = {o: n for n in graph.node for o in n.output}
@@ -278,6 +281,30 @@ def attention_head_dims(model: ModelProto) -> dict[str, int]:
             size = 2 * cos[-1] if len(cos) == 2 else None
         if size:
             out.update(dict.fromkeys(symbols, size))
+    for name, size in _joined_last_dims(graph, inputs, producers, constants, declared).items():
+        out.setdefault(name, size)
+    return out
+
+
+def _joined_last_dims(graph, inputs, producers, constants, declared) -> dict[str, int]:
+    """A symbolic last dimension of a graph input that a main-graph ``Concat`` joins, along
+    another axis, with a value whose last dimension is static: that size."""
+    out: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type != "Concat" or node.domain not in ("", "ai.onnx"):
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+        for name in node.input:
+            value = inputs.get(name)
+            dims = value.type.tensor_type.shape.dim if value is not None else ()
+            if not dims or not dims[-1].dim_param or axis is None \
+                    or axis % len(dims) == len(dims) - 1 or dims[-1].dim_param in out:
+                continue
+            sizes = {_last_dim(other, producers, constants, declared)
+                     for other in node.input if other and other not in inputs}
+            sizes.discard(None)
+            if len(sizes) == 1:
+                out[dims[-1].dim_param] = sizes.pop()
     return out
 
 

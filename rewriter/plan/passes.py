@@ -40,6 +40,9 @@ class PassContext:
     registry: Registry
     options: Mapping[str, Any] = field(default_factory=dict)
     applied: Counter = field(default_factory=Counter)
+    # when a pass whose ``wants_findings`` is True runs: the findings of the round it offered
+    # to remedy (what it is to change, e.g. the values a run showed declared wrongly)
+    findings: Sequence[Finding] = ()
 
     def record(self, kind: str, plugin: str, rule: str, op_label: str, count: int = 1) -> None:
         self.applied[(kind, plugin, rule, op_label)] += count
@@ -51,6 +54,9 @@ class RewritePass:
     name: str = ""
     plugin: str = ""
     phase: str = "convert"
+    # True: before :meth:`run`, the engine sets ``ctx.findings`` to every finding of the
+    # round this pass offers to remedy (each asked, not only until the first offer)
+    wants_findings: bool = False
 
     def prepare(self, model: ModelProto, ctx: PassContext) -> None:
         """Called with the model before planning, so :meth:`offers` can look at it (constant
