@@ -400,8 +400,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            "shared embeddings), no cache", _decoder(_gemma2_config), ("logits",), _TEXT, None,
            hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_gemma2_config),
            genai_options=("windowed_kv_cache=false",)),  # as Mistral's
-    Family("phi", f"PhiForCausalLM ({PHI_HEADS} heads, rotary on {PARTIAL_ROTARY:.0%} of each head), "
-           "no cache", _decoder(_phi_config), ("logits",), _TEXT, None,
+    Family("phi", f"PhiForCausalLM ({PHI_HEADS} heads, rotary on {PARTIAL_ROTARY:.0%} of "
+           "each head), no cache", _decoder(_phi_config), ("logits",), _TEXT, None,
            num_heads=PHI_HEADS, hidden_size=LLM_HIDDEN, hf_causal_lm=_causal_lm(_phi_config)),
     Family("convnet", "a small CNN: Conv, LeakyRelu, SiLU, Add, Concat, AveragePool, "
            "GlobalAveragePool, Gemm, Softmax", _convnet, ("probabilities",), _IMAGE, None),
