@@ -27,6 +27,7 @@ from .runtime import (
     CPU,
     EXTENSIONS,
     QDQ_MATMULNBITS_ACCURACY_LEVEL,
+    THREAD_DEPENDENT_OPS,
     KernelDef,
     available_providers,
     clean_ort_message,
@@ -35,13 +36,9 @@ from .runtime import (
     resolve_provider,
     runtime_ceilings,
     runtime_max_ir_version,
-)
-from .target import (
-    CONFIRM_BY_DEFAULT_BELOW,
-    THREAD_DEPENDENT_OPS,
-    OnnxRuntimeTarget,
     thread_dependent_ops,
 )
+from .target import CONFIRM_BY_DEFAULT_BELOW, OnnxRuntimeTarget
 
 __all__ = [
     "CONFIRM_BY_DEFAULT_BELOW", "CONFIRM_CHILD", "CONFIRM_TIMEOUT_S", "CPU", "EXTENSIONS",

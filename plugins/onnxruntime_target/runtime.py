@@ -18,6 +18,21 @@ EXTENSIONS = "extensions"
 FOLDED_OPS = frozenset({"Constant"})
 
 
+# Kernels of onnxruntime's CPU provider whose numbers depend on the session's thread count:
+# DynamicQuantizeLSTM quantizes each step's hidden state over blocks of ceil(batch /
+# threads) rows (UniDirectionalLstm; 1.8e-3 to 6.6e-3 apart between 1 and 2 threads)
+THREAD_DEPENDENT_OPS = frozenset({("com.microsoft", "DynamicQuantizeLSTM")})
+
+
+def thread_dependent_ops(model) -> list[str]:
+    """The ``domain::op`` of the model's nodes (main graph, subgraphs and functions) whose
+    numbers on onnxruntime depend on its thread count."""
+    from rewriter.plugin import iter_nodes
+
+    found = {(site.node.domain or "ai.onnx", site.node.op_type) for site in iter_nodes(model)}
+    return sorted(f"{d}::{o}" for d, o in found & THREAD_DEPENDENT_OPS)
+
+
 @dataclass(frozen=True)
 class KernelDef:
     start: int

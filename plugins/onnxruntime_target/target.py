@@ -52,6 +52,7 @@ from .runtime import (
     runtime_ceilings,
     runtime_max_ir_version,
     short_types,
+    thread_dependent_ops,
     version_matches,
 )
 
@@ -60,21 +61,6 @@ CONFIRM_BY_DEFAULT_BELOW = 100 * 2**20  # bytes of model + external data
 _KERNEL_VALIDATES_ATTRIBUTES = frozenset({"LSTM", "GRU", "RNN", "StringNormalizer"})
 _FLOAT16, _FLOAT = "tensor(float16)", "tensor(float)"
 _EXPANDS = ("expands", "")  # sentinel verdict: runs by inlining the op's function body
-
-
-# Kernels of onnxruntime's CPU provider whose numbers depend on the session's thread count:
-# DynamicQuantizeLSTM quantizes each step's hidden state over blocks of ceil(batch /
-# threads) rows (UniDirectionalLstm; 1.8e-3 to 6.6e-3 apart between 1 and 2 threads)
-THREAD_DEPENDENT_OPS = frozenset({("com.microsoft", "DynamicQuantizeLSTM")})
-
-
-def thread_dependent_ops(model) -> list[str]:
-    """The ``domain::op`` of the model's nodes (main graph, subgraphs and functions) whose
-    numbers on onnxruntime depend on its thread count."""
-    from rewriter.graph.walk import op_counts
-
-    found = {(d or "ai.onnx", o) for d, o in op_counts(model)}
-    return sorted(f"{d}::{o}" for d, o in found & THREAD_DEPENDENT_OPS)
 
 
 class OnnxRuntimeTarget(RuntimeTarget):
