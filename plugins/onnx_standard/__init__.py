@@ -19,11 +19,12 @@ versions, written with other standard ops where the result is the same bit for b
   (``openvino_target``'s inexact forms keep them off it). Other pairs (bfloat16, 4-bit
   types) are declined.
 * ``DequantizeLinear(x, x_scale[, x_zero_point])`` at opsets 10-18 (the reference evaluator
-  of onnx 1.23 implements it from version 19 only): ``y = (Cast(x) - Cast(x_zero_point)) *
-  x_scale`` in float, exact for the 8-bit and int32 inputs of these versions (int32 has no
-  zero point other than 0); from 13 a 1-D scale (and zero point) applies along ``axis``
-  (default 1), reshaped to ``[C, 1, ...]`` so that it broadcasts there (the count of 1s from
-  the input's rank at run time, for a non-negative ``axis``).
+  of onnx 1.23 implements it from version 19 only): ``y = Cast(Cast(x, int32) -
+  Cast(x_zero_point, int32), float) * x_scale`` (not a form OpenVINO's low-precision
+  transformations take for a dequantization), exact for the 8-bit and int32 inputs of these
+  versions (int32 has no zero point other than 0); from 13 a 1-D scale (and zero point)
+  applies along ``axis`` (default 1), reshaped to ``[C, 1, ...]`` so that it broadcasts there
+  (the count of 1s from the input's rank at run time, for a non-negative ``axis``).
 * **Widened** ops onnxruntime 1.32 has no kernel for at a narrow type: the inputs of that
   type are cast to a wider one, the op runs there with the same attributes, and its outputs
   of the narrow type are cast back. ``bfloat16`` computes in ``float``: exact for what only
@@ -43,7 +44,7 @@ Modules, one op family each:
 module           contents
 ================ ===============================================================
 ``bitcast``      BitCast (bool to a byte, same-width integers, IEEE float bits)
-``quantize``     DequantizeLinear (10-18; from 19 in int32), 16-bit QuantizeLinear-21
+``quantize``     DequantizeLinear (10-18; from 19 for OpenVINO; in int32), 16-bit QuantizeLinear-21
 ``gemm``         Gemm as MatMul
 ``widened``      ops computed in a wider type (bfloat16, 16-bit integers, uint32 exponents)
 ``shifts``       BitShift with its out-of-range shifts made explicit

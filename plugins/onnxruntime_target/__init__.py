@@ -25,6 +25,7 @@ from .confirm import CONFIRM_CHILD, CONFIRM_TIMEOUT_S
 from .reduced import ReducedBuildTarget
 from .runtime import (
     CPU,
+    DISABLE_QUANT_QDQ,
     EXTENSIONS,
     QDQ_MATMULNBITS_ACCURACY_LEVEL,
     THREAD_DEPENDENT_OPS,
@@ -41,7 +42,8 @@ from .runtime import (
 from .target import CONFIRM_BY_DEFAULT_BELOW, OnnxRuntimeTarget
 
 __all__ = [
-    "CONFIRM_BY_DEFAULT_BELOW", "CONFIRM_CHILD", "CONFIRM_TIMEOUT_S", "CPU", "EXTENSIONS",
+    "CONFIRM_BY_DEFAULT_BELOW", "CONFIRM_CHILD", "CONFIRM_TIMEOUT_S", "CPU", "DISABLE_QUANT_QDQ",
+    "EXTENSIONS",
     "QDQ_MATMULNBITS_ACCURACY_LEVEL", "KernelDef", "OnnxRuntimeTarget", "ReducedBuildTarget",
     "available_providers", "clean_ort_message", "make_target", "register_targets",
     "released_opsets", "resolve_library", "resolve_provider", "runtime_ceilings",

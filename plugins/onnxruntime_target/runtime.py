@@ -13,6 +13,7 @@ from rewriter.plugin import SchemaIndex, TargetError, normalize_domain, onnx_sch
 
 CPU = "CPUExecutionProvider"
 QDQ_MATMULNBITS_ACCURACY_LEVEL = "session.qdq_matmulnbits_accuracy_level"
+DISABLE_QUANT_QDQ = "session.disable_quant_qdq"  # no QDQ -> QLinear* fusion
 EXTENSIONS = "extensions"
 # Nodes onnxruntime turns into initializers while loading; they need no kernel.
 FOLDED_OPS = frozenset({"Constant"})

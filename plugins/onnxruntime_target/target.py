@@ -42,6 +42,7 @@ from .confirm import (
 )
 from .runtime import (
     CPU,
+    DISABLE_QUANT_QDQ,
     FOLDED_OPS,
     OPEN_END,
     QDQ_MATMULNBITS_ACCURACY_LEVEL,
@@ -531,9 +532,16 @@ class OnnxRuntimeTarget(RuntimeTarget):
             #   to int8 per block): measured 130 units of the output's uint16 quantization off
             #   the definition on the QNN recipe's model. At 0 the fused kernel computes the
             #   definition (a MatMulNBits of the model keeps its own accuracy_level);
+            # - its QDQ fusions (DequantizeLinear -> op -> QuantizeLinear run as a QLinear*
+            #   kernel) round otherwise than the definition, the float op between its Q/DQ:
+            #   on quantize_static's QDQ CNN the fused QLinearAveragePool is one step (1/256)
+            #   of the output's grid off what onnxruntime without the fusion, the reference
+            #   evaluator and OpenVINO compute (a QLinear* op of the model is still its own
+            #   kernel);
             # - kernels whose result depends on the thread count run on one thread.
             # As a target, it loads the model as its users do: default options.
             so.add_session_config_entry(QDQ_MATMULNBITS_ACCURACY_LEVEL, "0")
+            so.add_session_config_entry(DISABLE_QUANT_QDQ, "1")
             if thread_dependent_ops(model):
                 so.intra_op_num_threads = 1
         for lib in self.libraries:

@@ -6,7 +6,9 @@ reason).
 compute otherwise (quantized com.microsoft ops, GroupQueryAttention's batch of one).
 :func:`inexact_form`: forms of standard ops its CPU plugin runs otherwise (int64 held in int32,
 double in float32, 16-bit Q/DQ folded into FakeQuantize); :func:`weights_dequantized` with
-:func:`has_16bit_qdq`: 8-bit weights in a model with 16-bit Q/DQ.
+:func:`has_16bit_qdq`: 8-bit weights in a model with 16-bit Q/DQ; :func:`per_channel_conv`:
+``QLinearConv`` with per-channel weight scales; :func:`body_dequantized`: a
+decomposition body's 8-bit ``DequantizeLinear``.
 """
 
 from __future__ import annotations
@@ -147,13 +149,83 @@ def weights_dequantized(query: NodeQuery, constants) -> str | None:
     return _WEIGHTS_IN_16BIT.format(op=node.op_type) if weight else None
 
 
+# ai.onnx QLinearConv with a per-output-channel w_scale: OpenVINO 2026.4's translation scales
+# the weights along their axis 1 (the input channels) instead of axis 0 (measured: a 4 -> 4
+# channel QLinearConv 24 units off onnxruntime on 140 of 144 outputs, and equal, 0 off, to
+# a numpy Conv whose weights are scaled along axis 1; with as many input as output channels
+# it compiles, otherwise it refuses the node: "The number of dequantization scale elements
+# '16' must match the input shape dimension '3' pointed to by the axis attribute: 1"). The
+# quantized ResNet of quantize_static(per_channel=True) was 1.1 off on its outputs.
+_PER_CHANNEL_CONV = (
+    "OpenVINO's translation of QLinearConv scales per-channel weights along their input "
+    "channels (axis 1) instead of their output channels (axis 0): measured 24 units off "
+    "onnxruntime on a 4 -> 4 channel QLinearConv with {scales} distinct scales (OpenVINO "
+    "2026.4)")
+
+
+def per_channel_conv(query: NodeQuery, constants) -> str | None:
+    """The finding on an ai.onnx ``QLinearConv`` whose ``w_scale`` has more than one distinct
+    value (a constant), or more than one element (its declared shape), or None;
+    ``constants``: the model's (a body node's are ``query.constants``)."""
+    node = query.node
+    if query.domain != "" or node.op_type != "QLinearConv" or len(node.input) < 5:
+        return None
+    name = node.input[4]
+    tensor = query.constants.get(name) or constants.get(name)
+    if tensor is not None:
+        from onnx import numpy_helper
+
+        distinct = len(set(numpy_helper.to_array(tensor).ravel().tolist()))
+        return _PER_CHANNEL_CONV.format(scales=distinct) if distinct > 1 else None
+    declared = query.declared.get(name)
+    if declared is None or not declared.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None
+            for d in declared.tensor_type.shape.dim]
+    if any(d is None or d > 1 for d in dims):  # maybe per channel: its values are fed
+        return _PER_CHANNEL_CONV.format(scales="several")
+    return None
+
+
+# A decomposition body's 8-bit DequantizeLinear (the QOperator ops' bodies, DequantizeLinear
+# -> the float op -> QuantizeLinear): OpenVINO's low-precision transformations fold the
+# dequantization of activations with the op after it and the next QuantizeLinear into integer
+# arithmetic of their own, which rounds otherwise (OpenVINO 2026.4, measured on
+# quantize_static's ResNet rewritten from QOperator: a QLinearAdd body 1 unit off onnxruntime
+# on 491 of 2,048 values, the outputs 3 units, 0.06, off). Its definition in int32 and float
+# arithmetic (onnx-standard: Cast to int32, Sub, Cast to float, Mul; not Cast to float, Sub,
+# Mul, which they take for a dequantization too) is none to them, and the body computes
+# onnxruntime's numbers (0 off). A body's node cannot tell activations from weights (its
+# values are not the model's): the weights' DequantizeLinear is lowered too, to constants
+# OpenVINO folds. Per tensor or per axis with a float scale (what onnx-standard lowers);
+# a model's own QDQ is left to OpenVINO: its numbers are compared as they are.
+_DEQUANTIZED_8BIT = (
+    "OpenVINO's low-precision transformations fold an 8-bit {op} of a decomposition body "
+    "with the op after it and the next QuantizeLinear into integer arithmetic that rounds "
+    "otherwise (measured: a QLinearAdd body of a quantized ResNet 1 unit off onnxruntime on "
+    "491 of 2,048 values, OpenVINO 2026.4)")
+
+
+def body_dequantized(query: NodeQuery) -> str | None:
+    """The finding on a decomposition body's 8-bit ``DequantizeLinear`` (ai.onnx, per tensor
+    or per axis, float scale), or None."""
+    node = query.node
+    if (query.domain != "" or node.op_type != "DequantizeLinear"
+            or "/<body>/" not in query.path or len(node.input) < 2
+            or query.types.get(node.input[0]) not in _EIGHT_BITS
+            or query.types.get(node.input[1]) not in (None, "tensor(float)")
+            or any(a.name == "block_size" for a in node.attribute)):
+        return None
+    return _DEQUANTIZED_8BIT.format(op=node.op_type)
+
+
 def inexact_form(query: NodeQuery) -> str | None:
     """Why OpenVINO computes this node otherwise than its definition (one of the forms
     above), or None."""
     node, types = query.node, query.types
-    sixteen = _qdq_16bit(query)
-    if sixteen is not None:
-        return sixteen
+    qdq = _qdq_16bit(query) or body_dequantized(query)
+    if qdq is not None:
+        return qdq
     if query.domain != "":
         return None
     if node.op_type == "IsInf" and types.get(node.input[0]) == "tensor(double)":

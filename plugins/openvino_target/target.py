@@ -35,7 +35,14 @@ from rewriter.plugin import (
     probe_models,
 )
 
-from .inexact import INEXACT, KNOWN_INEXACT, has_16bit_qdq, inexact_form, weights_dequantized
+from .inexact import (
+    INEXACT,
+    KNOWN_INEXACT,
+    has_16bit_qdq,
+    inexact_form,
+    per_channel_conv,
+    weights_dequantized,
+)
 from .probes import (
     VALUE_INFO,
     blames_subgraph,
@@ -161,7 +168,7 @@ class OpenVINOTarget(RuntimeTarget):
             return self.finding(query, "unknown-domain",
                                 f"OpenVINO's ONNX frontend knows no operators in domain "
                                 f"{query.domain!r}")
-        inexact = inexact_form(query) or (
+        inexact = inexact_form(query) or per_channel_conv(query, self.constants) or (
             weights_dequantized(query, self.constants) if self._sixteen_bit_model else None)
         if inexact is not None:
             return self.finding(query, INEXACT, inexact)
