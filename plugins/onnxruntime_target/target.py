@@ -525,21 +525,10 @@ class OnnxRuntimeTarget(RuntimeTarget):
         so.log_severity_level = 4
         so.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", str(base_dir))
-        if self.as_oracle:
-            # As the comparison's oracle, onnxruntime computes the model's definition:
-            # - its optimizer fuses DequantizeLinear(8/4-bit weights) -> MatMul into a
-            #   MatMulNBits it gives accuracy_level 4 by default (the activations quantized
-            #   to int8 per block): measured 130 units of the output's uint16 quantization off
-            #   the definition on the QNN recipe's model. At 0 the fused kernel computes the
-            #   definition (a MatMulNBits of the model keeps its own accuracy_level);
-            # - its QDQ fusions (DequantizeLinear -> op -> QuantizeLinear run as a QLinear*
-            #   kernel) round otherwise than the definition, the float op between its Q/DQ:
-            #   on quantize_static's QDQ CNN the fused QLinearAveragePool is one step (1/256)
-            #   of the output's grid off what onnxruntime without the fusion, the reference
-            #   evaluator and OpenVINO compute (a QLinear* op of the model is still its own
-            #   kernel);
-            # - kernels whose result depends on the thread count run on one thread.
-            # As a target, it loads the model as its users do: default options.
+        if self.as_oracle:  # the model's definition (docs/compare.md): no accuracy-level-4
+            # MatMulNBits fusion of DequantizeLinear -> MatMul, no QDQ -> QLinear* fusion (each
+            # measured off the definition), one thread for thread-dependent kernels; as a
+            # target, onnxruntime loads the model as its users do
             so.add_session_config_entry(QDQ_MATMULNBITS_ACCURACY_LEVEL, "0")
             so.add_session_config_entry(DISABLE_QUANT_QDQ, "1")
             if thread_dependent_ops(model):
