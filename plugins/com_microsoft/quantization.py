@@ -8,7 +8,8 @@
   4 bits without zero points or with float ones; declined with packed zero points (which
   onnxruntime 1.32 ignores then) and with 2 or 8 bits (which it refuses or misreads).
   ``accuracy_level`` 4 ("A can be quantized with the same block_size to int8"): ``A`` is
-  quantized per row and block along K, ``round(a / s) * s`` with ``s = max|a| / 127``, as
+  quantized per row and block along K, ``round(a * (127 / m)) * (m / 127)`` with
+  ``m = max|a|`` (MLAS's order: ``a / (m / 127)`` rounds some half-way points otherwise), as
   onnxruntime's CPU kernel computes it (not with float zero points, with g_idx, nor for 2
   bits in blocks of 16, where it does not).
 * ``GatherBlockQuantized(data, indices, scales[, zero_points])`` (``bits``, ``block_size``,
@@ -127,8 +128,8 @@ def build_matmul_nbits(ctx) -> FunctionProto | None:
 
 def _int8_blocks(b: Body, a: str, k: int, block: int, elem: int) -> str:
     """``a`` (..., K) as onnxruntime's ``accuracy_level`` 4 computes with it: quantized to
-    int8 per row and block of ``block`` along K (symmetric, ``scale = max|a| / 127`` in
-    float32, rounded half to even), and dequantized again."""
+    int8 per row and block of ``block`` along K (symmetric, ``round(a * (127 / max|a|))``
+    in float32, rounded half to even), and dequantized again (times ``max|a| / 127``)."""
     blocks = -(-k // block)
     x = b.cast(a, TensorProto.FLOAT) if elem != TensorProto.FLOAT else a
     lead = b.shape_part(x, 0, -1)
@@ -141,10 +142,15 @@ def _int8_blocks(b: Body, a: str, k: int, block: int, elem: int) -> str:
     # the block's max |a| by TopK, whose form is the same at every opset from 11 (a
     # ReduceMax of the model's opset may be one a lower target must not get)
     largest, _ = b.op("TopK", b.op("Abs", x), b.ints([1]), outputs=2, axis=-1)
-    scale = b.op("Div", largest, b.const(np.array(127.0), TensorProto.FLOAT))
-    scale = b.op("Where", b.op("Equal", scale, float_zero),
-                 b.const(np.array(1.0), TensorProto.FLOAT), scale)
-    x = b.op("Mul", b.op("Round", b.op("Div", x, scale)), scale)
+    # as MLAS quantizes a row (MlasQ80BlkQuantRow): a * (127 / max), rounded half to even,
+    # times max / 127; not a / (max / 127), which rounds a value of the grid's half-way
+    # points otherwise (the genai builder's Gemma 2: embeddings scaled by sqrt(hidden) are
+    # multiples of one step, and k * 127 / 8 falls on .5)
+    largest = b.op("Where", b.op("Equal", largest, float_zero),
+                   b.const(np.array(1.0), TensorProto.FLOAT), largest)
+    limit = b.const(np.array(127.0), TensorProto.FLOAT)
+    quantized = b.op("Round", b.op("Mul", x, b.op("Div", limit, largest)))
+    x = b.op("Mul", quantized, b.op("Div", largest, limit))
     x = b.op("Reshape", x, b.op("Concat", lead, b.ints([blocks * block]), axis=0))
     if blocks * block != k:
         x = b.slice(x, [0], [k], [-1])
@@ -176,8 +182,10 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
     bits, block = ctx.attribute("bits", 4), ctx.attribute("block_size", 128)
     gather_axis, quantize_axis = ctx.attribute("gather_axis", 0), ctx.attribute(
         "quantize_axis", 1)
-    data = ctx.constant(node.input[0])
-    rank = data.ndim if data is not None else None
+    # the rank of a constant, or the declared one: onnxruntime-genai's builder feeds the
+    # embedding a Reshape of the LM head's MatMulNBits weight (tied embeddings, uint8
+    # [vocab, blocks, blob] to [vocab, hidden / 2]), whose shape it declares
+    rank = ctx.rank(node.input[0])
     if out_type is None or not block:
         raise Declined("the output type or block_size is unknown")
     if rank is None:
@@ -194,9 +202,11 @@ def build_gather_block_quantized(ctx) -> FunctionProto | None:
         zp = b.cast("zero_points", TensorProto.INT32) if _present(node.input, 3) else None
         default_zp = 0
     elif data_type == TensorProto.UINT8 and bits in (2, 4, 8):
-        if gather_axis != 0 or (rank is None and bits != 8):
-            raise Declined("packed uint8 data needs gather_axis 0 (and a constant data below 8 "
-                           "bits)")
+        # onnxruntime's kernel refuses uint8 data unless gather_axis is 0 and quantize_axis
+        # the last axis (packed along it)
+        if gather_axis != 0 or rank is None:
+            raise Declined("packed uint8 data needs gather_axis 0 and a data of known rank "
+                           "(a constant, or a declared shape)")
         q = _unpack_bits(b, "data", bits)
         zp = _unpack_bits(b, "zero_points", bits) if _present(node.input, 3) else None
         default_zp = 2 ** (bits - 1)
@@ -335,6 +345,19 @@ _QUANTIZE_FLOAT16 = (
     "24 values one step off on 1.21.0 and 1.23.2 (its com.microsoft kernel rounds)")
 
 
+def _half_way_rows(rng, shape, block: int = 16):
+    """A rows whose blocks are multiples of one step ``c`` with ``max|a| = 8c`` and values
+    ``+-4c`` (the genai builder's Gemma 2 feeds its first projection such rows: embeddings
+    scaled by sqrt(hidden)): ``a * (127 / max|a|)`` falls on the int8 grid's half-way point
+    63.5, where the order of MLAS's arithmetic decides the rounding."""
+    steps = rng.integers(-7, 8, size=shape).astype(np.float32)
+    blocks = steps.reshape(*shape[:-1], -1, block)
+    blocks[..., 0] = rng.choice([-8.0, 8.0], size=blocks.shape[:-1])
+    blocks[..., 1:4] = rng.choice([-4.0, 4.0], size=(*blocks.shape[:-1], 3))
+    step = rng.uniform(0.05, 0.5, size=(*blocks.shape[:-1], 1)).astype(np.float32)
+    return (blocks * step).reshape(shape).astype(np.float32)
+
+
 def _oracles() -> dict[str, dict]:
     """Per op: onnxruntime's own kernel and the samples (``tests/test_oracles.py``)."""
     ort, f32 = "onnxruntime", ["float"]
@@ -427,12 +450,26 @@ def _oracles() -> dict[str, dict]:
                    Arg("T[5,2]", low=0.01, high=0.11, constant=True), opset=21,
                    attributes=dict(K=64, N=5, bits=2, block_size=32, accuracy_level=4),
                    tolerance=(1e-4, 1e-4), name="2bit-block32-accuracy4",
-                   min_onnxruntime=_NBITS[2])]),
+                   min_onnxruntime=_NBITS[2]),
+            # rows on the int8 grid's half-way points (the genai builder's Gemma 2)
+            sample(Arg("T[2,3,64]", values=_half_way_rows), Arg("uint8[5,4,8]", low=0,
+                                                                high=256, constant=True),
+                   Arg("T[5,4]", low=0.01, high=0.11, constant=True), opset=21, dtypes=f32,
+                   attributes=dict(K=64, N=5, bits=4, block_size=16, accuracy_level=4),
+                   tolerance=(1e-5, 1e-5), name="4bit-accuracy4-half-way")]),
         "GatherBlockQuantized": dict(oracle=ort, samples=[
             gather_block("int4", False, (0, 1), 21), gather_block("uint4", True, (0, 1), 21),
             gather_block("int4", True, (1, 0), 21), gather_block("uint8-4", True, (0, 1), 13),
             gather_block("uint8-8", False, (0, 1), 17),
-            gather_block("int4", True, (0, 1), 21, out_of_range=True)]),
+            gather_block("int4", True, (0, 1), 21, out_of_range=True),
+            # onnxruntime-genai's builder, tied embeddings: the LM head's MatMulNBits weight
+            # (uint8 [vocab, blocks, 16]) through a Reshape to [vocab, hidden / 2], 4 bits,
+            # no zero points, block 32: data not a constant, its shape declared
+            sample(Arg("uint8[6,32]", low=0, high=256), Arg("int64[2,3]", values=[[0, 5, -2],
+                                                                                 [3, 4, 1]]),
+                   Arg("T[6,2]", low=0.01, high=0.11, constant=True), opset=21,
+                   attributes=dict(bits=4, block_size=32, gather_axis=0, quantize_axis=1),
+                   name="uint8-4-fed-data", min_onnxruntime=_GATHER_BITS)]),
         "DequantizeLinear": dict(oracle=ort, samples=[
             qdq("DequantizeLinear", x_type, axis, opset, dtype)
             for x_type, dtype, axis, opset in [

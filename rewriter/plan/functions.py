@@ -83,9 +83,9 @@ class DecompositionContext:
         one): ints, None for a dimension not known; None when the rank is not known."""
         if not name:
             return None
-        value = self.constant(name)
-        if value is not None:
-            return list(value.shape)
+        tensor = (self.constants or {}).get(name)
+        if tensor is not None:  # an initializer's dims, its data external or not
+            return [int(d) for d in tensor.dims]
         declared = (self.declared or {}).get(name)
         if declared is None or not declared.HasField("tensor_type"):
             return None
