@@ -141,6 +141,46 @@ def test_qnn_recipe_model_is_verified_on_every_target(plugins, tmp_path, target,
     assert np.abs(got - _on_onnxruntime(model, x)).max() <= step * 1.01
 
 
+def _softmax_qnn_model(tmp_path) -> onnx.ModelProto:
+    """The QNN recipe per channel on the float model with a Softmax at its end: the
+    quantizer renames the Softmax's output (the graph output, now the last
+    DequantizeLinear's) to ``y_QuantizeLinear_Input``, which no value_info types, and the
+    Softmax reads a com.microsoft DequantizeLinear's output, which no standard schema types
+    (the real-world recipe ``convnet/torchscript+qnn`` ends so)."""
+    model = _float_model()
+    model.graph.node[-1].output[0] = "logits"
+    model.graph.node.append(helper.make_node("Softmax", ["logits"], ["y"], axis=-1))
+    model.opset_import[0].version = 21
+    model.ir_version = 10
+    source, out = tmp_path / "float.onnx", tmp_path / "qnn.onnx"
+    onnx.save(model, source)
+    quantization.quantize_static(
+        str(source), str(out), _Calibration(), quant_format=quantization.QuantFormat.QDQ,
+        per_channel=True, activation_type=quantization.QuantType.QUInt16,
+        weight_type=quantization.QuantType.QUInt8, extra_options={"UseQDQContribOps": True})
+    return onnx.load(out)
+
+
+@pytest.mark.parametrize("target", ["opset:17", "opset:13"])
+def test_qnn_recipe_value_typed_only_through_contrib_qdq_is_typed_under_a_ceiling(
+        plugins, tmp_path, target):
+    """The last QuantizeLinear's x (the Softmax's output) is typed from the planned
+    remedies upstream: the com.microsoft Q/DQ's bodies, lowered under the ceiling, keep
+    only nodes the opset conversion lowers with the whole model (Cast-21), so their output
+    types count as proven (they were declined as "needs a float scale and float x")."""
+    model = _softmax_qnn_model(tmp_path)
+    last = [n for n in model.graph.node if n.output[0] == "y"]
+    assert [(n.domain, n.op_type) for n in last] == [("com.microsoft", "DequantizeLinear")]
+    typed = {v.name for v in (*model.graph.value_info, *model.graph.output)}
+    assert "y_QuantizeLinear_Input" not in typed
+    result = rewrite(model, [target], plugins=plugins)
+    assert result.report.verdict == "verified", result.report.verdict_reason
+    assert not [n for n in result.model.graph.node if n.domain == "com.microsoft"]
+    x = np.random.default_rng(7).normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    got = _on_onnxruntime(result.model, x)
+    np.testing.assert_array_equal(got, _on_onnxruntime(model, x))
+
+
 def test_16bit_qdq_and_8bit_weights_in_a_16bit_model_are_openvino_findings(plugins, tmp_path):
     (target,) = resolve_targets(plugins, ["openvino"])
     model = _qnn_model(tmp_path, quantization.QuantType.QUInt8)

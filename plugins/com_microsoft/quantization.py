@@ -476,7 +476,10 @@ def _oracles() -> dict[str, dict]:
                 ("int8", "float", None, 13), ("uint8", "float", 1, 13),
                 ("int32", "float", -2, 13), ("int8", "float16", 1, 19),
                 ("int16", "float", None, 21), ("uint16", "float", None, 17),
-                ("int16", "float", 1, 13)]] + [
+                ("int16", "float", 1, 13),
+                # the QNN recipe at opset 21 (quantize_static, UseQDQContribOps): uint16
+                # activations, int32 biases per channel
+                ("uint16", "float", None, 21), ("int32", "float", 1, 21)]] + [
             sample(Arg("int32[8]", low=-5000, high=5000), Arg("T[1]", values=[0.03],
                                                              constant=True),
                    Arg("int32[]", values=0, constant=True), outputs=["T"], dtypes=f32,
@@ -486,7 +489,8 @@ def _oracles() -> dict[str, dict]:
             for x_type, dtype, axis, opset in [
                 ("uint8", "float", None, 13), ("int8", "float", 1, 13),
                 ("int8", "float16", 1, 19), ("uint16", "float", 1, 21),
-                ("uint16", "float", None, 17), ("int16", "float", -2, 13)]] + [
+                ("uint16", "float", None, 17), ("int16", "float", -2, 13),
+                ("uint16", "float", None, 21)]] + [
             sample(Arg("T[12]", low=-3, high=300), Arg("T[]", values=0.7, constant=True),
                    outputs=["uint8"], dtypes=f32, opset=13, name="no-zero-point")]),
     }

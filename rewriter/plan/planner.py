@@ -517,7 +517,13 @@ class Planner:
         proven = not any(a.type in (a.GRAPH, a.GRAPHS) for n in fn.node for a in n.attribute)
         if nested and depth == 0:  # the lowered body's types, as it will be spliced
             problem, again, types = self._body_problem(fn, finding, opsets, {}, depth)
-            proven = proven and not problem and not again
+            # a node of the lowered body that is only too new for a target's opset ceiling
+            # is lowered with the whole model (as in the body before lowering, where such a
+            # node without a remedy of its own is let through): it leaves the types proven
+            body_constants = _constant_outputs(fn.node) if again else {}
+            proven = proven and not problem and all(
+                self._lowered_later(f, _as_spliced(f.node, fn, node), body_constants)
+                for _, f in again.values())
         return Candidate(
             RemedyKind.DECOMPOSITION, entry.plugin, rule, True, "", fn, nested=inner,
             output_types=tuple(types.get(o) for o in fn.output), proven=proven,
