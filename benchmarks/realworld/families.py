@@ -242,6 +242,20 @@ def _t5_decoder(attn: str):
     return Decoder().eval(), feeds
 
 
+def _random_biases(model) -> None:
+    """Biases drawn as a trained model's are (transformers initializes them to zero): the
+    TorchScript export shares one zero bias between layers through Identity nodes, which
+    ``quant_pre_process`` removes, and ``quantize_static`` then quantizes that one tensor as
+    the patch convolution's int32 bias and hands it to every QLinearAdd (an invalid model
+    that neither onnxruntime nor OpenVINO loads)."""
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0.0, 0.02)
+
+
 def _vit(attn: str):
     from transformers import ViTConfig, ViTModel
 
@@ -251,6 +265,7 @@ def _vit(attn: str):
                        intermediate_size=FFN, attn_implementation=attn)
     feeds = {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE)}
     model = ViTModel(config, add_pooling_layer=False).eval()
+    _random_biases(model)
     return _wrap(model, tuple(feeds), ("last_hidden_state",)), feeds
 
 
