@@ -53,6 +53,7 @@ module           contents
 ``comparisons``  Greater and GreaterOrEqual as Less and LessOrEqual, operands swapped
 ``recurrent``    RNN, GRU and LSTM batch first or reverse as time first and forward
 ``reductions``   ReduceMax and ReduceMin with their infinite results made explicit
+``axes_inputs``  Reduce* given axes as an attribute where it is an input: moved to the input
 ================ ===============================================================
 """
 
@@ -165,6 +166,21 @@ def register_decompositions(registry):
                                  "other)",
                      oracle="onnxruntime", samples=infinite_reduction_samples(op_type),
                      keeps_op=True)
+    from .axes_inputs import (
+        AXES_INPUT_SINCE,
+        axes_input_samples,
+        build_axes_input,
+        numpy_reduction_reference,
+    )
+
+    for op_type, since in AXES_INPUT_SINCE.items():
+        registry.add("", op_type, build_axes_input, opsets=(since, None),
+                     dtypes=("float", "double", "float16"),
+                     description=f"onnx-standard:{op_type} given axes as an attribute where "
+                                 "it is an input (invalid: MatMulNBitsQuantizer's opset raise), "
+                                 "the attribute moved to the input",
+                     oracle=numpy_reduction_reference(op_type),
+                     samples=axes_input_samples(op_type), keeps_op=True)
     registry.add("", "BitCast", build_bitcast, opsets=BITCAST_OPSETS,
                  dtypes=("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                          "float16", "float", "double", "int64", "uint64"),

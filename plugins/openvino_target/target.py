@@ -16,9 +16,11 @@ Models reach OpenVINO by path, as users give them (written to a private temporar
 their external data beside it), and as bytes; locations leaving the model's folder are
 refused before anything is read.
 
-The CPU plugin runs float32 models in bfloat16 on CPUs that have it unless told otherwise;
-this target asks for float32 (``INFERENCE_PRECISION_HINT``) so a comparison measures the
-model, not the device's precision.
+The CPU plugin runs float32 models in bfloat16 on CPUs that have it unless told otherwise,
+and quantizes the activations of compressed-weight MatMuls to int8; this target asks for
+float32 (``INFERENCE_PRECISION_HINT``) without that dynamic quantization
+(``DYNAMIC_QUANTIZATION_GROUP_SIZE`` 0) so a comparison measures the model, not the device's
+precision.
 """
 
 from __future__ import annotations

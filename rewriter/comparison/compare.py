@@ -496,6 +496,9 @@ class CompareReport:
     # when two runtimes disagreed on the original and the test data's own outputs sided
     # with the second one, which became the oracle: one line saying so
     tiebreak: str = ""
+    # what the oracle's run of the original read otherwise than as it is written (an
+    # invalid model: rewriter.detect.attributes): one line each
+    original_repairs: list[str] = field(default_factory=list)
 
     @property
     def oracles_disagree(self) -> bool:
@@ -557,6 +560,8 @@ class CompareReport:
             against = "against the expected outputs"
         elif self.interface and against:
             against += " (its outputs through the interface adapter)"
+        if self.original_repairs and against:
+            against += f" ({'; '.join(self.original_repairs)})"
         if verdict == VERIFIED:
             worst = self.max_abs
             err = "" if worst is None else f", max abs error {worst:.3g}"
@@ -642,7 +647,7 @@ class CompareReport:
             "targets": [t.as_dict() for t in self.targets], "seconds": round(self.seconds, 3),
             "second_opinion": self.second_opinion, "regimes": self.regime_dicts(),
             "random_outputs": self.random_outputs, "interface": self.interface,
-            "tiebreak": self.tiebreak or None,
+            "tiebreak": self.tiebreak or None, "original_repairs": self.original_repairs,
         }
 
     def regime_dicts(self) -> list[dict[str, Any]]:
@@ -785,9 +790,11 @@ def compare(
         if expected is None:
             raise RewriterError("compare needs the rewritten model, or expected outputs")
         original, subject = None, as_loaded(model)
+        read_as_inputs = 0
     else:
         original, subject = as_loaded(model), as_loaded(rewritten)
         original = with_missing_imports(original, subject.model)
+        original, read_as_inputs = with_attributes_read_as_inputs(original)
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=False)
     specs = list(dict.fromkeys(targets))
     resolved = resolve_targets(plugins, specs, options)
@@ -797,6 +804,10 @@ def compare(
                              if t.computes_float64_as}
     report = CompareReport(str(original.path) if original else None, str(subject.path),
                            tolerances=tolerances.as_dict())
+    if read_as_inputs:
+        report.original_repairs.append(
+            f"{read_as_inputs} node(s)' attributes their operator takes as inputs read as "
+            "those inputs")
 
     runner = shared_runner(plugins, memory_limit=memory_limit)
     runner.start()  # a new child imports its runtimes while we prepare the inputs
@@ -1198,6 +1209,17 @@ def as_declared_floats(output_sets, model) -> tuple[list[dict], list[str]]:
                     recast.append(name)
         out.append(fixed)
     return out, recast
+
+
+def with_attributes_read_as_inputs(original):
+    """The original with the attributes its nodes give where their operator takes an input
+    (``rewriter.detect.attributes``) moved to those inputs, and how many nodes changed."""
+    import dataclasses
+
+    from rewriter.detect.attributes import with_attributes_as_inputs
+
+    model, changed = with_attributes_as_inputs(original.model)
+    return (dataclasses.replace(original, model=model) if changed else original), changed
 
 
 def with_missing_imports(original, rewritten):

@@ -35,6 +35,8 @@ REASONS: dict[str, str] = {
     "ir-too-new": "IR version beyond what the runtime supports",
     "invalid-node": "node does not match the operator's schema",
     "input-rank": "an input's rank contradicts the operator's schema (invalid on every target)",
+    "attribute-as-input": "an attribute the operator's schema takes as an input at this opset "
+                          "(invalid on every target)",
     "runtime-refused": "the runtime refused the model",
     "computes-differently": "the runtime runs it, but its outputs differ from the oracle's",
     "external-shape-data": "a value shape inference reads is stored in external data",

@@ -11,6 +11,7 @@ from typing import Any
 
 from onnx import FunctionProto, GraphProto, ModelProto, TypeProto
 
+from rewriter.detect.attributes import attribute_findings
 from rewriter.detect.ranks import rank_findings
 from rewriter.detect.targets import (
     BY_NODE,
@@ -445,6 +446,10 @@ class _Walker:
         if not self.ranks:
             return
         self.findings.extend(rank_findings(
+            self.model, self.target.name, {f.path for f in self.findings}, self.main_types,
+            self.keep_nodes, self.in_main if self.record else None))
+        # and nodes giving as an attribute what their schema takes as an input
+        self.findings.extend(attribute_findings(
             self.model, self.target.name, {f.path for f in self.findings}, self.main_types,
             self.keep_nodes, self.in_main if self.record else None))
 

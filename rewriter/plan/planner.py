@@ -86,6 +86,12 @@ class _Plan:
     # where every pass answers alike for the op (RewritePass.offers_for_op)
     with_passes: dict = field(default_factory=dict)
 
+# Findings a body keeping the op (``keeps_op``) remedies: the runtime computes the op
+# differently (the body is a safe form of it), or the node gives as an attribute what the op
+# takes as an input (the body is the op in its valid form)
+KEEPS_OP_REASONS = frozenset({"computes-differently", "attribute-as-input"})
+
+
 class Planner:
     """Chooses one remedy per finding, deterministically, and builds its function."""
 
@@ -412,7 +418,7 @@ class Planner:
         out: list[Candidate] = []
         older: list[tuple[DecompositionEntry, int, int]] = []  # (entry, opset, index in out)
         for entry in entries:
-            if entry.keeps_op is True and finding.reason != "computes-differently":
+            if entry.keeps_op is True and finding.reason not in KEEPS_OP_REASONS:
                 out.append(Candidate(RemedyKind.DECOMPOSITION, entry.plugin,
                                      entry.description or entry.op_type, False,
                                      "its body keeps the op (a safe form for a runtime that "
