@@ -18,6 +18,23 @@ DEFAULT_DEVICE = "CPU"
 # off the model's definition on a MatMulNBitsQuantizer int4 Llama, 1.8e-7 without): a
 # comparison measures the model, not the device's precision
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+# ... except for a model whose MatMulNBits ask for accuracy level 4 (onnxruntime quantizes
+# their activations to int8 per block: the genai builder's int4/int8 models), which the CPU
+# plugin's default dynamic quantization computes as onnxruntime does (within rounding)
+QUANTIZED_ACTIVATIONS_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def config_for(model) -> dict[str, str]:
+    """The compile configuration for ``model`` (a ModelProto): :data:`CONFIG`, or
+    :data:`QUANTIZED_ACTIVATIONS_CONFIG` where a MatMulNBits asks for accuracy level 4."""
+    from rewriter.plugin import iter_nodes
+
+    for site in iter_nodes(model):
+        node = site.node
+        if node.op_type == "MatMulNBits" and node.domain == "com.microsoft" and any(
+                a.name == "accuracy_level" and a.i == 4 for a in node.attribute):
+            return QUANTIZED_ACTIVATIONS_CONFIG
+    return CONFIG
 
 
 @cache
@@ -39,13 +56,14 @@ def convert(model_bytes: bytes):
     return frontend.convert(frontend.load(io.BytesIO(model_bytes)))
 
 
-def compile_model(model_bytes: bytes, device: str = DEFAULT_DEVICE):
-    """Convert and compile for ``device`` with float32 inference precision.
+def compile_model(model_bytes: bytes, device: str = DEFAULT_DEVICE, config=None):
+    """Convert and compile for ``device`` with float32 inference precision (``config``:
+    :data:`CONFIG` by default).
 
     The compiled model may read constants from ``model_bytes`` itself (the frontend does
     not copy them): keep the bytes alive as long as the compiled model."""
     _, core, _ = openvino_runtime()
-    return core.compile_model(convert(model_bytes), device, CONFIG)
+    return core.compile_model(convert(model_bytes), device, config or CONFIG)
 
 
 # -- the ways users load a model --------------------------------------------------------------
@@ -71,7 +89,8 @@ def read_by(route: str, path: str | None, data: bytes):
     return convert(data)
 
 
-def compiled_by_routes(path: str | None, data: bytes, device: str, routes=USER_ROUTES):
+def compiled_by_routes(path: str | None, data: bytes, device: str, routes=USER_ROUTES,
+                       config=None):
     """Read the model by each of ``routes`` (those by path only with a ``path``) and compile
     each result for ``device``: ([(route, compiled model)], refusal or None). The stricter
     answer wins: any route's refusal is the answer, in OpenVINO's words (one line) with the
@@ -84,7 +103,7 @@ def compiled_by_routes(path: str | None, data: bytes, device: str, routes=USER_R
             continue
         try:
             compiled.append((route, core.compile_model(read_by(route, path, data), device,
-                                                       CONFIG)))
+                                                       config or CONFIG)))
         except Exception as e:  # noqa: BLE001 - OpenVINO's refusal is the answer
             refusals.append((route, clean_message(str(e))))
     if not refusals:

@@ -62,6 +62,7 @@ from .runtime import (
     BY_PATH,
     DEFAULT_DEVICE,
     compiled_by_routes,
+    config_for,
     openvino_runtime,
     reason_of,
 )
@@ -323,7 +324,8 @@ class OpenVINOTarget(RuntimeTarget):
         file, stack = self.run_model_file(model, base_dir)
         routes = (BY_PATH,) if file.path is not None else (BY_BYTES,)
         try:
-            compiled, refusal = compiled_by_routes(file.path, file.data, self.device, routes)
+            compiled, refusal = compiled_by_routes(file.path, file.data, self.device, routes,
+                                                   config_for(model))
         except BaseException:
             stack.close()
             raise
