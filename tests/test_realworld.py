@@ -50,11 +50,11 @@ VERDICTS: dict[str, dict[str, str]] = {
     # MatMulNBits (int4, block 32), FastGelu, SkipLayerNormalization
     "gpt2-torchscript-ort-opt-int4": {
         "onnxruntime": "unchanged",
-        # OpenVINO's CPU plugin computes the compressed-weight MatMul below float32 by
-        # default (logits 2.4e-3 off, max |logit| 0.52; with INFERENCE_PRECISION_HINT=f32
-        # 9e-8): `check` finds it (computes-differently), and the decomposition's MatMul is
-        # fused back the same way, so the rewrite agrees with neither runtime: unverified
-        "openvino": "unverified", "reference": "verified",
+        # OpenVINO's CPU plugin quantizes the activations of a compressed-weight MatMul to
+        # int8 by default (logits 2.4e-3 off); the OpenVINO target compiles without that
+        # dynamic quantization for a model whose MatMulNBits keep accuracy level 0 (the
+        # definition): it then runs the model as it is with onnxruntime's numbers
+        "openvino": "unchanged", "reference": "verified",
         "opset:17": "verified", "opset:13": "verified",
     },
     # dynamo (opset 20) + onnxscript's fusions on BERT: Attention, BiasGelu, SkipLayerNorm

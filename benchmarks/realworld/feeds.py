@@ -44,6 +44,17 @@ def _shape(value_info, path: Path, dims: dict[str, int]) -> list[int]:
     return shape
 
 
+def _genai_head_size(path: Path) -> int | None:
+    """The head size the genai builder wrote beside the model (``genai_config.json``), if
+    any (Phi's 32; the other LLM families' 16)."""
+    import json
+
+    config = path.parent / "genai_config.json"
+    if not config.exists():
+        return None
+    return json.loads(config.read_text()).get("model", {}).get("decoder", {}).get("head_size")
+
+
 def feeds_for(path: str | Path, seed: int = 0, batch: int | None = None
               ) -> dict[str, np.ndarray]:
     """One input set for the model at ``path`` (its weights are not read); ``batch``: the
@@ -57,6 +68,9 @@ def feeds_for(path: str | Path, seed: int = 0, batch: int | None = None
     has_cache = any(i.name.startswith("past") for i in inputs)
     rng = np.random.default_rng(seed)
     dims = DIMS if batch is None else {**DIMS, **dict.fromkeys(BATCH_DIMS, batch)}
+    head_size = _genai_head_size(path)
+    if head_size is not None:  # the genai builder's cache: its model's own head size
+        dims = {**dims, "kv_cache_dim": head_size}
     feeds = {}
     for value_info in inputs:
         name, shape = value_info.name, _shape(value_info, path, dims)
