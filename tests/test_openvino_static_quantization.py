@@ -15,6 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.calibration import CalibrationSets
+
 ov = pytest.importorskip("openvino")
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -118,23 +120,14 @@ def _float_cnn() -> onnx.ModelProto:
     return model
 
 
-class _Calibration(quantization.CalibrationDataReader):
-    def __init__(self):
-        rng = np.random.default_rng(1)
-        self.sets = iter([{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
-                          for _ in range(4)])
-
-    def get_next(self):
-        return next(self.sets, None)
-
-
 def _static(tmp_path, fmt: str) -> onnx.ModelProto:
     """``quantize_static`` as the real-world benchmark calls it (per channel, uint8
     activations, int8 weights)."""
     source, out = tmp_path / "float.onnx", tmp_path / f"{fmt}.onnx"
     onnx.save(_float_cnn(), source)
     quantization.quantize_static(
-        str(source), str(out), _Calibration(), quant_format=getattr(quantization.QuantFormat, fmt),
+        str(source), str(out), CalibrationSets(count=4),
+        quant_format=getattr(quantization.QuantFormat, fmt),
         per_channel=True, activation_type=quantization.QuantType.QUInt8,
         weight_type=quantization.QuantType.QInt8)
     return onnx.load(out)

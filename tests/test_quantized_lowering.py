@@ -15,6 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.calibration import CalibrationSets
+
 ov = pytest.importorskip("openvino")
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -44,22 +46,12 @@ def _float_model() -> onnx.ModelProto:
     return model
 
 
-class _Calibration(quantization.CalibrationDataReader):
-    def __init__(self):
-        rng = np.random.default_rng(1)
-        self.batches = iter([{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
-                             for _ in range(8)])
-
-    def get_next(self):
-        return next(self.batches, None)
-
-
 def _qnn_model(tmp_path, weight_type) -> onnx.ModelProto:
     """The QNN recipe: uint16 activations, com.microsoft Q/DQ."""
     source, out = tmp_path / "float.onnx", tmp_path / "qnn.onnx"
     onnx.save(_float_model(), source)
     quantization.quantize_static(
-        str(source), str(out), _Calibration(), quant_format=quantization.QuantFormat.QDQ,
+        str(source), str(out), CalibrationSets(count=8), quant_format=quantization.QuantFormat.QDQ,
         activation_type=quantization.QuantType.QUInt16, weight_type=weight_type,
         extra_options={"UseQDQContribOps": True})
     return onnx.load(out)
@@ -155,7 +147,7 @@ def _softmax_qnn_model(tmp_path) -> onnx.ModelProto:
     source, out = tmp_path / "float.onnx", tmp_path / "qnn.onnx"
     onnx.save(model, source)
     quantization.quantize_static(
-        str(source), str(out), _Calibration(), quant_format=quantization.QuantFormat.QDQ,
+        str(source), str(out), CalibrationSets(count=8), quant_format=quantization.QuantFormat.QDQ,
         per_channel=True, activation_type=quantization.QuantType.QUInt16,
         weight_type=quantization.QuantType.QUInt8, extra_options={"UseQDQContribOps": True})
     return onnx.load(out)
@@ -196,7 +188,7 @@ def test_an_8bit_qdq_model_keeps_its_dequantize_linear_on_openvino(plugins, tmp_
     source, out = tmp_path / "float.onnx", tmp_path / "q8.onnx"
     onnx.save(_float_model(), source)
     quantization.quantize_static(
-        str(source), str(out), _Calibration(), quant_format=quantization.QuantFormat.QDQ,
+        str(source), str(out), CalibrationSets(count=8), quant_format=quantization.QuantFormat.QDQ,
         activation_type=quantization.QuantType.QUInt8,
         weight_type=quantization.QuantType.QInt8)
     (target,) = resolve_targets(plugins, ["openvino"])
