@@ -26,6 +26,7 @@ from rewriter_plugins.onnxruntime_target import DISABLE_QUANT_QDQ  # noqa: E402
 from rewriter_plugins.openvino_target.runs import io_names, run_function  # noqa: E402
 
 from rewriter.api import resolve_targets, rewrite  # noqa: E402
+from rewriter.detect.targets import TargetOptions  # noqa: E402
 from rewriter.detect.walker import find_unsupported  # noqa: E402
 from rewriter.errors import UnfixableError  # noqa: E402
 
@@ -186,13 +187,13 @@ def test_qdq_cnn_on_openvino_is_one_step_off_its_definition_at_ties_an_honest_fi
 
 
 def test_onnxruntimes_comparison_session_computes_the_qdq_definition(plugins, tmp_path):
-    """The onnxruntime target's runs (compare's oracle) do not fuse Q/DQ into QLinear*
-    kernels (session.disable_quant_qdq): the float ops between the model's Q/DQ. The
+    """onnxruntime's runs as compare's oracle do not fuse Q/DQ into QLinear* kernels
+    (session.disable_quant_qdq): the float ops between the model's Q/DQ. The
     reference evaluator computes the same definition up to one step of the output's grid: a
     2x2 average summed in another order lands on the other side of a half-way point."""
     model = _static(tmp_path, "QDQ")
-    (ort_target,) = resolve_targets(plugins, ["onnxruntime"])
-    run = ort_target.prepare(model, tmp_path)
+    (ort_oracle,) = resolve_targets(plugins, ["onnxruntime"], TargetOptions(oracle=True))
+    run = ort_oracle.prepare(model, tmp_path)
     lowered = rewrite(model, ["reference"], plugins=plugins, verify=False).model
     from onnx.reference import ReferenceEvaluator
 
