@@ -435,6 +435,9 @@ class TargetComparison:
     # a partial result the target could not run, run on the chain instead: {"runtime",
     # "status", "max_abs"} (evidence about what was changed, not the target's verdict)
     elsewhere: dict[str, Any] | None = None
+    # compared like for like: with the original run on this target as its users load it
+    # (Target.runs_otherwise_as_oracle), not with the oracle's run
+    as_loaded: bool = False
 
     @property
     def max_abs(self) -> float | None:
@@ -457,7 +460,7 @@ class TargetComparison:
             "status": self.status, "verdict": self.verdict, "error": self.error or None,
             "error_kind": self.error_kind or None, "seconds": round(self.seconds, 3),
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
-            "outputs": [c.as_dict() for c in self.outputs],
+            "outputs": [c.as_dict() for c in self.outputs], "as_loaded": self.as_loaded,
             "localization": self.localization.as_dict() if self.localization else None,
             "elsewhere": self.elsewhere,
         }
@@ -575,7 +578,7 @@ class CompareReport:
                 if t.status != MISMATCH:
                     continue
                 bad = [c for c in t.outputs if not c.ok]
-                text = f"{t.target}: {', '.join(c.name for c in bad)} differ"
+                text = f"{_where(t)}: {', '.join(c.name for c in bad)} differ"
                 if t.max_abs is not None:
                     text += f" (max abs error {t.max_abs:.3g})"
                 if bad and bad[0].regime and len(self.regimes) > 1:
@@ -675,6 +678,8 @@ def _elsewhere_text(t: TargetComparison) -> str:
 
 
 def _where(t: TargetComparison) -> str:
+    if t.as_loaded:
+        return f"{t.target} (against the original on {t.target} as its users load it)"
     return f"{t.target} (run on {t.runtime})" if t.runtime and t.runtime != t.target \
         else t.target
 
@@ -941,6 +946,8 @@ def compare(
                     "no installed runtime can run it"
                 return report
 
+        as_loaded = _as_users_load_it(specs, resolved, oracle, original, subject, feeds, run,
+                                      job, report)
         # the rewritten model on every target: a target's verdict comes from its own
         # runtime; a target that runs no models (opset:N) has it run on the chain
         subject_chain = None
@@ -948,7 +955,8 @@ def compare(
             if target.runs_models:
                 result = run(job(spec, subject.model, subject.base_dir, feeds),
                              f"the rewritten model on {spec}")
-                tc = _judge_target(spec, result, want, tolerances, plan)
+                tc = _judge_target(spec, result, as_loaded.get(spec, want), tolerances, plan)
+                tc.as_loaded = spec in as_loaded
                 if not result.ok and spec in off_target:
                     tc.error = (f"{spec} cannot run the rewritten model (it still holds "
                                 f"nodes {spec} refuses): {tc.error}")
@@ -990,7 +998,8 @@ def compare(
                     break
             report.targets.append(tc)
 
-        if oracle is not None and any(t.status == MISMATCH for t in report.targets):
+        if oracle is not None and any(t.status == MISMATCH and not t.as_loaded
+                                      for t in report.targets):
             later = [*queued, *pending]  # the runtimes after the oracle, asked now
             oracle = _second_opinion(
                 report, [c for c in later if isinstance(c, Runner)],
@@ -1018,6 +1027,31 @@ def compare(
 
 
 # -- regimes in a comparison ---------------------------------------------------------------
+
+
+def _as_users_load_it(specs, resolved, oracle, original, subject, feeds, run, job,
+                      report: CompareReport) -> dict[str, list[dict]]:
+    """spec -> the original's outputs on that target as its users load it, for each target
+    that runs the original as it is (it is the oracle's runtime, without plugin kernels)
+    and computes otherwise as the oracle (onnxruntime's Q/DQ fusions, thread count): the
+    rewritten model there is compared like for like, since the numbers its users got
+    before the rewrite are the ones it must keep. A run that fails leaves the oracle's."""
+    found: dict[str, list[dict]] = {}
+    if oracle is None or original is None:
+        return found
+    for spec, target in zip(specs, resolved):
+        if (not target.runs_models or spec != oracle.target or oracle.label != spec
+                or not target.runs_otherwise_as_oracle(original.model)):
+            continue
+        result = run(job(spec, oracle.model, original.base_dir, feeds, oracle.reference_ops,
+                         oracle.libraries), f"the original on {spec} as its users load it")
+        if not result.ok or result.set_errors:
+            continue
+        theirs, _ = as_declared_floats(result.outputs, original.model)
+        theirs = _through_adapters(report, theirs, original.model, subject.model)
+        if theirs is not None:
+            found[spec] = theirs
+    return found
 
 
 def _through_adapters(report: CompareReport, want: list[dict], original, subject
@@ -1292,7 +1326,7 @@ def _second_opinion(report: CompareReport, runners, run, want, tolerances: Toler
         between = _judge_target(candidate.label, RunResult("ok", other), want, tolerances,
                                 plan)
         oracles = _agreeing_sets(want, other, tolerances, plan)
-        mismatching = [t for t in report.targets if t.status == MISMATCH]
+        mismatching = [t for t in report.targets if t.status == MISMATCH and not t.as_loaded]
         stands = all(any(agree and differs is False for agree, differs in zip(
             oracles, _agreeing_sets(want, t.produced, tolerances, plan)))
             for t in mismatching)
@@ -1348,7 +1382,7 @@ def _shipped_side(regimes, plan: SetPlan, want, other, tolerances: Tolerances) -
 def _rejudged(tc: TargetComparison, want, tolerances: Tolerances,
               plan: SetPlan) -> TargetComparison:
     """A target's outputs judged again against another oracle's (a run that failed stays)."""
-    if tc.produced is None or tc.status == ERROR:
+    if tc.produced is None or tc.status == ERROR or tc.as_loaded:
         return tc
     judged = _judge_target(tc.target, RunResult("ok", tc.produced), want, tolerances, plan)
     judged.seconds, judged.runtime, judged.runner = tc.seconds, tc.runtime, tc.runner

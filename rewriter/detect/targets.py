@@ -354,6 +354,13 @@ class Target:
         cls = type(self)
         return cls.prepare is not Target.prepare or cls.run is not Target.run
 
+    def runs_otherwise_as_oracle(self, model: ModelProto) -> bool:
+        """Whether the runtime's numbers for ``model`` may differ between its run as a
+        comparison's oracle (pinned to the model's definition, ``TargetOptions.oracle``) and
+        its run as loaded by its users: then a model this target runs as it is is compared
+        like for like, with the original as its users load it."""
+        return False
+
     @property
     def compares_numbers(self) -> bool:
         """Whether a confirmation that ran the model also compares the runtime's outputs
