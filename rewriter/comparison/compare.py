@@ -125,6 +125,9 @@ class Tolerances:
         # target -> the float type it computes float64 in, where narrower (OpenVINO's CPU
         # plugin: float32): that target's float64 outputs get that type's tolerance
         self.float64_as: dict[str, str] = {}
+        # the ops that made ``computed_in`` float16 in a float32 model: they quantize its
+        # activations on a grid computed at run time (dynamically_quantized)
+        self.quantized_by: list[str] = []
 
     def on(self, target: str) -> Tolerances:
         """These tolerances for the outputs of ``target`` (see :attr:`float64_as`)."""
@@ -150,7 +153,8 @@ class Tolerances:
     def as_dict(self) -> dict[str, Any]:
         return {"atol": {k or "*": v for k, v in self.atol.items()},
                 "rtol": {k or "*": v for k, v in self.rtol.items()},
-                "computed_in": self.computed_in, "float64_as": dict(self.float64_as)}
+                "computed_in": self.computed_in, "float64_as": dict(self.float64_as),
+                "dynamically_quantized_by": list(self.quantized_by)}
 
 
 def narrowest_float(model) -> str | None:
@@ -180,6 +184,48 @@ def narrowest_float(model) -> str | None:
             names.add(np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name)
     ranked = [n for n in _FLOAT_WIDTHS if n in names]
     return ranked[-1] if ranked else None
+
+
+# Ops whose quantization grid is computed from the data at run time (the scale from a
+# tensor's or block's largest magnitude): a one-ulp difference upstream moves the grid or
+# lands a value on the other side of a half-way point, and a value one 8-bit step (1/127 of
+# its block's range) apart flows on. onnxruntime's MatMulNBits quantizes its activations so
+# at accuracy level 4 only.
+DYNAMIC_QUANTIZATION = frozenset({("ai.onnx", "DynamicQuantizeLinear"),
+                                  ("com.microsoft", "DynamicQuantizeMatMul"),
+                                  ("com.microsoft", "DynamicQuantizeLSTM")})
+# ...compared at float16's tolerance, as a model computing in float16 is (an 8-bit grid is
+# coarser, but a value lands on another step of it only where two runs differ by an ulp)
+DYNAMICALLY_QUANTIZED_AS = "float16"
+
+
+def dynamically_quantized(model) -> list[str]:
+    """The ``domain::op`` of the model's nodes (any graph or function) that quantize
+    activations on a grid computed at run time (:data:`DYNAMIC_QUANTIZATION`, and
+    MatMulNBits at accuracy level 4)."""
+    from rewriter.graph.walk import iter_scopes
+
+    found = set()
+    for scope in iter_scopes(model):
+        for node in scope.nodes:
+            key = (node.domain or "ai.onnx", node.op_type)
+            if key in DYNAMIC_QUANTIZATION or (
+                    key == ("com.microsoft", "MatMulNBits") and any(
+                        a.name == "accuracy_level" and a.i == 4 for a in node.attribute)):
+                found.add("::".join(key))
+    return sorted(found)
+
+
+def computed_in(model) -> tuple[str | None, list[str]]:
+    """The float type whose tolerance ``model``'s outputs are compared at
+    (:func:`narrowest_float`, or :data:`DYNAMICALLY_QUANTIZED_AS` where it quantizes
+    activations at run time and is not narrower), and the ops that quantize so."""
+    narrowest = narrowest_float(model)
+    quantized = dynamically_quantized(model)
+    if quantized and (narrowest is None or _FLOAT_WIDTHS.index(narrowest)
+                      < _FLOAT_WIDTHS.index(DYNAMICALLY_QUANTIZED_AS)):
+        return DYNAMICALLY_QUANTIZED_AS, quantized
+    return narrowest, quantized
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -565,6 +611,12 @@ class CompareReport:
             against += " (its outputs through the interface adapter)"
         if self.original_repairs and against:
             against += f" ({'; '.join(self.original_repairs)})"
+        quantized = self.tolerances.get("dynamically_quantized_by") if isinstance(
+            self.tolerances, dict) else None
+        if quantized and against and not self.tolerances.get("atol") and not \
+                self.tolerances.get("rtol"):
+            against += (f" at {DYNAMICALLY_QUANTIZED_AS}'s tolerance (activations quantized at "
+                        f"run time by {', '.join(quantized)})")
         if verdict == VERIFIED:
             worst = self.max_abs
             err = "" if worst is None else f", max abs error {worst:.3g}"
@@ -803,8 +855,9 @@ def compare(
     options = TargetOptions(custom_op_libraries=tuple(custom_op_libraries), confirm=False)
     specs = list(dict.fromkeys(targets))
     resolved = resolve_targets(plugins, specs, options)
-    tolerances = Tolerances(atol, rtol, narrowest_float(
-        original.model if original is not None else subject.model))
+    tolerances = Tolerances(atol, rtol)
+    tolerances.computed_in, tolerances.quantized_by = computed_in(
+        original.model if original is not None else subject.model)
     tolerances.float64_as = {spec: t.computes_float64_as for spec, t in zip(specs, resolved)
                              if t.computes_float64_as}
     report = CompareReport(str(original.path) if original else None, str(subject.path),
