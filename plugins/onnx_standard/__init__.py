@@ -68,6 +68,7 @@ from .quantize import (
     DEQUANTIZE_LATER_OPSETS,
     DEQUANTIZE_OPSETS,
     QDQ_16BIT_OPSETS,
+    QUANTIZE_OPSETS,
     build_dequantize_linear,
     build_quantize_linear,
     dequantize_samples,
@@ -76,8 +77,8 @@ from .quantize import (
 from .widened import WIDENED_OPS, WIDENED_OPSET, build_widened, dtype_name, widened_samples
 
 __all__ = ["BITCAST_OPSETS", "DEQUANTIZE_AXIS", "DEQUANTIZE_LATER_OPSETS", "DEQUANTIZE_OPSETS",
-           "QDQ_16BIT_OPSETS", "WIDENED_OPSET", "build_bitcast", "build_dequantize_linear",
-           "build_gemm", "build_quantize_linear", "build_widened"]
+           "QDQ_16BIT_OPSETS", "QUANTIZE_OPSETS", "WIDENED_OPSET", "build_bitcast",
+           "build_dequantize_linear", "build_gemm", "build_quantize_linear", "build_widened"]
 
 
 @hookimpl
@@ -100,13 +101,14 @@ def register_decompositions(registry):
                  oracle="onnxruntime", samples=dequantize_samples())
     for op_type, builder, opsets in (
             ("DequantizeLinear", build_dequantize_linear, DEQUANTIZE_LATER_OPSETS),
-            ("QuantizeLinear", build_quantize_linear, QDQ_16BIT_OPSETS)):
+            ("QuantizeLinear", build_quantize_linear, QUANTIZE_OPSETS)):
         registry.add("", op_type, builder, opsets=opsets, dtypes=("float",),
                      description=f"onnx-standard:{op_type} (from {opsets[0]}: 16-bit, and 8-bit "
                                  "x without an opset ceiling; per tensor or per axis, in "
                                  "Cast/Sub/Mul arithmetic)" if op_type == "DequantizeLinear"
-                     else f"onnx-standard:{op_type} 16-bit (version 21, per tensor or per "
-                          "axis, in Cast/Round/Clip arithmetic)",
+                     else f"onnx-standard:{op_type} (16-bit from version 21, 8-bit where "
+                          "OpenVINO computes it otherwise; per tensor or per axis, in "
+                          "Div/Round/Clip arithmetic)",
                      oracle="onnxruntime", samples=qdq_16bit_samples(op_type))
     from .shifts import bitshift_samples, build_bitshift
 

@@ -1,6 +1,6 @@
 """``DequantizeLinear`` (versions 10-18, and from 19 where OpenVINO computes it otherwise)
-and 16-bit ``QuantizeLinear``-21 in Cast/Sub/Mul and Cast/Round/Clip arithmetic, per tensor
-or per axis."""
+and ``QuantizeLinear`` (16-bit from 21; 8-bit where OpenVINO computes it otherwise) in
+Cast/Sub/Mul and Div/Round/Clip arithmetic, per tensor or per axis."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rewriter.plugin import present as _present
 
 DEQUANTIZE_OPSETS = (10, 18)  # the reference evaluator has DequantizeLinear from 19
 QDQ_16BIT_OPSETS = (21, None)  # int16/uint16 Q/DQ from 21 (OpenVINO computes them otherwise)
+QUANTIZE_OPSETS = (11, None)  # Round from 11: 8-bit where OpenVINO needs it, 16-bit from 21
 DEQUANTIZE_LATER_OPSETS = (19, None)
 DEQUANTIZE_AXIS = 13  # per-axis scales from opset 13
 
@@ -80,17 +81,26 @@ def build_dequantize_linear(ctx) -> FunctionProto | None:
     return b.function("onnx-standard", "dequantize_linear", inputs, [y])
 
 
+_QUANTIZED = {"tensor(int8)": T.INT8, "tensor(uint8)": T.UINT8, **_SIXTEEN_BITS}
+
+
 def build_quantize_linear(ctx) -> FunctionProto | None:
-    """``QuantizeLinear``-21 to int16/uint16 (per tensor or per axis, no blocks) as
-    ``Cast(Clip(Round(x / scale) + zero_point))`` in float (``Round`` rounds half to even,
-    as onnxruntime's kernel; the 16-bit integers are floats exactly)."""
+    """``QuantizeLinear`` to int16/uint16 (version 21) or int8/uint8 (where OpenVINO
+    computes it otherwise: a decomposition body's, see ``openvino_target``), per tensor or
+    per axis, no blocks, as ``Cast(Clip(Round(x / scale) + zero_point))`` in float
+    (``Round`` rounds half to even, as onnxruntime's kernel; the integers are floats
+    exactly)."""
     node = ctx.node
     _qdq_checked(ctx, quantize=True)
     types = list(ctx.input_types or []) + [None] * 3
-    out_type = (_SIXTEEN_BITS.get(types[2]) if _present(node.input, 2)
-                else ctx.attribute("output_dtype", 0))
-    if out_type not in (T.INT16, T.UINT16):
-        raise Declined("only int16/uint16 outputs (the runtimes' own kernels take the rest)")
+    out_type = (_QUANTIZED.get(types[2]) if _present(node.input, 2)
+                else ctx.attribute("output_dtype", 0) or T.UINT8)
+    if out_type not in (T.INT16, T.UINT16, T.INT8, T.UINT8):
+        raise Declined("only 8-bit and 16-bit integer outputs (the runtimes' own kernels take "
+                       "the rest)")
+    if out_type in (T.INT8, T.UINT8) and ctx.ceiling is not None:
+        raise Declined("8-bit under an opset ceiling: the opset-conversion pass keeps it a "
+                       "QuantizeLinear")
     b = FunctionBuilder(ctx.opset, TensorProto.FLOAT)
     has_zp = _present(node.input, 2)
     scale, zero_point = "y_scale", "y_zero_point" if has_zp else ""
@@ -181,4 +191,21 @@ def qdq_16bit_samples(op_type: str) -> list[OpSample]:
                 [Arg("float[8]", values=ties), Arg("float[]", values=0.5, constant=True),
                  Arg(f"{x_type}[]", values=zp, constant=True)], [x_type], opset=21,
                 name=f"{x_type}-ties"))
+        # 8-bit (where OpenVINO needs it): per tensor, per axis, ties, saturation
+        samples += [
+            OpSample([Arg("float[2,3,4]", low=-3, high=3), Arg("float[]", values=0.02,
+                                                                constant=True),
+                      Arg("uint8[]", values=128, constant=True)], ["uint8"], opset=13,
+                     tolerance=(0, 0), name="uint8-per-tensor"),
+            OpSample([Arg("float[2,3,4]", low=-3, high=3), Arg("float[3]", low=0.01, high=0.03,
+                                                                constant=True),
+                      Arg("int8[3]", low=-5, high=5, constant=True)], ["int8"], {"axis": 1},
+                     opset=17, tolerance=(0, 0), name="int8-axis1-per-axis"),
+            OpSample([Arg("float[8]", values=ties), Arg("float[]", values=0.5, constant=True),
+                      Arg("int8[]", values=-3, constant=True)], ["int8"], opset=13,
+                     tolerance=(0, 0), name="int8-ties"),
+            OpSample([Arg("float[2,3,4]", low=-3, high=3), Arg("float[]", values=0.01,
+                                                                constant=True)],
+                     ["uint8"], opset=13, tolerance=(0, 0),
+                     name="uint8-no-zero-point-saturating")]
     return samples

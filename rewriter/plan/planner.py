@@ -594,6 +594,12 @@ class Planner:
         caller_fed = self._caller_fed.get(id(finding), frozenset())
         fed = {formal for formal, actual in zip(fn.input, finding.node.input)
                if actual and actual in caller_fed}
+        # what a target is asked about a body node: its constants, and the body's inputs the
+        # call site binds to constants of the model (a QLinear* body's scales: a target may
+        # tell a static quantization from a dynamic one)
+        asked_constants = {**{formal: constants[actual]
+                              for formal, actual in zip(fn.input, finding.node.input)
+                              if actual and actual in (constants or {})}, **body_constants}
         for i, inner in enumerate(fn.node):
             inner = _with_attributes(inner, finding.node, fn)
             domain = normalize_domain(inner.domain)
@@ -608,7 +614,7 @@ class Planner:
                     break
                 query = NodeQuery(inner, f"{finding.path}/<body>/node {i}", domain,
                                   body_opsets.get(domain), types, body_opsets,
-                                  constants=body_constants,
+                                  constants=asked_constants,
                                   caller_fed=frozenset(n for n in inner.input if n in fed))
                 problem = target.check_node(query) or _newer_than_scope(target, query)
                 if problem is None:
