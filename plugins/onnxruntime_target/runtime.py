@@ -34,6 +34,17 @@ def thread_dependent_ops(model) -> list[str]:
     return sorted(f"{d}::{o}" for d, o in found & THREAD_DEPENDENT_OPS)
 
 
+def oracle_session_differs(model) -> bool:
+    """Whether onnxruntime's oracle session computes ``model`` otherwise than a default one:
+    Q/DQ nodes (no fusion into QLinear* or MatMulNBits kernels there) or thread-dependent
+    kernels (one thread there)."""
+    from rewriter.plugin import iter_nodes
+
+    return bool(thread_dependent_ops(model)) or any(
+        site.node.op_type in ("DequantizeLinear", "QuantizeLinear")
+        for site in iter_nodes(model))
+
+
 @dataclass(frozen=True)
 class KernelDef:
     start: int

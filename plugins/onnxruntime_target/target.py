@@ -48,6 +48,7 @@ from .runtime import (
     QDQ_MATMULNBITS_ACCURACY_LEVEL,
     accepts,
     clean_ort_message,
+    oracle_session_differs,
     ort_kernels,
     resolve_library,
     runtime_ceilings,
@@ -513,14 +514,7 @@ class OnnxRuntimeTarget(RuntimeTarget):
         come from the generated inputs."""
         return ": NOT_IMPLEMENTED :" in message or super().run_refuses(message)
 
-    def runs_otherwise_as_oracle(self, model) -> bool:
-        """Its oracle session (:meth:`prepare`) differs for a model with Q/DQ nodes (no fusion
-        into QLinear* or MatMulNBits kernels) or thread-dependent kernels (one thread)."""
-        from rewriter.plugin import iter_nodes
-
-        return bool(thread_dependent_ops(model)) or any(
-            site.node.op_type in ("DequantizeLinear", "QuantizeLinear")
-            for site in iter_nodes(model))
+    runs_otherwise_as_oracle = staticmethod(oracle_session_differs)  # (runtime.py)
 
     def prepare(self, model, base_dir):
         """An onnxruntime session (custom-op libraries registered) as a run function."""
