@@ -222,17 +222,16 @@ def body_dequantized(query: NodeQuery) -> str | None:
         return None
     if node.op_type == "DequantizeLinear":
         eight_bits = types.get(node.input[0]) in _EIGHT_BITS
-    else:
-        zero_point = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        eight_bits = (types.get(node.output[0]) in _EIGHT_BITS
-                      or (zero_point is not None and types.get(zero_point) in _EIGHT_BITS)
-                      or (zero_point is None and not any(
-                          a.name == "output_dtype" for a in node.attribute)))
+    else:  # its output's type, else its zero point's, else uint8 (no zero point, no dtype)
+        zero_point = node.input[2] if len(node.input) > 2 else ""
+        quantized = types.get(node.output[0]) or types.get(zero_point) or (
+            None if zero_point or any(a.name == "output_dtype" for a in node.attribute)
+            else "tensor(uint8)")
         # a constant scale (static quantization: a QLinear* body's, bound to the model's
         # initializer), not one computed from the data (a dynamic quantization's, whose
         # per-axis reshape OpenVINO cannot compile in an If, and whose grid moves anyway)
-        eight_bits = (eight_bits and types.get(node.input[0]) in (None, "tensor(float)")
-                      and node.input[1] in query.constants)
+        eight_bits = (quantized in _EIGHT_BITS and node.input[1] in query.constants
+                      and types.get(node.input[0]) in (None, "tensor(float)"))
     return _QDQ_8BIT_IN_BODY.format(op=node.op_type) if eight_bits else None
 
 

@@ -611,8 +611,7 @@ class CompareReport:
             against += " (its outputs through the interface adapter)"
         if self.original_repairs and against:
             against += f" ({'; '.join(self.original_repairs)})"
-        quantized = self.tolerances.get("dynamically_quantized_by") if isinstance(
-            self.tolerances, dict) else None
+        quantized = self.tolerances.get("dynamically_quantized_by")
         if quantized and against and not self.tolerances.get("atol") and not \
                 self.tolerances.get("rtol"):
             against += (f" at {DYNAMICALLY_QUANTIZED_AS}'s tolerance (activations quantized at "
