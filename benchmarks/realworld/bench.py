@@ -39,6 +39,9 @@ class Row:
     seconds: float = 0.0
     rules: list[str] = field(default_factory=list)  # the rules applied (with their notes)
     batch: int = 2  # the inputs' batch size (realworld.feeds)
+    # verified segment by segment: the run-time quantization points its activations were
+    # anchored at (rewriter.comparison.anchoring), 0 when verified as a whole
+    anchored: int = 0
 
 
 def short(message: str, limit: int = 600) -> str:
@@ -81,6 +84,8 @@ def rewrite_pair(model: Path, target: str, workdir: Path, *, inputs: Path, name:
         row.rules = sorted({rule for (_k, _p, rule, _op) in report.applied})
         if report.comparison is not None:
             row.oracle = str(report.comparison.oracle or "")
+            row.anchored = max((len(t.anchored.points) for t in report.comparison.targets
+                                if t.anchored is not None and t.status == "equal"), default=0)
         if report.remaining:  # the target refused the result: findings left
             row.verdict = "unfixable"
             row.ops_left = sorted({f.op_label or "model" for f in report.remaining})
@@ -279,7 +284,13 @@ def markdown(rows: list[Row], targets: list[str]) -> str:
     not_built = sorted({r.model for r in rows if r.verdict == "not built"})
     lines += ["", f"{ok} of {len(pairs)} (model, target) pairs run on the target with the "
               f"original's numbers (verified, or nothing to rewrite)"
-              + (f"; {len(not_built)} recipe(s) not built" if not_built else "") + ".", "",
+              + (f"; {len(not_built)} recipe(s) not built" if not_built else "") + "."]
+    anchored = [r for r in rows if r.anchored and r.verdict == "verified"]
+    if anchored:
+        lines.append(f"{len(anchored)} of them verified segment by segment, anchored at "
+                     "their run-time quantization points: " + ", ".join(
+                         f"{_label(r, batches)} on {r.target}" for r in anchored) + ".")
+    lines += ["",
               "| model | target | verdict | oracle | reason |", "|---|---|---|---|---|"]
     for r in rows:
         if r.verdict not in OK:

@@ -37,6 +37,7 @@ from rewriter.verify.verdicts import MISMATCH as MISMATCHED
 if TYPE_CHECKING:
     from onnx import ModelProto
 
+    from rewriter.comparison.anchoring import Anchoring
     from rewriter.comparison.localize import Localization
     from rewriter.manager import Plugins
 
@@ -203,15 +204,14 @@ def dynamically_quantized(model) -> list[str]:
     """The ``domain::op`` of the model's nodes (any graph or function) that quantize
     activations on a grid computed at run time (:data:`DYNAMIC_QUANTIZATION`, and
     MatMulNBits at accuracy level 4)."""
+    from rewriter.comparison.anchoring import quantizes_at_run_time
     from rewriter.graph.walk import iter_scopes
 
     found = set()
     for scope in iter_scopes(model):
         for node in scope.nodes:
             key = (node.domain or "ai.onnx", node.op_type)
-            if key in DYNAMIC_QUANTIZATION or (
-                    key == ("com.microsoft", "MatMulNBits") and any(
-                        a.name == "accuracy_level" and a.i == 4 for a in node.attribute)):
+            if key in DYNAMIC_QUANTIZATION or quantizes_at_run_time(node):
                 found.add("::".join(key))
     return sorted(found)
 
@@ -484,6 +484,9 @@ class TargetComparison:
     # compared like for like: with the original run on this target as its users load it
     # (Target.runs_otherwise_as_oracle), not with the oracle's run
     as_loaded: bool = False
+    # a mismatch of a dynamically quantized model judged again with its activations
+    # anchored at its run-time quantization points (rewriter.comparison.anchoring)
+    anchored: Anchoring | None = None
 
     @property
     def max_abs(self) -> float | None:
@@ -507,6 +510,7 @@ class TargetComparison:
             "error_kind": self.error_kind or None, "seconds": round(self.seconds, 3),
             "max_abs": worst if worst is None or math.isfinite(worst) else str(worst),
             "outputs": [c.as_dict() for c in self.outputs], "as_loaded": self.as_loaded,
+            "anchored": self.anchored.as_dict() if self.anchored else None,
             "localization": self.localization.as_dict() if self.localization else None,
             "elsewhere": self.elsewhere,
         }
@@ -731,8 +735,14 @@ def _elsewhere_text(t: TargetComparison) -> str:
 def _where(t: TargetComparison) -> str:
     if t.as_loaded:
         return f"{t.target} (against the original on {t.target} as its users load it)"
-    return f"{t.target} (run on {t.runtime})" if t.runtime and t.runtime != t.target \
+    where = f"{t.target} (run on {t.runtime})" if t.runtime and t.runtime != t.target \
         else t.target
+    if t.anchored is not None and t.status == EQUAL:
+        n = len(t.anchored.points)
+        where += (f" (segment by segment: its activations anchored at the oracle's values at "
+                  f"{n} run-time quantization point{'s' if n != 1 else ''}; unanchored, max "
+                  f"abs {_num_text(t.anchored.unanchored_max_abs)})")
+    return where
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -1050,6 +1060,11 @@ def compare(
                     break
             report.targets.append(tc)
 
+        if oracle is not None and tolerances.quantized_by and not report.interface:
+            for i, tc in enumerate(report.targets):
+                if tc.status == MISMATCH and not tc.as_loaded:
+                    report.targets[i] = _judged_anchored(run, job, original, subject, tc,
+                                                         feeds, tolerances, oracle, plan)
         if oracle is not None and any(t.status == MISMATCH and not t.as_loaded
                                       for t in report.targets):
             later = [*queued, *pending]  # the runtimes after the oracle, asked now
@@ -1580,6 +1595,59 @@ def _judge_random(name: str, pairs, tolerances: Tolerances, plan: SetPlan) -> Ou
     c.distribution = stats
     c.ok, c.detail = stats["ok"], stats["detail"]
     return c
+
+
+def _judged_anchored(run, job, original, subject, tc: TargetComparison, feeds,
+                     tolerances: Tolerances, oracle, plan: SetPlan) -> TargetComparison:
+    """A mismatching target of a dynamically quantized model, judged again with its
+    activations anchored at the run-time quantization points
+    (:mod:`rewriter.comparison.anchoring`): equal there, it is equal, with the anchoring
+    and the unanchored error on record; otherwise the mismatch stands, the anchored
+    comparison beside it."""
+    from rewriter.comparison.anchoring import (
+        ANCHOR_SUFFIX,
+        Anchoring,
+        anchored,
+        quantized_activations,
+    )
+    from rewriter.comparison.localize import expose
+
+    points = quantized_activations(original.model, subject.model)
+    if not points:
+        return tc
+    unanchored = tc.max_abs
+    names = list(dict.fromkeys([*points, *(o.name for o in original.model.graph.output)]))
+    before = run(job(oracle.target, expose(oracle.model, names), original.base_dir, feeds,
+                     oracle.reference_ops, oracle.libraries, oracle=True),
+                 f"the original on {oracle.label}, its quantized activations kept")
+    if not before.ok or before.set_errors:
+        tc.anchored = Anchoring(points, ERROR, unanchored, error=f"the original with its "
+                                f"quantized activations exposed failed on {oracle.label}: "
+                                f"{before.error or 'on some input sets'}")
+        return tc
+    want, _ = as_declared_floats(before.outputs, original.model)
+    values = {name: want[0][name] for name in points}
+    anchored_feeds = [{**feed, **{n + ANCHOR_SUFFIX: w[n] for n in points}}
+                      for feed, w in zip(feeds, want)]
+    where = tc.runner
+    if where is None:
+        result = run(job(tc.target, anchored(subject.model, values), subject.base_dir,
+                         anchored_feeds), f"the rewritten model on {tc.target}, anchored")
+    else:
+        result = run(job(where.target, anchored(where.model, values), subject.base_dir,
+                         anchored_feeds, where.reference_ops, where.libraries, oracle=True),
+                     f"the rewritten model on {where.label}, anchored")
+    judged = _judge_target(tc.target, result, want, tolerances, plan)
+    tc.anchored = Anchoring(points, judged.status, unanchored, error=judged.error,
+                            outputs=judged.outputs)
+    if judged.status != EQUAL:
+        return tc
+    judged.seconds, judged.runtime, judged.runner = tc.seconds, tc.runtime, tc.runner
+    judged.elsewhere, judged.anchored = tc.elsewhere, tc.anchored
+    judged.produced = tc.produced
+    model_outputs = {o.name for o in original.model.graph.output}
+    judged.outputs = [c for c in judged.outputs if c.name.split("[", 1)[0] in model_outputs]
+    return judged
 
 
 # Localizing by node exposes every main-graph node's outputs in both runs: up to this many
