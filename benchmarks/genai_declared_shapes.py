@@ -2,7 +2,9 @@
 MultiHeadAttention), whose declared shapes onnx's strict inference contradicts (Concat "All
 inputs to Concat must have same rank"). Builds a tiny random-weight one (needs the ``bench``
 extra: torch, transformers, onnxruntime-genai), then ``check`` and ``rewrite`` for each
-target at batch 1 and 2 (a decoding step: one new token after 3 cached ones).
+target at batch 1 and 2 (a decoding step: one new token after 3 cached ones), and, as the
+model's users run it, onnxruntime-genai's greedy generation of 5 tokens with the original and
+with the onnxruntime rewrite (the builder's folder, its model replaced).
 
     python benchmarks/genai_declared_shapes.py OUT_DIR [--targets onnxruntime,openvino,...]
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +62,27 @@ def feeds(out: Path, batch: int) -> Path:
     return path
 
 
+def generate(folder: Path, tokens: int = 5) -> str:
+    """onnxruntime-genai's greedy generation of ``tokens`` tokens after a 3-token prompt
+    with the model in ``folder`` (beside its genai_config.json), in a child process: the
+    tokens, or the first line of the error."""
+    script = (
+        "import sys, numpy as np, onnxruntime_genai as og\n"
+        "m = og.Model(sys.argv[1]); p = og.GeneratorParams(m)\n"
+        "p.set_search_options(max_length=16, do_sample=False)\n"
+        "g = og.Generator(m, p); g.append_tokens(np.array([[1, 2, 3]], dtype=np.int32))\n"
+        "out = []\n"
+        "for _ in range(int(sys.argv[2])):\n"
+        "    g.generate_next_token(); out.append(int(g.get_next_tokens()[0]))\n"
+        "print(out)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(folder), str(tokens)],
+                          capture_output=True, text=True)
+    if done.returncode == 0:
+        return f"generated {done.stdout.strip()}"
+    lines = [x for x in done.stderr.strip().splitlines() if "Error" in x] or ["failed"]
+    return "failed: " + lines[-1][:300]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -79,6 +103,15 @@ def main() -> None:
                                   capture_output=True, text=True)
             last = (done.stdout.strip().splitlines() or [done.stderr.strip()])[-1]
             print(f"rewrite {target} batch {batch}: exit {done.returncode}: {last}")
+    print(f"onnxruntime-genai, the original: {generate(model.parent)}")
+    rewritten = args.out / "rewritten-for-onnxruntime"
+    rewritten.mkdir(exist_ok=True)
+    shutil.copy(model.parent / "genai_config.json", rewritten)
+    done = subprocess.run([*tool, "rewrite", str(model), "-o", str(rewritten / "model.onnx"),
+                           "-t", "onnxruntime", "--inputs", str(feeds(args.out, 1))],
+                          capture_output=True, text=True)
+    print(f"onnxruntime-genai, rewritten for onnxruntime (exit {done.returncode}): "
+          f"{generate(rewritten)}")
 
 
 if __name__ == "__main__":
