@@ -9,8 +9,9 @@ not consistent") refuses the branch that is never taken. When a finding lies in 
 what is known without inputs: constants and initializers, ``Shape``/``Size`` of values whose
 shape is static (onnx's shape inference), and a few deterministic ops over those (evaluated by
 the ONNX reference evaluator, on at most ``LIMIT`` elements each); the ``If`` is then
-replaced by the nodes of the branch taken, its outputs by ``Identity`` of the branch's.
-An ``If`` whose branch would bring a value name the main graph already has is left alone.
+replaced by the nodes of the branch taken, its outputs by ``Identity`` of the branch's; a
+value of the branch whose name the main graph has already (two decompositions of the same op
+make the same names inside their Ifs) is renamed as it is spliced in.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from operator import attrgetter
 from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, main_node_index
 
 LIMIT = 1024  # elements of a value computed ahead of the run
+MAX_NESTING = 16  # Ifs in taken branches folded in turn, at most this deep
 # ops computed ahead of the run when all their inputs are known (no subgraphs, no randomness)
 FOLDABLE = frozenset({
     "Abs", "Add", "And", "Cast", "CastLike", "Concat", "Div", "Equal", "Gather", "Greater",
@@ -144,15 +146,56 @@ def _branch(node, taken: bool):
     return next(a.g for a in node.attribute if a.name == wanted)
 
 
-def _clashes(model, node, taken: bool) -> bool:
-    """Whether the taken branch makes (or holds as initializer) a value name the main graph
-    has already."""
-    graph = model.graph
-    main = ({o for n in graph.node for o in n.output} | {i.name for i in graph.input}
-            | {t.name for t in graph.initializer}) - set(node.output)
-    branch = _branch(node, taken)
-    inner = {o for n in branch.node for o in n.output} | {t.name for t in branch.initializer}
-    return bool(inner & main)
+def _main_names(graph) -> set[str]:
+    return ({o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+            | {t.name for t in graph.initializer})
+
+
+def _renamed_reads(graph, renames: dict[str, str]) -> None:
+    """Reads of renamed outer values inside ``graph`` (a subgraph of a branch node), where
+    no value of the subgraph hides them."""
+    local = {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
+        o for n in graph.node for o in n.output}
+    visible = {k: v for k, v in renames.items() if k not in local}
+    if not visible:
+        return
+    for node in graph.node:
+        node.input[:] = [visible.get(i, i) for i in node.input]
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _renamed_reads(g, visible)
+
+
+def _spliced(branch, taken_names: set[str], prefix: str):
+    """A copy of ``branch`` whose values (node outputs, initializers) that clash with
+    ``taken_names`` are renamed ``prefix/name`` (unique), with every read of them."""
+    from onnx import GraphProto
+
+    out = GraphProto()
+    out.CopyFrom(branch)
+    inner = {o for n in out.node for o in n.output if o} | {t.name for t in out.initializer}
+    clashing = sorted(inner & taken_names)
+    if not clashing:
+        return out
+    used = taken_names | inner
+    renames = {}
+    for name in clashing:
+        new, k = f"{prefix}/{name}", 1
+        while new in used:
+            new, k = f"{prefix}/{name}_{k}", k + 1
+        used.add(new)
+        renames[name] = new
+    for t in out.initializer:
+        t.name = renames.get(t.name, t.name)
+    for node in out.node:
+        node.input[:] = [renames.get(i, i) for i in node.input]
+        node.output[:] = [renames.get(o, o) for o in node.output]
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _renamed_reads(g, renames)
+    for o in out.output:
+        o.name = renames.get(o.name, o.name)
+    return out
 
 
 class StaticIfPass(RewritePass):
@@ -184,9 +227,7 @@ class StaticIfPass(RewritePass):
         (computed once per model)."""
         if self._known is None:
             model = self._model
-            self._known = {} if model is None else {
-                i: taken for i, taken in known_conditions(model).items()
-                if not _clashes(model, model.graph.node[i], taken)}
+            self._known = {} if model is None else known_conditions(model)
         return self._known
 
     def handles(self, finding: Finding, ctx: PassContext) -> bool:
@@ -208,19 +249,35 @@ class StaticIfPass(RewritePass):
                       "replaces it")
 
     def run(self, model, ctx: PassContext):
+        # a branch taken may hold an If of its own (an op's body choosing by rank, then by
+        # size): once spliced into the main graph, its condition may be known in turn
+        changed = False
+        for _ in range(MAX_NESTING):
+            if not self._splice_known(model, ctx):
+                break
+            changed = True
+        return model if changed else None
+
+    def _splice_known(self, model, ctx: PassContext) -> bool:
+        """Every main-graph If whose condition is known replaced by its branch; whether
+        one was."""
         from onnx import helper
 
-        known = {i: t for i, t in known_conditions(model).items()
-                 if not _clashes(model, model.graph.node[i], t)}
+        known = known_conditions(model)
         if not known:
-            return None
+            return False
         graph = model.graph
+        names = _main_names(graph)
         nodes = []
         for i, node in enumerate(graph.node):
             if i not in known:
                 nodes.append(node)
                 continue
-            branch = _branch(node, known[i])
+            # the branch's values keep their names unless the graph has them already
+            branch = _spliced(_branch(node, known[i]), names - set(node.output),
+                              node.name or f"If_{i}")
+            names |= {o for n in branch.node for o in n.output if o} | {
+                t.name for t in branch.initializer}
             nodes.extend(branch.node)
             graph.initializer.extend(branch.initializer)
             for source, target in zip(branch.output, node.output):
@@ -231,7 +288,7 @@ class StaticIfPass(RewritePass):
                        f"ai.onnx::If ({'then' if known[i] else 'else'} branch)")
         del graph.node[:]
         graph.node.extend(nodes)
-        return model
+        return True
 
 
 @hookimpl

@@ -424,6 +424,10 @@ def _rewrite_proto(
             else:
                 findings = _detect(work, targets)
                 report.recheck_scope = "whole model"
+        # the next round's findings are about the rewritten model: the passes read it
+        # (an If a decomposition brought, known to take one branch: static-if)
+        for p in passes:
+            p.prepare(work, ctx)
     if findings and not partial and any(f.node is not None for f in findings):
         # found only once the first rounds changed the model (a Cast tract types as a
         # shape, seen once the ZipMap it fed was adapted), declined for an older opset
