@@ -134,6 +134,8 @@ class TractTarget(RuntimeTarget):
                                             r"([\w.]+)", detail) for m in pair if m}
         if missing & {s.node.op_type for s in iter_nodes(model)}:
             return []  # the probes of those nodes say it
+        if self.blame_by_prefix(model, (verdict[0], detail)):
+            return []  # (a panic naming no node: the first whose prefix tract refuses)
         self.keep_model_refusal((verdict[0], f"tract refuses the whole model: {detail}"))
         return []
 

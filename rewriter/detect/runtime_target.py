@@ -200,6 +200,20 @@ class RuntimeTarget(Target):
         self.blamed[site.path] = verdict
         return True
 
+    def blame_by_prefix(self, model, verdict: tuple[str, str]) -> bool:
+        """Record ``verdict`` for the first main-graph node whose prefix of the model the
+        runtime refuses (:mod:`rewriter.detect.bisect`: a panic that names no node); whether
+        one was found."""
+        from rewriter.detect.bisect import bisect_refusal
+
+        found = bisect_refusal(model, self)
+        if found is None:
+            return False
+        self.blame_main_node(model, found.index, (verdict[0], (
+            f"{found.refusal} (the first node whose prefix of the model {self.name} refuses, "
+            f"found in {found.steps} loads)")))
+        return True
+
     def blame_main_node(self, model, index: int, verdict: tuple[str, str]) -> None:
         """Record ``verdict`` for the main-graph node at ``index`` (found by
         :meth:`blamed_verdict`)."""

@@ -118,9 +118,12 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
     confirmation = target.confirmation(model, base_dir)
     if confirmation.refusal is None:
         return confirmation, []
-    if confirmation.findings:  # the target traced the refusal to what is at fault
-        return confirmation, list(confirmation.findings)
-    finding = runtime_refusal(target.name, model, confirmation.refusal)
+    traced = list(confirmation.findings)
+    if any(f.op_type for f in traced):  # the target traced the refusal to a node at fault
+        return confirmation, traced
+    # (traced to the model as a whole, a panic: a prefix may still name the node)
+    finding = traced[0] if traced else runtime_refusal(target.name, model,
+                                                       confirmation.refusal)
     if not finding.op_type:  # the runtime names no node: ask it about prefixes
         from rewriter.detect.bisect import bisect_refusal
 
@@ -133,6 +136,8 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
             finding = finding_at(model, target.name, found.index, "runtime-refused", detail,
                                  types)
             return confirmation, [finding]
+        if traced:
+            return confirmation, traced
     if types is not None and finding.op_type:
         site = refused_node(model, confirmation.refusal)
         finding = _with_node(finding, site.node, tuple(site.node.input), types,
