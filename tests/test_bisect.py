@@ -61,3 +61,23 @@ def test_tract_refusing_the_whole_model_blames_the_first_node_it_refuses(plugins
     _, (finding,) = confirm_model(model, tract)
     assert finding.op_type == "Attention" and finding.reason == "runtime-refused"
     assert "the first node whose prefix of the model tract refuses" in finding.detail
+
+
+def test_tract_detection_blames_the_node_of_a_panic_on_the_whole_model(plugins):
+    """The static check asks tract about the whole model first; a panic there that names no
+    node (bert's second Attention panics only in the whole model, its probe alone loads) is
+    bisected as the confirmation's is: the node found is blamed, so its finding is a node's
+    a remedy can take, not the model's."""
+    pytest.importorskip("tract")
+    (tract,) = resolve_targets(plugins, ["tract"])
+    model = _model()
+    verdict = tract.ask_whole_model(model.SerializeToString())
+    if verdict is None:
+        pytest.skip("this tract loads com.microsoft::Attention with a 4-D mask")
+    tract.check_model(model)  # (the target's per-model state; its own blame ran there)
+    tract.blamed, tract.model_refusal = {}, None
+    assert tract.blame(model, verdict) == []
+    assert tract.model_refusal is None
+    ((path, (reason, detail)),) = tract.blamed.items()
+    assert path.startswith("graph/node 2") and reason == verdict[0]
+    assert "the first node whose prefix of the model tract refuses" in detail
