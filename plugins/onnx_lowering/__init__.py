@@ -12,7 +12,7 @@ reductions         CumProd; Reduce* with axes computed at run time and keepdims 
 math_ops           Mod (fmod = 0 on floats), Det; TopK of uint64, Pow with a uint64
                    exponent (onnxruntime)
 tensor_ops         Unsqueeze with run-time axes, Pad (wrap), TensorScatter
-convolution        Conv with weights computed at run time, DeformConv, MaxUnpool
+convolution        Conv with weights computed at run time, DeformConv, MaxUnpool, LpPool
 dropout            Dropout with a training mode computed at run time
 control_flow       Scan (as a Loop), OptionalHasElement, OptionalGetElement on plain tensors
 signal_processing  STFT, DFT, MelWeightMatrix
@@ -62,9 +62,11 @@ from .control_flow import (
 from .convolution import (
     CONV_OPSETS,
     DEFORM_CONV_OPSETS,
+    LP_POOL_OPSETS,
     MAXUNPOOL_OPSETS,
     build_conv_run_time_weights,
     build_deform_conv,
+    build_lp_pool,
     build_max_unpool,
 )
 from .dropout import DROPOUT_OPSETS, build_dropout
@@ -136,6 +138,8 @@ def register_decompositions(registry):
          "axes as computed"),
         ("", "Pad", build_pad_wrap, PAD_WRAP_OPSETS, ("float", "int32"), "wrap mode"),
         ("", "MaxUnpool", build_max_unpool, MAXUNPOOL_OPSETS, ("float", "int32"), ""),
+        ("", "LpPool", build_lp_pool, LP_POOL_OPSETS, ("float", "double"),
+         "not ceil_mode; auto_pad SAME on static dims"),
         ("", "Dropout", build_dropout, DROPOUT_OPSETS, ("float", "double"),
          "training mode at run time"),
         ("", "OptionalHasElement", build_optional_has_element, OPTIONAL_OPSETS, ("float",),

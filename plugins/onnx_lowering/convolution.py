@@ -10,6 +10,10 @@
 * ``MaxUnpool(X, I[, output_shape])``: ``ScatterElements`` of ``X`` into zeros of the
   inferred shape (``(in - 1) * stride - pads + kernel`` per spatial axis) at the flat
   indices ``I``, padded with zeros (bottom/right) to ``output_shape`` when given.
+* ``LpPool``: ``(sum over the window of |X|^p)^(1/p)`` as an ``AveragePool`` of ``|X|^p``
+  counting the pads (zeros, which add nothing), times the window's size, to the power
+  ``1/p`` (tract has no LpPool). ``auto_pad`` SAME_* as explicit pads (static spatial dims);
+  not ``ceil_mode`` (a window past the pads averages otherwise); dilations from opset 19.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from .common import (
 )
 
 MAXUNPOOL_OPSETS = (13, None)
+LP_POOL_OPSETS = (11, None)  # AveragePool's count_include_pad (7+) and ceil_mode (10+)
+AVERAGE_POOL_DILATIONS = 19
 DEFORM_CONV_OPSETS = (19, None)
 CONV_OPSETS = (11, None)  # Pad's pads and Slice's steps as inputs
 MAX_CONV_RANK = 3
@@ -75,6 +81,73 @@ def build_max_unpool(ctx) -> FunctionProto | None:
                            axis=0)
         y = b.op("Pad", y, pads_vector)
     return b.function(DOMAIN, "max_unpool", formal_inputs(node, ["X", "I", "output_shape"]), [y])
+
+
+# -- LpPool --------------------------------------------------------------------------------
+
+
+@declining
+def build_lp_pool(ctx) -> FunctionProto | None:
+    """``LpPool`` as ``(AveragePool(|X|^p, count_include_pad=1) * window) ^ (1/p)``."""
+    node = ctx.node
+    kernel = ctx.attribute("kernel_shape")
+    elem = float_elem(ctx, 0)
+    if (not kernel or elem is None or len(node.output) != 1 or not attributes_known(
+            node, ["kernel_shape", "strides", "pads", "dilations", "p", "auto_pad",
+                   "ceil_mode"])):
+        raise Declined("needs kernel_shape, a float X, one output, only the attributes of "
+                       "LpPool-18")
+    auto_pad = ctx.attribute("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if ctx.attribute("ceil_mode", 0):
+        raise Declined("ceil_mode: a window past the pads averages otherwise")
+    spatial = len(kernel)
+    dilations = list(ctx.attribute("dilations", [1] * spatial))
+    strides = list(ctx.attribute("strides", [1] * spatial))
+    pads = list(ctx.attribute("pads", [0] * 2 * spatial))
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # explicit pads, from static dims
+        shape = ctx.shape(node.input[0])
+        inner = shape[2:] if shape is not None and len(shape) == spatial + 2 else None
+        if inner is None or any(not isinstance(d, int) for d in inner):
+            raise Declined("auto_pad SAME_* needs static spatial dims (a window past the "
+                           "pads averages otherwise)")
+        pads = _same_pads(inner, kernel, strides, dilations, auto_pad == "SAME_UPPER")
+        auto_pad = "NOTSET"
+    elif auto_pad not in ("NOTSET", "VALID"):
+        raise Declined(f"auto_pad {auto_pad}")
+    opset = body_opset(ctx)
+    if any(d != 1 for d in dilations) and opset < AVERAGE_POOL_DILATIONS:
+        raise Declined("dilations: AveragePool takes them from opset 19",
+                       needs_opset=AVERAGE_POOL_DILATIONS)
+    p = int(ctx.attribute("p", 2))
+    if p < 1:
+        raise Declined(f"p = {p}")
+    attributes = dict(kernel_shape=list(kernel), count_include_pad=1, strides=strides)
+    if auto_pad == "VALID":
+        attributes["auto_pad"] = "VALID"
+    else:
+        attributes["pads"] = pads
+    if any(d != 1 for d in dilations):
+        attributes["dilations"] = dilations
+    b = Body(opset, elem)
+    magnitude = b.op("Abs", "X")
+    powered = magnitude if p == 1 else b.op("Pow", magnitude, b.literal(float(p)))
+    summed = b.op("Mul", b.op("AveragePool", powered, **attributes),
+                  b.literal(float(math.prod(kernel))))
+    y = summed if p == 1 else b.op("Pow", summed, b.literal(1.0 / p))
+    return b.function(DOMAIN, "lp_pool", ["X"], [y])
+
+
+def _same_pads(inner, kernel, strides, dilations, upper: bool) -> list[int]:
+    """The explicit pads of ``auto_pad`` SAME_UPPER (the odd one at the end) or SAME_LOWER
+    (at the start): the output has ``ceil(in / stride)`` elements per axis."""
+    begins, ends = [], []
+    for size, k, s, d in zip(inner, kernel, strides, dilations):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, big = total // 2, total - total // 2
+        begins.append(small if upper else big)
+        ends.append(big if upper else small)
+    return begins + ends
 
 
 # -- DeformConv -----------------------------------------------------------------------------
@@ -286,6 +359,21 @@ def build_conv_run_time_weights(ctx) -> FunctionProto | None:
 def samples() -> dict[str, list[OpSample]]:
     """The samples of this module's ops, by op type."""
     return {
+        "LpPool": [
+            OpSample(["T[1,3,7]"], attributes=dict(kernel_shape=[2]), opset=22,
+                     name="1d-default", dtypes=["float", "double"]),
+            OpSample(["T[2,2,5,6]"], attributes=dict(kernel_shape=[3, 2], strides=[2, 1],
+                                                     pads=[1, 0, 1, 1], p=3), opset=18,
+                     name="2d-pads-p3", tolerance=(1e-5, 1e-5), dtypes=["float"]),
+            OpSample(["T[1,2,6,6]"], attributes=dict(kernel_shape=[2, 2], p=1,
+                                                     auto_pad="VALID"), opset=11,
+                     name="valid-p1", dtypes=["float"]),
+            OpSample(["T[1,1,7,7]"], attributes=dict(kernel_shape=[2, 2], dilations=[2, 2]),
+                     opset=22, name="dilations", tolerance=(1e-5, 1e-5), dtypes=["float"]),
+            *[OpSample(["T[1,2,6,5]"], attributes=dict(kernel_shape=[3, 2], strides=[2, 2],
+                                                       auto_pad=mode), opset=18,
+                       name=mode.lower(), tolerance=(1e-5, 1e-5), dtypes=["float"])
+              for mode in ("SAME_UPPER", "SAME_LOWER")]],
         "MaxUnpool": [
             OpSample(["T[1,1,2,2]", Arg("int64[1,1,2,2]", values=[[[[5, 7], [13, 15]]]])],
                      attributes=dict(kernel_shape=[2, 2], strides=[2, 2]), opset=opset,
