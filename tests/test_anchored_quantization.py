@@ -65,6 +65,9 @@ def test_the_quantized_activation_is_the_anchor_and_the_cut_model_reads_it():
     assert "m" + ANCHOR_SUFFIX in [i.name for i in cut.graph.input]
     assert "m" in [o.name for o in cut.graph.output]
     onnx.checker.check_model(cut, full_check=True)
+    # declared as the model knows the value: static here (tract types the model ahead)
+    (anchor,) = [i for i in cut.graph.input if i.name == "m" + ANCHOR_SUFFIX]
+    assert [d.dim_value for d in anchor.type.tensor_type.shape.dim] == [1, 64]
 
 
 def test_a_value_moved_by_one_ulp_onto_the_next_step_is_verified_anchored(tmp_path):

@@ -83,11 +83,19 @@ def anchored(model: ModelProto, anchors: dict[str, np.ndarray]) -> ModelProto:
     from rewriter.comparison.localize import expose
 
     out = expose(model, list(anchors))
+    typed = {o.name: o.type for o in out.graph.output}
     for name, value in anchors.items():
         anchor = name + ANCHOR_SUFFIX
         _rename_reads(out.graph, name, anchor)
         elem = helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype)
-        shape = [f"{anchor}_{k}" for k in range(np.asarray(value).ndim)]
+        shape: list = [f"{anchor}_{k}" for k in range(np.asarray(value).ndim)]
+        known = typed.get(name)
+        if known is not None and known.tensor_type.HasField("shape") and \
+                len(known.tensor_type.shape.dim) == len(shape):
+            # as the model knows the value (static where it is: a runtime that types the
+            # model ahead, tract with --fix-dim, wants no new symbol there)
+            shape = [d.dim_value if d.HasField("dim_value") else
+                     (d.dim_param or shape[k]) for k, d in enumerate(known.tensor_type.shape.dim)]
         out.graph.input.append(helper.make_tensor_value_info(anchor, elem, shape))
     return out
 
