@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from rewriter.plugin import Finding, PassContext, RewritePass, hookimpl, main_node_index
+from rewriter.plugin import (
+    Finding,
+    PassContext,
+    RewritePass,
+    hookimpl,
+    main_node_index,
+    rename_reads,
+)
 
 LIMIT = 1024  # elements of a value computed ahead of the run
 MAX_NESTING = 16  # Ifs in taken branches folded in turn, at most this deep
@@ -151,21 +158,6 @@ def _main_names(graph) -> set[str]:
             | {t.name for t in graph.initializer})
 
 
-def _renamed_reads(graph, renames: dict[str, str]) -> None:
-    """Reads of renamed outer values inside ``graph`` (a subgraph of a branch node), where
-    no value of the subgraph hides them."""
-    local = {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
-        o for n in graph.node for o in n.output}
-    visible = {k: v for k, v in renames.items() if k not in local}
-    if not visible:
-        return
-    for node in graph.node:
-        node.input[:] = [visible.get(i, i) for i in node.input]
-        for a in node.attribute:
-            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                _renamed_reads(g, visible)
-
-
 def _spliced(branch, taken_names: set[str], prefix: str):
     """A copy of ``branch`` whose values (node outputs, initializers) that clash with
     ``taken_names`` are renamed ``prefix/name`` (unique), with every read of them."""
@@ -187,12 +179,9 @@ def _spliced(branch, taken_names: set[str], prefix: str):
         renames[name] = new
     for t in out.initializer:
         t.name = renames.get(t.name, t.name)
+    rename_reads(out.node, renames)
     for node in out.node:
-        node.input[:] = [renames.get(i, i) for i in node.input]
         node.output[:] = [renames.get(o, o) for o in node.output]
-        for a in node.attribute:
-            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                _renamed_reads(g, renames)
     for o in out.output:
         o.name = renames.get(o.name, o.name)
     return out

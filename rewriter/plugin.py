@@ -74,6 +74,7 @@ from rewriter.graph.walk import (
     normalize_domain,
     opset_map,
     outer_references,
+    rename_reads,
 )
 from rewriter.hookspecs import hookimpl
 from rewriter.io.interface import Adaptation, record_adaptation
@@ -159,6 +160,7 @@ __all__ = [
     "normalize_domain",
     "opset_map",
     "outer_references",
+    "rename_reads",
     # provisional: passes and the splice primitives
     "RewritePass",
     "PassContext",

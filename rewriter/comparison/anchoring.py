@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from onnx import GraphProto, ModelProto, helper
+from onnx import ModelProto, helper
 
-from rewriter.graph.walk import normalize_domain, subgraphs
+from rewriter.graph.walk import normalize_domain, rename_reads
 
 ANCHOR_SUFFIX = "__anchored"
 
@@ -62,20 +62,6 @@ def quantized_activations(original: ModelProto, rewritten: ModelProto) -> list[s
     return names
 
 
-def _rename_reads(graph: GraphProto, old: str, new: str) -> None:
-    """Every read of ``old`` in ``graph`` and in its nodes' subgraphs (where no inner value
-    of that name hides it) reads ``new``."""
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
-        for _, inner in subgraphs(node):
-            local = {v.name for v in inner.input} | {t.name for t in inner.initializer} | {
-                o for n in inner.node for o in n.output}
-            if old not in local:
-                _rename_reads(inner, old, new)
-
-
 def anchored(model: ModelProto, anchors: dict[str, np.ndarray]) -> ModelProto:
     """A copy of ``model`` cut at ``anchors`` (name -> an example value, for its type and
     rank): the nodes reading each name read the graph input ``name + ANCHOR_SUFFIX``
@@ -86,7 +72,7 @@ def anchored(model: ModelProto, anchors: dict[str, np.ndarray]) -> ModelProto:
     typed = {o.name: o.type for o in out.graph.output}
     for name, value in anchors.items():
         anchor = name + ANCHOR_SUFFIX
-        _rename_reads(out.graph, name, anchor)
+        rename_reads(out.graph.node, {name: anchor})
         elem = helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype)
         shape: list = [f"{anchor}_{k}" for k in range(np.asarray(value).ndim)]
         known = typed.get(name)

@@ -1616,8 +1616,7 @@ def _judged_anchored(run, job, original, subject, tc: TargetComparison, feeds,
     if not points:
         return tc
     unanchored = tc.max_abs
-    names = list(dict.fromkeys([*points, *(o.name for o in original.model.graph.output)]))
-    before = run(job(oracle.target, expose(oracle.model, names), original.base_dir, feeds,
+    before = run(job(oracle.target, expose(oracle.model, points), original.base_dir, feeds,
                      oracle.reference_ops, oracle.libraries, oracle=True),
                  f"the original on {oracle.label}, its quantized activations kept")
     if not before.ok or before.set_errors:

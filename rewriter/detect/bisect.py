@@ -23,6 +23,11 @@ class Bisection:
     refusal: str
     steps: int  # prefixes asked about
 
+    def detail(self, target: str, also: str = "") -> str:
+        """The refusal, said to be the first prefix's (``also``: more, after the count)."""
+        return (f"{self.refusal} (the first node whose prefix of the model {target} refuses, "
+                f"found in {self.steps} loads{also})")
+
 
 def prefix_model(model: ModelProto, count: int, types: dict[str, TypeProto] | None = None
                  ) -> ModelProto:

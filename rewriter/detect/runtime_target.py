@@ -209,9 +209,7 @@ class RuntimeTarget(Target):
         found = bisect_refusal(model, self)
         if found is None:
             return False
-        self.blame_main_node(model, found.index, (verdict[0], (
-            f"{found.refusal} (the first node whose prefix of the model {self.name} refuses, "
-            f"found in {found.steps} loads)")))
+        self.blame_main_node(model, found.index, (verdict[0], found.detail(self.name)))
         return True
 
     def blame_main_node(self, model, index: int, verdict: tuple[str, str]) -> None:

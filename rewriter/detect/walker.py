@@ -131,8 +131,7 @@ def confirm_model(model: ModelProto, target: Target, base_dir=None,
         if found is not None:
             whole = ("" if found.refusal == confirmation.refusal else
                      f"; the whole model: {_one_line(confirmation.refusal, 160)}")
-            detail = (f"{found.refusal} (the first node whose prefix of the model "
-                      f"{target.name} refuses, found in {found.steps} loads{whole})")
+            detail = found.detail(target.name, whole)
             finding = finding_at(model, target.name, found.index, "runtime-refused", detail,
                                  types)
             return confirmation, [finding]

@@ -115,6 +115,19 @@ def subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
                 yield f"{attr.name}[{i}]", g
 
 
+def rename_reads(nodes: Iterable[NodeProto], renames: Mapping[str, str]) -> None:
+    """The inputs of ``nodes`` that ``renames`` names, renamed in place, and so every read
+    of such an outer value inside their subgraphs where no value of the subgraph hides it."""
+    for node in nodes:
+        node.input[:] = [renames.get(i, i) for i in node.input]
+        for _, graph in subgraphs(node):
+            local = {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
+                o for n in graph.node for o in n.output}
+            visible = {k: v for k, v in renames.items() if k not in local}
+            if visible:
+                rename_reads(graph.node, visible)
+
+
 def outer_references(node: NodeProto) -> list[str]:
     """Names the node's subgraphs (If/Loop/Scan bodies, at any depth) read from the
     enclosing graphs, in the order first read."""
